@@ -1,0 +1,1 @@
+"""fabriclab: an emulation lab for the networks that train AI models."""
