@@ -1,0 +1,13 @@
+"""The lab's error types: every user-facing failure is one of these, printed as one line."""
+
+
+class LabError(Exception):
+    """A failure the user can act on; the CLI prints it as a single line and exits 2."""
+
+
+class SpecError(LabError):
+    """A fabric spec is malformed; the message names the field and the object."""
+
+
+class EnvironmentProblem(LabError):
+    """A missing privilege, binary or service; the message says what to run to fix it."""
