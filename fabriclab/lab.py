@@ -1,0 +1,182 @@
+"""A running lab: spec -> fabric -> Mininet + OVS -> controller app, with one owner for teardown.
+
+    with Lab(load_spec("default"), routing="ecmp") as lab:
+        lab.link_down("l1", "s1")
+        ...
+
+Bring-up validates everything it can before creating anything (spec, app name, root, Open vSwitch,
+free names), records each resource before making it, and tears everything down on any exit: an
+exception, Ctrl-C, or SIGTERM (turned into an exception so `finally` runs). SIGKILL leaves the run
+record for `fabriclab clean`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from fabriclab import doctor
+from fabriclab.apps.paths import all_paths
+from fabriclab.controller import Controller, check_app
+from fabriclab.errors import EnvironmentProblem, LabError
+from fabriclab.runstate import RunState
+from fabriclab.topologies import mininet_net
+from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.spec import FabricSpec
+
+
+class Terminated(LabError):
+    """SIGTERM arrived; raised so that teardown runs."""
+
+
+def require_environment():
+    """Root and a reachable Open vSwitch, or a one-line error saying what to run."""
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("building a fabric needs root: run with sudo")
+    try:
+        ok = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0
+    except FileNotFoundError:
+        raise EnvironmentProblem("Open vSwitch is not installed: run `sudo ./lab.sh bootstrap`") from None
+    if not ok:
+        raise EnvironmentProblem("Open vSwitch is not running: run `sudo fabriclab provision` "
+                                 "(or `/usr/share/openvswitch/scripts/ovs-ctl start`)")
+
+
+class Lab:
+    def __init__(self, spec, routing="ecmp", verbose=False, datapath=None):
+        if not isinstance(spec, FabricSpec):
+            raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
+        check_app(routing)
+        self.fabric = Fabric(spec)
+        self.routing = routing
+        self.verbose = verbose
+        self.datapath = datapath
+        self.run = None
+        self.net = None
+        self.controller = None
+        self.timings = {}
+        self._old_sigterm = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, timeout=60.0):
+        require_environment()
+        if self.datapath is None:
+            self.datapath = "kernel" if doctor.ovs_datapath_type(doctor.probe()) == "system" else "user"
+        mininet_net.check_free(self.fabric, RunState.all())
+        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+        t0 = time.monotonic()
+        try:
+            self.run = RunState.create(self.fabric.spec.name)
+            self.run.plan(*mininet_net.planned_resources(self.fabric))
+            self.controller = Controller(self.routing, self.fabric, self.run)
+            self.controller.start()
+            self.net = mininet_net.new_network(self.controller.port, self.verbose)
+            mininet_net.populate(self.net, self.fabric, self.run, self.datapath)
+            self.timings["build_s"] = time.monotonic() - t0
+            self.controller.wait_programmed(timeout=timeout)
+            self.timings["up_s"] = time.monotonic() - t0
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self):
+        t0 = time.monotonic()
+        try:
+            if self.net is not None:
+                mininet_net.stop(self.net)
+                self.net = None
+            if self.controller is not None:
+                self.controller.stop()
+                self.controller = None
+            if self.run is not None:
+                self.run.remove()
+                self.run = None
+        finally:
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+        self.timings["down_s"] = time.monotonic() - t0
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    # -- nodes and links --------------------------------------------------------------------------
+    def host(self, name):
+        if name not in self.fabric.hosts:
+            raise LabError(f"no host {name!r} in fabric {self.fabric.spec.name!r} "
+                           f"(hosts: h1..h{len(self.fabric.hosts)})")
+        return self.net.get(name)
+
+    def resolve_link(self, node1, node2, member=None):
+        for node in (node1, node2):
+            if node not in self.fabric.switches and node not in self.fabric.hosts:
+                raise LabError(f"no node {node!r} in fabric {self.fabric.spec.name!r}")
+        links = self.fabric.find_link(node1, node2, member)
+        if not links:
+            raise LabError(f"no link between {node1} and {node2}"
+                           + (f" with member {member + 1}" if member is not None else ""))
+        return links
+
+    def set_link(self, node1, node2, up, member=None, wait=True, timeout=10.0):
+        """Take the link(s) between two nodes down or up; wait for the controller to reprogram."""
+        links = self.resolve_link(node1, node2, member)
+        before = self.controller.status().get("generation", 0)
+        for link in links:
+            mininet_net.set_link(self.net, link, up)
+        if wait and any(link.kind == "fabric" for link in links):
+            keys = {link.key for link in links if link.kind == "fabric"}
+
+            def settled(status):
+                down = {tuple(k) for k in status.get("down_links", [])}
+                return (status.get("programmed") and status["generation"] > before
+                        and (keys.isdisjoint(down) if up else keys <= down))
+            self.controller.wait(settled, timeout, f"the controller to see {node1}-{node2} "
+                                                   f"{'up' if up else 'down'}")
+        return links
+
+    def link_down(self, node1, node2, member=None, **kw):
+        return self.set_link(node1, node2, False, member, **kw)
+
+    def link_up(self, node1, node2, member=None, **kw):
+        return self.set_link(node1, node2, True, member, **kw)
+
+    def flap(self, node1, node2, count=1, down_s=1.0, up_s=1.0, member=None):
+        """Down then up, `count` times; returns the controller's reaction times per transition."""
+        reactions = []
+        for _ in range(count):
+            for up, hold in ((False, down_s), (True, up_s)):
+                t0 = time.monotonic()
+                self.set_link(node1, node2, up, member)
+                reactions.append({"up": up, "reprogrammed_s": time.monotonic() - t0})
+                time.sleep(hold)
+        return reactions
+
+    def down_links(self):
+        return {tuple(k) for k in self.controller.status().get("down_links", [])}
+
+    def paths(self, src, dst):
+        """Equal-cost paths between two host ports (by host, address or interface name)."""
+        a, b = self.fabric.host_port(src), self.fabric.host_port(dst)
+        for ref, port in ((src, a), (dst, b)):
+            if port is None:
+                raise LabError(f"no host or host port {ref!r} in fabric {self.fabric.spec.name!r}")
+        if a.plane != b.plane:
+            return []
+        return all_paths(self.fabric, a.leaf, b.leaf, frozenset(self.down_links()))
+
+    def ping(self, src_port, dst_port, count=1, timeout_s=1):
+        """True if `count` pings from one host port reach another (source bound to the port)."""
+        node = self.net.get(src_port.host)
+        out = node.cmd(f"ping -n -q -c {count} -i 0.2 -W {timeout_s} -I {src_port.ip} {dst_port.ip}")
+        return f"{count} received" in out or f" {count} packets received" in out
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated("terminated by SIGTERM; fabric torn down")

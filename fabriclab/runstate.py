@@ -1,0 +1,109 @@
+"""The run registry: what each run created, written down *before* it is created.
+
+Every run owns a folder /run/fabriclab/runs/<id>/ with state.json listing its OVS bridges, its
+root-namespace interfaces, and the PIDs of its controller and Mininet shells (each with the command
+line it must still have, so a recycled PID is never killed). A run killed with SIGKILL leaves that
+record behind; `fabriclab clean` reads it and removes exactly those resources: nothing is found or
+killed by name. /run is a tmpfs, so records vanish at reboot together with what they describe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import time
+
+RUN_ROOT = pathlib.Path(os.environ.get("FABRICLAB_RUN_ROOT", "/run/fabriclab"))
+OVS_RUN_KEY = "fabriclab-run"   # external_ids key on every bridge a run creates
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pid_cmdline(pid):
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+
+
+class RunState:
+    """One run's record. Mutators persist at once (atomic rename), so a crash loses nothing."""
+
+    def __init__(self, run_id, data=None):
+        self.id = run_id
+        self.dir = RUN_ROOT / "runs" / run_id
+        self.data = data or {
+            "id": run_id,
+            "pid": os.getpid(),
+            "cmdline": pid_cmdline(os.getpid()),
+            "started": time.time(),
+            "spec": None,
+            "bridges": [],
+            "interfaces": [],
+            "processes": [],     # {"pid", "role", "match"}: match must be in /proc/<pid>/cmdline
+        }
+
+    @classmethod
+    def create(cls, spec_name):
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+        state = cls(run_id)
+        state.dir.mkdir(parents=True, exist_ok=False)
+        state.data["spec"] = spec_name
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, run_dir):
+        data = json.loads((pathlib.Path(run_dir) / "state.json").read_text())
+        return cls(data["id"], data)
+
+    @classmethod
+    def all(cls):
+        runs = []
+        base = RUN_ROOT / "runs"
+        for run_dir in sorted(base.glob("*")) if base.exists() else []:
+            try:
+                runs.append(cls.load(run_dir))
+            except (OSError, ValueError, KeyError):
+                runs.append(cls(run_dir.name, {"id": run_dir.name, "pid": None, "bridges": [],
+                                               "interfaces": [], "processes": [], "corrupt": True}))
+        return runs
+
+    @property
+    def live(self):
+        """True while the process that owns the run is still running."""
+        pid = self.data.get("pid")
+        if not pid:
+            return False
+        return pid_alive(pid) and pid_cmdline(pid) == self.data.get("cmdline")
+
+    def path(self, name):
+        return self.dir / name
+
+    def save(self):
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1))
+        os.replace(tmp, self.dir / "state.json")
+
+    def plan(self, bridges, interfaces):
+        self.data["bridges"] = sorted(set(self.data["bridges"]) | set(bridges))
+        self.data["interfaces"] = sorted(set(self.data["interfaces"]) | set(interfaces))
+        self.save()
+
+    def add_process(self, pid, role, match):
+        self.data["processes"].append({"pid": pid, "role": role, "match": match})
+        self.save()
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,217 @@
+"""The fabric graph: every node, port, link and address a spec implies, as plain data.
+
+Built deterministically from a FabricSpec, so the Mininet builder, the controller process and the
+CLI all agree on names, datapath ids, OpenFlow port numbers, MACs and addresses without talking to
+each other. It serialises to JSON for the controller process. Nothing here starts anything.
+
+Conventions (kept short so interface names stay within Linux's 15 characters):
+- switches: leafspine 'l3', 's1'; multiplane 'p2l3', 'p2s1' (plane 2, leaf 3)
+- hosts 'h5'; a host port (one per NIC per plane) 'h5-n0' or, multiplane, 'h5-n0p2'
+- switch ports are '<switch>-eth<openflow port number>'
+- a host port's address is 10.<plane>.<leaf>.<slot>; each leaf owns 10.<plane>.<leaf>.0/24
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from fabriclab.topologies.spec import Buffers, FabricSpec
+
+ROLE_TIER = {"leaf": 0, "spine": 1}
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    role: str        # 'leaf' | 'spine' (a later 3-tier kind adds 'agg')
+    plane: int       # 1-based
+    index: int       # 1-based within its role and plane
+    dpid: int
+
+    @property
+    def tier(self):
+        return ROLE_TIER[self.role]
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    nic: int         # 0-based NIC of the host
+    plane: int       # 1-based plane the port attaches to
+    intf: str        # interface name inside the host
+    mac: str
+    ip: str
+    leaf: str        # the leaf switch it is cabled to
+    leaf_port: int   # OpenFlow port number on that leaf
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    index: int       # 1-based
+    leaf_index: int  # 1-based: which leaf (in every plane) the host sits under
+    ports: tuple
+
+
+@dataclass(frozen=True)
+class Link:
+    """A cable. For fabric links a is the lower tier (leaf) and b the upper (spine)."""
+
+    a: str
+    a_port: int
+    a_intf: str
+    b: str
+    b_port: int
+    b_intf: str
+    rate_mbps: float
+    kind: str        # 'host' (host port to leaf) | 'fabric' (switch to switch)
+    plane: int
+    member: int = 0  # which of the parallel links between the same two switches
+
+    @property
+    def key(self):
+        return (self.a, self.a_port, self.b, self.b_port)
+
+    @property
+    def label(self):
+        suffix = f"#{self.member + 1}" if self.member else ""
+        return f"{self.a}-{self.b}{suffix}"
+
+
+def leaf_subnet(plane, leaf_index):
+    return f"10.{plane}.{leaf_index}.0/24"
+
+
+def switch_dpid(role, plane, index):
+    # tier in the high word, then plane, then index: readable in ovs-ofctl output
+    return ((ROLE_TIER[role] + 1) << 32) | (plane << 16) | index
+
+
+class Fabric:
+    """Nodes and links of a spec. Build with Fabric(spec); restore with Fabric.from_json()."""
+
+    def __init__(self, spec: FabricSpec):
+        self.spec = spec
+        self.switches = {}
+        self.hosts = {}
+        self.links = []
+        self._build()
+        self.port_owner = {(h.leaf, h.leaf_port): h for host in self.hosts.values() for h in host.ports}
+        self.ip_owner = {p.ip: p for host in self.hosts.values() for p in host.ports}
+
+    # -- construction -------------------------------------------------------------------------
+    def _switch_name(self, role, plane, index):
+        prefix = "l" if role == "leaf" else "s"
+        return f"p{plane}{prefix}{index}" if self.spec.kind == "multiplane" else f"{prefix}{index}"
+
+    def _build(self):
+        spec = self.spec
+        for plane in range(1, spec.planes + 1):
+            for role, count in (("leaf", spec.leaves), ("spine", spec.spines)):
+                for index in range(1, count + 1):
+                    name = self._switch_name(role, plane, index)
+                    self.switches[name] = Switch(name, role, plane, index, switch_dpid(role, plane, index))
+
+        host_ports_per_leaf = spec.hosts_per_leaf * spec.nics_per_host
+        for h in range(1, spec.hosts + 1):
+            name = f"h{h}"
+            leaf_index = (h - 1) // spec.hosts_per_leaf + 1
+            in_leaf = (h - 1) % spec.hosts_per_leaf
+            ports = []
+            for nic in range(spec.nics_per_host):
+                slot = in_leaf * spec.nics_per_host + nic + 1
+                for plane in range(1, spec.planes + 1):
+                    intf = f"{name}-n{nic}p{plane}" if spec.kind == "multiplane" else f"{name}-n{nic}"
+                    leaf = self._switch_name("leaf", plane, leaf_index)
+                    mac = "02:%02x:%02x:%02x:%02x:%02x" % (h >> 8, h & 0xFF, nic, plane, 0x01)
+                    port = HostPort(name, nic, plane, intf, mac, f"10.{plane}.{leaf_index}.{slot}",
+                                    leaf, slot)
+                    ports.append(port)
+                    self.links.append(Link(name, -1, intf, leaf, slot, f"{leaf}-eth{slot}",
+                                           spec.host_rate_mbps, "host", plane))
+            self.hosts[name] = Host(name, h, leaf_index, tuple(ports))
+
+        # Leaf uplinks follow the host ports; spine ports are numbered by leaf then member.
+        for plane in range(1, spec.planes + 1):
+            for li in range(1, spec.leaves + 1):
+                leaf = self._switch_name("leaf", plane, li)
+                for si in range(1, spec.spines + 1):
+                    spine = self._switch_name("spine", plane, si)
+                    for member in range(spec.parallel_links):
+                        lp = host_ports_per_leaf + (si - 1) * spec.parallel_links + member + 1
+                        sp = (li - 1) * spec.parallel_links + member + 1
+                        self.links.append(Link(leaf, lp, f"{leaf}-eth{lp}", spine, sp, f"{spine}-eth{sp}",
+                                               spec.fabric_rate_mbps, "fabric", plane, member))
+
+    # -- queries --------------------------------------------------------------------------------
+    @property
+    def fabric_links(self):
+        return [link for link in self.links if link.kind == "fabric"]
+
+    @property
+    def host_links(self):
+        return [link for link in self.links if link.kind == "host"]
+
+    def leaves(self, plane=None):
+        return [s for s in self.switches.values()
+                if s.role == "leaf" and (plane is None or s.plane == plane)]
+
+    def switch_ports(self, switch):
+        """OpenFlow port number -> interface name, for every cabled port of a switch."""
+        ports = {}
+        for link in self.links:
+            if link.a == switch:
+                ports[link.a_port] = link.a_intf
+            if link.b == switch:
+                ports[link.b_port] = link.b_intf
+        return dict(sorted(ports.items()))
+
+    def find_link(self, node1, node2, member=None):
+        """Links between two nodes (in either order); optionally only parallel member `member`."""
+        found = [link for link in self.links
+                 if {link.a, link.b} == {node1, node2} and (member is None or link.member == member)]
+        return found
+
+    def host_port(self, ref):
+        """A host port by interface name, by address, or a host's first port by host name."""
+        if ref in self.hosts:
+            return self.hosts[ref].ports[0]
+        if ref in self.ip_owner:
+            return self.ip_owner[ref]
+        for host in self.hosts.values():
+            for port in host.ports:
+                if port.intf == ref:
+                    return port
+        return None
+
+    def buffer_bytes(self, node):
+        role = "host" if node in self.hosts else self.switches[node].role
+        return getattr(self.spec.buffers, role)
+
+    def summary(self):
+        """Counts and derived figures a person checks before running anything."""
+        spec = self.spec
+        return {
+            "name": spec.name,
+            "kind": spec.kind,
+            "planes": spec.planes,
+            "switches": len(self.switches),
+            "hosts": len(self.hosts),
+            "host_ports": sum(len(h.ports) for h in self.hosts.values()),
+            "links": len(self.links),
+            "host_rate_mbps": spec.host_rate_mbps,
+            "fabric_rate_mbps": spec.fabric_rate_mbps,
+            "oversubscription": round(spec.oversubscription, 3),
+            "buffers_bytes": asdict(spec.buffers),
+            "time_scale": spec.time_scale,
+        }
+
+    # -- serialisation ----------------------------------------------------------------------------
+    def to_json(self):
+        return json.dumps({"spec": asdict(self.spec)}, indent=1)
+
+    @classmethod
+    def from_json(cls, text):
+        data = json.loads(text)["spec"]
+        return cls(FabricSpec(**{**data, "buffers": Buffers(**data["buffers"])}))

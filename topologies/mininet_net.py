@@ -1,0 +1,173 @@
+"""The one module that speaks Mininet: turns a Fabric into running hosts, OVS switches and links.
+
+Mininet's camelCase API stays in here. Every resource is written to the run record before it is
+created, so a killed run can be cleaned up exactly. Link shaping and host addressing are applied by
+the lab itself (not Mininet's TCLink, which silently ignores qdiscs the kernel lacks).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from mininet.link import Link
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host, OVSSwitch, RemoteController
+
+from fabriclab.errors import LabError
+from fabriclab.runstate import OVS_RUN_KEY
+from fabriclab.shaping import as_script, shaping_commands
+
+
+class LabSwitch(OVSSwitch):
+    """An OVS bridge tagged with the run that owns it (so `clean` never touches anyone else's)."""
+
+    def __init__(self, name, run_id=None, **params):
+        self.run_id = run_id
+        super().__init__(name, **params)
+
+    def bridgeOpts(self):
+        return super().bridgeOpts() + f" external_ids:{OVS_RUN_KEY}={self.run_id}"
+
+
+def planned_resources(fabric):
+    """Bridge names and root-namespace interface names a fabric will create."""
+    bridges = sorted(fabric.switches)
+    intfs = sorted({intf for s in fabric.switches for intf in fabric.switch_ports(s).values()})
+    return bridges, intfs
+
+
+def check_free(fabric, run_records):
+    """Refuse to build over names that already exist, naming the run that owns them."""
+    existing = set(subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True,
+                                  text=True).stdout.split())
+    bridges, intfs = planned_resources(fabric)
+    taken = [b for b in bridges if b in existing]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    present = {line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line}
+    taken += [i for i in intfs if i in present]
+    if taken:
+        owners = [r.id for r in run_records if set(taken) & (set(r.data["bridges"]) | set(r.data["interfaces"]))]
+        owner = f" (owned by run {', '.join(owners)})" if owners else ""
+        raise LabError(f"{len(taken)} names this fabric needs already exist, e.g. {taken[0]}{owner}; "
+                       f"stop that fabric or run `fabriclab clean`")
+
+
+def host_setup_script(host):
+    """Shell lines that give each host port its address, its own routing table and no offloads.
+
+    A port answers for one /32 and reaches its plane's 10.<plane>.0.0/16 on-link (the controller
+    answers ARP). A rule per source address sends traffic bound to a port out of that port, as on a
+    multi-NIC training host; unbound traffic uses the host's first port of each plane.
+    """
+    lines = [
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+        "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+    ]
+    main_plane_done = set()
+    for table, port in enumerate(host.ports, start=100):
+        net = f"10.{port.plane}.0.0/16"
+        lines += [
+            f"sysctl -qw net.ipv4.conf.{port.intf}.rp_filter=0",
+            f"ethtool -K {port.intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 || true",
+            f"ip link set {port.intf} address {port.mac}",
+            f"ip addr add {port.ip}/32 dev {port.intf}",
+            f"ip link set {port.intf} up",
+            f"ip route add {net} dev {port.intf} src {port.ip} table {table}",
+            f"ip rule add from {port.ip} table {table} priority {table}",
+        ]
+        if port.plane not in main_plane_done:
+            lines.append(f"ip route add {net} dev {port.intf} src {port.ip}")
+            main_plane_done.add(port.plane)
+    return "\n".join(lines)
+
+
+def new_network(controller_port, verbose=False):
+    """An empty Mininet network whose switches will connect to the lab's controller."""
+    setLogLevel("info" if verbose else "warning")
+    net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
+                  waitConnected=False)
+    net.addController(RemoteController("c0", ip="127.0.0.1", port=controller_port))
+    return net
+
+
+def populate(net, fabric, run, datapath="user"):
+    """Create and start every node and link of `fabric` in `net`, shaped and addressed.
+
+    `datapath` is Mininet's OVS mode: 'user' (datapath_type=netdev) or 'kernel'. The caller owns
+    teardown (`stop(net)`), including when this raises half way.
+    """
+    for host in fabric.hosts.values():
+        node = net.addHost(host.name, cls=Host, ip=None)
+        run.add_process(node.pid, "host-shell", f"mininet:{host.name}")
+    for switch in fabric.switches.values():
+        node = net.addSwitch(switch.name, cls=LabSwitch, run_id=run.id, dpid=f"{switch.dpid:016x}",
+                             datapath=datapath, protocols="OpenFlow13", failMode="secure",
+                             reconnectms=1000)
+        run.add_process(node.pid, "switch-shell", f"mininet:{switch.name}")
+    for link in fabric.links:
+        params = dict(intfName1=link.a_intf, intfName2=link.b_intf, port2=link.b_port)
+        if link.kind == "fabric":
+            params["port1"] = link.a_port
+        net.addLink(link.a, link.b, cls=Link, **params)
+    net.build()
+    net.start()
+
+    # Switch side: offloads off (the userspace datapath forwards what AF_PACKET hands it, so a
+    # partial checksum would reach the far end unfinished) and shaping on every port.
+    lines = []
+    for switch in fabric.switches:
+        for intf in fabric.switch_ports(switch).values():
+            lines.append(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+            lines.append(as_script(shaping_commands(intf, _rate_of(fabric, intf),
+                                                    fabric.buffer_bytes(switch))))
+    _root_script("\n".join(lines), "switch port shaping")
+
+    for host in fabric.hosts.values():
+        node = net.get(host.name)
+        script = host_setup_script(host)
+        for port in host.ports:
+            script += "\n" + as_script(shaping_commands(port.intf, fabric.spec.host_rate_mbps,
+                                                        fabric.buffer_bytes(host.name)))
+        _check_node_script(node, script, "host set-up")
+
+
+def _rate_of(fabric, intf):
+    for link in fabric.links:
+        if intf in (link.a_intf, link.b_intf):
+            return link.rate_mbps
+    raise KeyError(intf)
+
+
+def _root_script(script, what):
+    proc = subprocess.run(["bash", "-c", "set -e\n" + script], capture_output=True, text=True)
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[0]
+        raise LabError(f"{what} failed: {first}")
+
+
+def _check_node_script(node, script, what):
+    """Run a script in a node's shell, stopping at the first failing line, and report it."""
+    wrapped = "(set -e\n" + script + "\n) 2>&1; echo __rc=$?"
+    out = node.cmd(wrapped)
+    rc_lines = [line for line in out.splitlines() if line.startswith("__rc=")]
+    if not rc_lines or rc_lines[-1] != "__rc=0":
+        detail = [line for line in out.splitlines() if line.strip() and not line.startswith("__rc=")]
+        raise LabError(f"{what} failed on {node.name}: {detail[-1] if detail else out.strip()}")
+
+
+def set_link(net, link, up):
+    """Bring a cable down or up by its switch-side (and host-side) interfaces, as pulling it would."""
+    state = "up" if up else "down"
+    for node_name, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+        net.get(node_name).cmd(f"ip link set {intf} {state}")
+
+
+def host_node(net, name):
+    return net.get(name)
+
+
+def stop(net):
+    """Stop everything Mininet started for this network (hosts, switches, links, controller)."""
+    if net is not None:
+        net.stop()

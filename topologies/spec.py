@@ -1,0 +1,261 @@
+"""Fabric specs: the declarative description a user edits (YAML) and the same model as a Python API.
+
+A spec says *what* fabric to build (tiers, counts, rates, buffers); `fabric.py` turns it into the
+graph of nodes, ports and addresses, and nothing here touches the network. Validation collects every
+problem and reports each as one line naming the field, before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from fabriclab.errors import SpecError
+
+KINDS = ("leafspine", "multiplane")
+
+# Addresses are 10.<plane>.<leaf>.<slot>: one octet each for planes and leaves, slots 1..253.
+MAX_PLANES = 254
+MAX_LEAVES = 254
+MAX_PORTS_PER_LEAF = 253
+
+_RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmg]?)(bit|bps|b)?(/s)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(|b|kb|kib|mb|mib|gb|gib)\s*$", re.IGNORECASE)
+_RATE_UNIT_MBPS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3}
+_SIZE_UNIT_BYTES = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 2**20,
+                    "gb": 10**9, "gib": 2**30}
+
+
+def parse_rate_mbps(value, where):
+    """A link rate: a number (Mbit/s) or a string such as '20Mbit', '1.5Gbit', '400G'."""
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {value!r}")
+    if isinstance(value, (int, float)):
+        rate = float(value)
+    elif isinstance(value, str) and (m := _RATE_RE.match(value)):
+        rate = float(m.group(1)) * _RATE_UNIT_MBPS[m.group(2).lower()]
+    else:
+        raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {value!r}")
+    if rate <= 0:
+        raise SpecError(f"{where}: rate must be > 0, got {value!r}")
+    return rate
+
+
+def parse_size_bytes(value, where):
+    """A buffer size: a number of bytes or a string such as '64KiB', '1MB'."""
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, float) and value.is_integer():
+        size = int(value)
+    elif isinstance(value, str) and (m := _SIZE_RE.match(value)):
+        size = int(float(m.group(1)) * _SIZE_UNIT_BYTES[m.group(2).lower()])
+    else:
+        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
+    if size <= 0:
+        raise SpecError(f"{where}: size must be > 0, got {value!r}")
+    return size
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """Per-port egress buffer in bytes, by the role of the node that owns the port."""
+
+    host: int = 64 * 1024
+    leaf: int = 64 * 1024
+    spine: int = 256 * 1024
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """A fabric as the user describes it. Build one from YAML with `load_spec`, or directly.
+
+    kind 'leafspine' is a 2-tier Clos; 'multiplane' is `planes` independent leaf/spine fabrics with
+    every host NIC owning one port per plane (Spectrum-X style). `leaves`, `spines` and
+    `hosts_per_leaf` are per plane. A later 3-tier kind adds an aggregation tier to the same graph.
+    """
+
+    name: str
+    kind: str = "leafspine"
+    leaves: int = 2
+    spines: int = 2
+    hosts_per_leaf: int = 2
+    nics_per_host: int = 1
+    planes: int = 1
+    host_rate_mbps: float = 10.0
+    fabric_rate_mbps: float = 10.0
+    parallel_links: int = 1
+    buffers: Buffers = field(default_factory=Buffers)
+    # The rate a lab host link stands for on real hardware (e.g. 400 Gbit/s): results record the
+    # ratio so nobody mistakes a 20 Mbit/s emulation for a 400G measurement.
+    real_host_rate_mbps: float | None = None
+    description: str = ""
+
+    def __post_init__(self):
+        problems = validate(self)
+        if problems:
+            raise SpecError(problems[0] if len(problems) == 1 else
+                            f"{len(problems)} problems: " + "; ".join(problems))
+
+    @property
+    def hosts(self):
+        return self.leaves * self.hosts_per_leaf
+
+    @property
+    def oversubscription(self):
+        """Downlink over uplink capacity at a leaf: > 1 means the leaf is oversubscribed."""
+        down = self.hosts_per_leaf * self.nics_per_host * self.host_rate_mbps
+        up = self.spines * self.parallel_links * self.fabric_rate_mbps
+        return down / up
+
+    @property
+    def time_scale(self):
+        """How many times slower than the modelled hardware the lab runs (None if not stated)."""
+        if self.real_host_rate_mbps is None:
+            return None
+        return self.real_host_rate_mbps / self.host_rate_mbps
+
+    def to_dict(self):
+        data = dataclasses.asdict(self)
+        data["oversubscription"] = round(self.oversubscription, 4)
+        data["time_scale"] = self.time_scale
+        return data
+
+
+def validate(spec):
+    """Every problem with a spec, one line each, naming the spec and the field."""
+    where = f"spec {spec.name!r}" if isinstance(spec.name, str) and spec.name else "spec"
+    problems = []
+    if not isinstance(spec.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", spec.name):
+        problems.append(f"{where}: name must be 1-64 letters, digits, '_', '.', '-', got {spec.name!r}")
+    if spec.kind not in KINDS:
+        problems.append(f"{where}: kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+
+    def count(fname, minimum, maximum=None):
+        value = getattr(spec, fname)
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{where}: {fname} must be a whole number, got {value!r}")
+        elif value < minimum:
+            problems.append(f"{where}: {fname} must be >= {minimum}, got {value}")
+        elif maximum is not None and value > maximum:
+            problems.append(f"{where}: {fname} must be <= {maximum}, got {value}")
+
+    count("leaves", 1, MAX_LEAVES)
+    count("spines", 1, 64)
+    count("hosts_per_leaf", 1)
+    count("nics_per_host", 1, 16)
+    count("parallel_links", 1, 16)
+    count("planes", 1, MAX_PLANES)
+    if spec.kind == "leafspine" and spec.planes != 1:
+        problems.append(f"{where}: planes must be 1 for kind leafspine (use kind multiplane), got {spec.planes!r}")
+    if spec.kind == "multiplane" and isinstance(spec.planes, int) and spec.planes < 2:
+        problems.append(f"{where}: planes must be >= 2 for kind multiplane, got {spec.planes!r}")
+    for fname in ("host_rate_mbps", "fabric_rate_mbps"):
+        value = getattr(spec, fname)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            problems.append(f"{where}: {fname} must be > 0, got {value!r}")
+    if spec.real_host_rate_mbps is not None and (
+            not isinstance(spec.real_host_rate_mbps, (int, float)) or spec.real_host_rate_mbps <= 0):
+        problems.append(f"{where}: real_host_rate must be > 0, got {spec.real_host_rate_mbps!r}")
+    if not isinstance(spec.buffers, Buffers):
+        problems.append(f"{where}: buffers must be a Buffers, got {spec.buffers!r}")
+    else:
+        for role, size in dataclasses.asdict(spec.buffers).items():
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                problems.append(f"{where}: buffers.{role} must be > 0 bytes, got {size!r}")
+    if not problems:
+        ports = spec.hosts_per_leaf * spec.nics_per_host
+        if ports > MAX_PORTS_PER_LEAF:
+            problems.append(f"{where}: hosts_per_leaf x nics_per_host is {ports}, at most "
+                            f"{MAX_PORTS_PER_LEAF} host ports fit a leaf's /24")
+    return problems
+
+
+# The YAML keys a user writes, mapped to the FabricSpec field and the parser for its value.
+_YAML_FIELDS = {
+    "name": ("name", None),
+    "kind": ("kind", None),
+    "description": ("description", None),
+    "leaves": ("leaves", None),
+    "spines": ("spines", None),
+    "hosts_per_leaf": ("hosts_per_leaf", None),
+    "nics_per_host": ("nics_per_host", None),
+    "planes": ("planes", None),
+    "host_rate": ("host_rate_mbps", parse_rate_mbps),
+    "fabric_rate": ("fabric_rate_mbps", parse_rate_mbps),
+    "parallel_links": ("parallel_links", None),
+    "real_host_rate": ("real_host_rate_mbps", parse_rate_mbps),
+    "buffers": ("buffers", None),
+}
+
+
+def spec_from_dict(data, source="spec"):
+    """Build a FabricSpec from parsed YAML, with every unknown key or bad value named."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: must be a mapping of keys to values, got {type(data).__name__}")
+    problems = []
+    kwargs = {}
+    for key, value in data.items():
+        if key not in _YAML_FIELDS:
+            known = ", ".join(sorted(_YAML_FIELDS))
+            problems.append(f"{source}: unknown key {key!r} (known: {known})")
+            continue
+        fname, parse = _YAML_FIELDS[key]
+        try:
+            if key == "buffers":
+                kwargs[fname] = _buffers_from_dict(value, f"{source}: buffers")
+            else:
+                kwargs[fname] = parse(value, f"{source}: {key}") if parse else value
+        except SpecError as exc:
+            problems.append(str(exc))
+    if "name" not in data:
+        problems.append(f"{source}: missing required key 'name'")
+    if problems:
+        raise SpecError(problems[0] if len(problems) == 1 else
+                        f"{len(problems)} problems: " + "; ".join(problems))
+    return FabricSpec(**kwargs)
+
+
+def _buffers_from_dict(value, where):
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: must map host/leaf/spine to sizes, got {value!r}")
+    roles = {f.name for f in dataclasses.fields(Buffers)}
+    sizes = {}
+    for role, size in value.items():
+        if role not in roles:
+            raise SpecError(f"{where}: unknown role {role!r} (known: {', '.join(sorted(roles))})")
+        sizes[role] = parse_size_bytes(size, f"{where}.{role}")
+    return Buffers(**sizes)
+
+
+SPEC_DIR = pathlib.Path(__file__).resolve().parent
+
+
+def shipped_specs():
+    """Names of the specs shipped in topologies/."""
+    return sorted(p.stem for p in SPEC_DIR.glob("*.yaml"))
+
+
+def load_spec(path_or_name):
+    """Load a spec from a YAML path, or by the name of a spec shipped in topologies/."""
+    path = pathlib.Path(path_or_name)
+    if not path.exists():
+        shipped = SPEC_DIR / f"{path_or_name}.yaml"
+        if not shipped.exists():
+            raise SpecError(f"no spec file {str(path_or_name)!r} and no shipped spec of that name "
+                            f"(shipped: {', '.join(shipped_specs())})")
+        path = shipped
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{path}:{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {path}: {exc.strerror}") from None
+    return spec_from_dict(data, source=str(path))

@@ -1,0 +1,734 @@
+"""The per-host RoCEv2 traffic agent.
+
+Runs inside one Mininet host's network namespace::
+
+    python -m fabriclab.traffic.generator --config CONFIG.json --out RESULT.json
+
+and, at an agreed wall-clock time, sends paced RC RDMA WRITE traffic for the flows it is given
+while counting the RoCEv2 traffic it receives. It needs no RDMA device: packets are built by
+`fabriclab.traffic.roce` and sent through a raw IPv4 socket with IP_HDRINCL, so the IP header
+(DSCP/ECN, ID, DF), the UDP source port and the ICRC on the wire are exactly the ones computed
+here. A real RoCE NIC or soft-RoCE would accept them.
+
+Config (JSON object; unknown keys are errors)::
+
+    listen        bool   count RoCEv2 packets arriving on UDP 4791 (default false)
+    flows         list   [{"id", "src", "dst", "src_qpn", "dst_qpn", "sport", "rate_mbps"}]
+                         sport null -> derived from the QP pair like Linux RDMA does
+    start_at      float  unix time to start sending (all agents of a run get the same); null = now
+    duration_s    float  how long to send
+    payload_bytes int    RDMA payload per packet (the path MTU's payload, e.g. 1024; multiple of 4)
+    message_bytes int    size of one RDMA WRITE, split into FIRST/MIDDLE/LAST packets
+    dscp, ecn     int    IP traffic class of every packet (default 26 and ECT(0))
+    linger_s      float  how long the receiver keeps counting after the senders stop
+    sport_mode    str    "qp" (default) or "shared": every QP of a NIC pair uses one source port
+
+A flow's `rate_mbps` is paced on Ethernet frame bytes (IP datagram + 14-byte Ethernet header, the
+bytes Linux interface counters and htb count), so a flow of N Mbit/s fills N Mbit/s of a link.
+
+The result JSON lists what was sent per flow and what was received per (source address, source
+port, destination QP); see `Agent.result()`. Exit status: 0 when the run completed without
+errors, 1 when it completed with errors (listed in the result and the first one on stderr),
+2 when the config or the host is unusable (nothing written).
+"""
+
+import argparse
+import errno
+import heapq
+import ipaddress
+import json
+import math
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from fabriclab.errors import LabError
+from fabriclab.traffic import roce
+
+# Linux socket constants that Python's socket module does not always export.
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+
+CONFIG_DEFAULTS = {
+    "listen": False,
+    "flows": [],
+    "start_at": None,
+    "payload_bytes": 1024,
+    "message_bytes": 65536,
+    "dscp": roce.DEFAULT_DSCP,
+    "ecn": roce.DEFAULT_ECN,
+    "linger_s": 1.0,
+    "sport_mode": "qp",
+}
+CONFIG_REQUIRED = ("duration_s",)
+FLOW_KEYS = ("id", "src", "dst", "src_qpn", "dst_qpn", "sport", "rate_mbps")
+SPORT_MODES = ("qp", "shared")
+
+MAX_START_DELAY_S = 600.0
+"""An agent waits at most this long for start_at: a bigger delay is a clock or config mistake."""
+MAX_PAYLOAD_BYTES = 9000
+MAX_BURST_S = 0.002
+"""A flow that fell behind its schedule (sleep overshoot, CPU) catches up by at most this much."""
+BACKOFF_S = 0.0005
+"""Pause after the local stack refused a packet (qdisc or socket buffer full) before retrying."""
+UNREACHABLE_BACKOFF_S = 0.01
+"""Pause after a routing error (link down, route withdrawn) before retrying the same packet."""
+RECEIVE_POLL_S = 0.1
+RECEIVE_BUFFER_BYTES = 8 << 20
+SEND_BUFFER_BYTES = 4 << 20
+LATE_START_WARNING_S = 0.05
+
+_BUSY_ERRNOS = frozenset({errno.ENOBUFS, errno.EAGAIN})
+_ROUTING_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
+                             errno.EHOSTDOWN, errno.ENXIO})
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """One QP-to-QP stream of RDMA WRITEs."""
+
+    id: str
+    src: str
+    dst: str
+    src_qpn: int
+    dst_qpn: int
+    sport: int
+    rate_mbps: float
+    sport_derived: bool
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    listen: bool
+    flows: tuple
+    start_at: float
+    duration_s: float
+    payload_bytes: int
+    message_bytes: int
+    dscp: int
+    ecn: int
+    linger_s: float
+    sport_mode: str
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _int_field(where, name, value, low, high):
+    if not _is_int(value) or not low <= value <= high:
+        raise LabError(f"{where}: {name} must be an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+def _number_field(where, name, value, *, minimum=None, positive=False):
+    if not _is_number(value):
+        raise LabError(f"{where}: {name} must be a number, got {value!r}")
+    if positive and value <= 0:
+        raise LabError(f"{where}: {name} must be > 0, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise LabError(f"{where}: {name} must be >= {minimum}, got {value!r}")
+    return float(value)
+
+
+def _unicast_address(where, name, value):
+    if not isinstance(value, str):
+        raise LabError(f"{where}: {name} must be an IPv4 address string, got {value!r}")
+    try:
+        address = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise LabError(f"{where}: {name} is not an IPv4 address: {value!r}") from None
+    if (address.is_multicast or address.is_unspecified or address.is_loopback
+            or address == ipaddress.IPv4Address("255.255.255.255")):
+        raise LabError(f"{where}: {name} must be a unicast host address, got {value}")
+    return str(address)
+
+
+def _check_keys(where, data, known):
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise LabError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
+
+
+def parse_flow(data, index, sport_mode):
+    """Validate one flow object; the error names the flow and the field."""
+    where = f"flows[{index}]"
+    if not isinstance(data, dict):
+        raise LabError(f"{where}: must be an object, got {type(data).__name__}")
+    if isinstance(data.get("id"), str) and data["id"]:
+        where = f"flow {data['id']!r}"
+    _check_keys(where, data, FLOW_KEYS)
+    missing = [key for key in FLOW_KEYS if key not in data and key != "sport"]
+    if missing:
+        raise LabError(f"{where}: missing key {missing[0]!r}")
+    if not isinstance(data["id"], str) or not data["id"]:
+        raise LabError(f"{where}: id must be a non-empty string, got {data['id']!r}")
+    src = _unicast_address(where, "src", data["src"])
+    dst = _unicast_address(where, "dst", data["dst"])
+    if src == dst:
+        raise LabError(f"{where}: src and dst are the same address {src}")
+    src_qpn = _int_field(where, "src_qpn", data["src_qpn"], 1, roce.QPN_MASK)
+    dst_qpn = _int_field(where, "dst_qpn", data["dst_qpn"], 1, roce.QPN_MASK)
+    rate = _number_field(where, "rate_mbps", data["rate_mbps"], positive=True)
+    sport = data.get("sport")
+    if sport is None:
+        sport = roce.udp_source_port(src_qpn, dst_qpn, shared=sport_mode == "shared",
+                                     src=src, dst=dst)
+        derived = True
+    else:
+        sport = _int_field(where, "sport", sport, 1, 0xFFFF)
+        derived = False
+    return FlowSpec(id=data["id"], src=src, dst=dst, src_qpn=src_qpn, dst_qpn=dst_qpn,
+                    sport=sport, rate_mbps=rate, sport_derived=derived)
+
+
+def parse_config(data, now=None):
+    """Validate a config object (already decoded from JSON) into an `AgentConfig`.
+
+    Raises `LabError` whose one-line message names the offending field (and flow).
+    """
+    if not isinstance(data, dict):
+        raise LabError(f"config: must be a JSON object, got {type(data).__name__}")
+    _check_keys("config", data, set(CONFIG_DEFAULTS) | set(CONFIG_REQUIRED))
+    for key in CONFIG_REQUIRED:
+        if key not in data:
+            raise LabError(f"config: missing key {key!r}")
+    merged = {**CONFIG_DEFAULTS, **data}
+    if not isinstance(merged["listen"], bool):
+        raise LabError(f"config: listen must be true or false, got {merged['listen']!r}")
+    if merged["sport_mode"] not in SPORT_MODES:
+        raise LabError(f"config: sport_mode must be one of {', '.join(SPORT_MODES)}, "
+                       f"got {merged['sport_mode']!r}")
+    duration = _number_field("config", "duration_s", merged["duration_s"], positive=True)
+    linger = _number_field("config", "linger_s", merged["linger_s"], minimum=0)
+    payload = _int_field("config", "payload_bytes", merged["payload_bytes"], 4, MAX_PAYLOAD_BYTES)
+    if payload % 4:
+        raise LabError(f"config: payload_bytes must be a multiple of 4 (only a message's last "
+                       f"packet may be padded), got {payload}")
+    message = _int_field("config", "message_bytes", merged["message_bytes"], 1, 0xFFFFFFFF)
+    dscp = _int_field("config", "dscp", merged["dscp"], 0, 63)
+    ecn = _int_field("config", "ecn", merged["ecn"], 0, 3)
+    start_at = merged["start_at"]
+    if start_at is not None:
+        start_at = _number_field("config", "start_at", start_at, positive=True)
+        now = time.time() if now is None else now
+        if start_at - now > MAX_START_DELAY_S:
+            raise LabError(f"config: start_at is {start_at - now:.0f} s in the future (more than "
+                           f"{MAX_START_DELAY_S:.0f} s); check the clock or the config")
+    if not isinstance(merged["flows"], list):
+        raise LabError(f"config: flows must be a list, got {type(merged['flows']).__name__}")
+    flows = tuple(parse_flow(flow, i, merged["sport_mode"]) for i, flow in enumerate(merged["flows"]))
+    seen = set()
+    for flow in flows:
+        if flow.id in seen:
+            raise LabError(f"flow {flow.id!r}: duplicate flow id")
+        seen.add(flow.id)
+    if not flows and not merged["listen"]:
+        raise LabError("config: nothing to do: no flows and listen is false")
+    return AgentConfig(listen=merged["listen"], flows=flows, start_at=start_at,
+                       duration_s=duration, payload_bytes=payload, message_bytes=message,
+                       dscp=dscp, ecn=ecn, linger_s=linger, sport_mode=merged["sport_mode"])
+
+
+def load_config(path):
+    """Read and validate a config file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise LabError(f"cannot read config {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise LabError(f"config {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                       f"column {exc.colno}") from None
+    return parse_config(data)
+
+
+def host_addresses():
+    """The IPv4 addresses configured in this network namespace (loopback excluded)."""
+    try:
+        out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                             check=True, timeout=5).stdout
+        links = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    return [info["local"] for link in links for info in link.get("addr_info", [])
+            if info.get("local") and not info["local"].startswith("127.")]
+
+
+# -- sending --------------------------------------------------------------------------------------
+
+class _FlowSender:
+    """Per-flow send state: the message being written, the next PSN and IP ID, counters."""
+
+    def __init__(self, spec, config, rng):
+        self.spec = spec
+        self.dscp = config.dscp
+        self.ecn = config.ecn
+        self.message_bytes = config.message_bytes
+        self.segments = roce.write_message_segments(config.message_bytes, config.payload_bytes)
+        self.payloads = {size: bytes(size) for _, size in self.segments}
+        self.segment = 0
+        self.message = 0
+        # A real QP starts at a random PSN and the IP ID counter anywhere; random starts
+        # also exercise the 24-bit and 16-bit wrap-around in every long run.
+        self.psn = rng.randrange(roce.PSN_MODULUS)
+        self.ip_id = rng.randrange(1, 0x10000)
+        self.rkey = rng.randrange(1, 1 << 32)
+        self.vaddr_base = rng.randrange(1, 1 << 20) << 12
+        self.seconds_per_byte = 8.0 / (spec.rate_mbps * 1e6)
+        self.next_time = 0.0
+        self.packets = 0
+        self.bytes = 0
+        self.wire_bytes = 0
+        self.enobufs = 0
+        self.send_errors = 0
+        self.first = None
+        self.last = None
+        self.failed = False
+
+    def packet(self):
+        """The next packet of this flow (not yet committed: a refused send is retried as is)."""
+        opcode, size = self.segments[self.segment]
+        reth = None
+        if opcode in roce.RETH_OPCODES:
+            vaddr = self.vaddr_base + (self.message * self.message_bytes) % (1 << 40)
+            reth = (vaddr, self.rkey, self.message_bytes)
+        last = opcode in (roce.OP_RC_RDMA_WRITE_LAST, roce.OP_RC_RDMA_WRITE_ONLY)
+        return roce.build_ipv4_udp_roce_packet(
+            self.spec.src, self.spec.dst, self.spec.sport, opcode, self.spec.dst_qpn, self.psn,
+            self.payloads[size], reth=reth, ack_req=last, dscp=self.dscp, ecn=self.ecn,
+            ip_id=self.ip_id), size
+
+    def commit(self, size, wire_len, when):
+        self.packets += 1
+        self.bytes += size
+        self.wire_bytes += wire_len
+        if self.first is None:
+            self.first = when
+        self.last = when
+        self.psn = roce.psn_add(self.psn)
+        # Linux fills in the IP ID of a raw IP_HDRINCL packet when it is 0, which would change
+        # bytes the ICRC covers: skip 0.
+        self.ip_id = self.ip_id % 0xFFFF + 1
+        self.segment += 1
+        if self.segment == len(self.segments):
+            self.segment = 0
+            self.message += 1
+
+
+class Sender:
+    """Paces every flow of this host from one thread with earliest-deadline-first scheduling.
+
+    Each flow has a next-send deadline that advances by (frame bits / rate) per packet; the
+    thread sends whichever flow is due, and sleeps when all are ahead of schedule. One raw socket
+    per source address, bound to it, so that `ip rule from <src>` policy routing chooses the NIC.
+    """
+
+    def __init__(self, config, stop_event, seed=None):
+        self.config = config
+        self.stop_event = stop_event
+        rng = random.Random(seed)
+        self.flows = [_FlowSender(spec, config, rng) for spec in config.flows]
+        self.errors = []
+        self.warnings = []
+        self.sockets = {}
+        self._clock_offset = 0.0
+        self.started = None
+
+    def open_sockets(self):
+        """Create and bind the raw sockets; failures are the user's to fix, so they are LabErrors."""
+        for flow in self.flows:
+            src = flow.spec.src
+            if src in self.sockets:
+                continue
+            try:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+            except PermissionError:
+                raise LabError("raw sockets need root (or CAP_NET_RAW): run the agent as root") from None
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
+            # Without IP_RECVERR Linux hides a full qdisc from raw sockets (the packet is dropped
+            # and send() succeeds); with it the sender sees ENOBUFS and can back off and count.
+            sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+            _set_buffer(sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+            try:
+                sock.bind((src, 0))
+            except OSError as exc:
+                sock.close()
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise LabError(f"flow {flow.spec.id!r}: source address {src} is not configured "
+                                   f"on this host (addresses: {', '.join(host_addresses()) or 'none'})"
+                                   ) from None
+                raise LabError(f"flow {flow.spec.id!r}: cannot bind to {src}: {exc.strerror}") from None
+            self.sockets[src] = sock
+
+    def close(self):
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
+
+    def _unix(self, mono):
+        return mono + self._clock_offset
+
+    def run(self, start_mono, end_mono):
+        """Send until `end_mono` (time.monotonic) or until the stop event is set."""
+        self._clock_offset = time.time() - time.monotonic()
+        self.started = start_mono
+        heap = []
+        for index, flow in enumerate(self.flows):
+            flow.next_time = start_mono
+            heap.append((start_mono, index))
+        heapq.heapify(heap)
+        stop = self.stop_event
+        monotonic = time.monotonic
+        while heap and not stop.is_set():
+            due, index = heap[0]
+            if due >= end_mono:
+                break
+            now = monotonic()
+            if due > now:
+                time.sleep(min(due - now, RECEIVE_POLL_S))
+                continue
+            flow = self.flows[index]
+            packet, size = flow.packet()
+            try:
+                self.sockets[flow.spec.src].sendto(packet, socket.MSG_DONTWAIT, (flow.spec.dst, 0))
+            except OSError as exc:
+                retry_at = self._send_failed(flow, exc, now)
+                if retry_at is None:
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, (retry_at, index))
+                continue
+            wire_len = len(packet) + roce.ETH_HEADER_LEN
+            flow.commit(size, wire_len, now)
+            # Earliest-deadline pacing; the deadline may trail "now" by at most MAX_BURST_S so
+            # that a stall is not followed by an unbounded burst.
+            flow.next_time = max(due, now - MAX_BURST_S) + wire_len * flow.seconds_per_byte
+            heapq.heapreplace(heap, (flow.next_time, index))
+        self._check_flows(end_mono)
+
+    def _send_failed(self, flow, exc, now):
+        """Account a refused send; return when to retry, or None if the flow must stop."""
+        if exc.errno in _BUSY_ERRNOS:
+            flow.enobufs += 1
+            return now + BACKOFF_S
+        if exc.errno in _ROUTING_ERRNOS:
+            if flow.send_errors == 0:
+                self.warnings.append(f"flow {flow.spec.id!r}: {exc.strerror} sending to "
+                                     f"{flow.spec.dst} from {flow.spec.src}; retrying")
+            flow.send_errors += 1
+            return now + UNREACHABLE_BACKOFF_S
+        flow.failed = True
+        if exc.errno == errno.EMSGSIZE:
+            detail = (f"a {len(flow.packet()[0])}-byte packet exceeds the MTU towards "
+                      f"{flow.spec.dst}; lower payload_bytes")
+        else:
+            detail = f"send to {flow.spec.dst} failed: {exc.strerror or exc}"
+        self.errors.append(f"flow {flow.spec.id!r}: {detail}")
+        return None
+
+    def _check_flows(self, end_mono):
+        """Turn what the counters say into warnings (slow flows) and errors (flows that never sent)."""
+        for flow in self.flows:
+            if flow.failed:
+                continue
+            if flow.first is None:
+                if flow.send_errors or flow.enobufs:
+                    self.errors.append(
+                        f"flow {flow.spec.id!r}: sent nothing: every attempt was refused "
+                        f"({flow.send_errors} routing errors, {flow.enobufs} ENOBUFS)")
+                continue
+            elapsed = min(time.monotonic(), end_mono) - self.started
+            if elapsed < 0.2:
+                continue
+            achieved = flow.wire_bytes * 8 / elapsed / 1e6
+            if achieved < 0.9 * flow.spec.rate_mbps:
+                self.warnings.append(
+                    f"flow {flow.spec.id!r}: sent {achieved:.1f} of {flow.spec.rate_mbps:g} Mbit/s "
+                    f"(sender CPU-bound or link backpressure: {flow.enobufs} ENOBUFS)")
+
+    def result(self):
+        out = {}
+        for flow in self.flows:
+            spec = flow.spec
+            start = self._unix(flow.first) if flow.first is not None else None
+            end = self._unix(flow.last) if flow.last is not None else None
+            span = (flow.last - flow.first) if flow.packets > 1 else 0.0
+            # Rate over the sending span: n packets occupy n inter-packet gaps of schedule.
+            achieved = (flow.wire_bytes * 8 / (span * flow.packets / (flow.packets - 1)) / 1e6
+                        if span > 0 else 0.0)
+            out[spec.id] = {
+                "src": spec.src, "dst": spec.dst, "sport": spec.sport,
+                "src_qpn": spec.src_qpn, "dst_qpn": spec.dst_qpn,
+                "rate_mbps": spec.rate_mbps, "achieved_mbps": round(achieved, 4),
+                "packets": flow.packets, "bytes": flow.bytes, "wire_bytes": flow.wire_bytes,
+                "enobufs": flow.enobufs, "send_errors": flow.send_errors,
+                "start": start, "end": end,
+            }
+        return out
+
+
+def _set_buffer(sock, force_option, option, size):
+    """Ask for a big socket buffer; as root the FORCE variant goes past net.core.*mem_max."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force_option, size)
+    except OSError:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, size)
+        except OSError:
+            pass
+
+
+# -- receiving ------------------------------------------------------------------------------------
+
+class _FlowCounter:
+    __slots__ = ("src", "sport", "dst", "dst_qpn", "packets", "bytes", "wire_bytes", "oos", "late",
+                 "ce", "first", "last", "expected_psn")
+
+    def __init__(self, src, sport, dst, dst_qpn):
+        self.src, self.sport, self.dst, self.dst_qpn = src, sport, dst, dst_qpn
+        self.packets = self.bytes = self.wire_bytes = self.oos = self.late = self.ce = 0
+        self.first = self.last = None
+        self.expected_psn = None
+
+    def as_dict(self):
+        return {"src": self.src, "sport": self.sport, "dst": self.dst, "dst_qpn": self.dst_qpn,
+                "packets": self.packets, "bytes": self.bytes, "wire_bytes": self.wire_bytes,
+                "oos": self.oos, "late": self.late, "ce": self.ce,
+                "first": self.first, "last": self.last}
+
+
+class Receiver:
+    """Counts RoCEv2 packets arriving on UDP port 4791, per (source address, source port, dest QP).
+
+    Binding 0.0.0.0:4791 also keeps the kernel from answering each packet with an ICMP port
+    unreachable. IP_PKTINFO gives the destination address, IP_RECVTOS the ECN bits (CE marks made
+    by the fabric), SO_TIMESTAMPNS the kernel's arrival time.
+    """
+
+    def __init__(self):
+        self.counters = {}
+        self.malformed = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.sock.bind(("0.0.0.0", roce.ROCEV2_UDP_PORT))
+        except OSError as exc:
+            self.sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise LabError(f"UDP port {roce.ROCEV2_UDP_PORT} is already in use in this network "
+                               "namespace (another agent still running?)") from None
+            raise LabError(f"cannot listen on UDP port {roce.ROCEV2_UDP_PORT}: {exc.strerror}") from None
+        self.sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass
+        _set_buffer(self.sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+        self.sock.settimeout(RECEIVE_POLL_S)
+
+    def close(self):
+        self.sock.close()
+
+    def run(self, stop_event, until_mono):
+        buffer = bytearray(65536)
+        ancillary_size = socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)
+        recvmsg_into = self.sock.recvmsg_into
+        while not stop_event.is_set() and time.monotonic() < until_mono:
+            try:
+                length, ancillary, flags, address = recvmsg_into([buffer], ancillary_size)
+            except socket.timeout:
+                continue
+            except InterruptedError:
+                continue
+            arrival = None
+            dst = None
+            tos = 0
+            for level, kind, data in ancillary:
+                if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 12:
+                    dst = socket.inet_ntoa(data[8:12])
+                elif level == socket.IPPROTO_IP and kind == socket.IP_TOS and data:
+                    tos = data[0]
+                elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                    seconds, nanos = struct.unpack_from("@qq", data)
+                    arrival = seconds + nanos * 1e-9
+            if arrival is None:
+                arrival = time.time()
+            self._count(buffer, length, flags, address, dst, tos, arrival)
+
+    def _count(self, buffer, length, flags, address, dst, tos, arrival):
+        if flags & socket.MSG_TRUNC or length < roce.BTH_LEN + roce.ICRC_LEN:
+            self.malformed += 1
+            return
+        bth = roce.parse_bth(buffer)
+        payload = roce.roce_payload_length(length, bth)
+        if payload < 0:
+            self.malformed += 1
+            return
+        key = (address[0], address[1], bth.dest_qp)
+        counter = self.counters.get(key)
+        if counter is None:
+            counter = self.counters[key] = _FlowCounter(address[0], address[1], dst, bth.dest_qp)
+            counter.first = arrival
+        counter.packets += 1
+        counter.bytes += payload
+        counter.wire_bytes += (length + roce.UDP_HEADER_LEN + roce.IPV4_HEADER_LEN
+                               + roce.ETH_HEADER_LEN)
+        counter.last = arrival
+        if (tos & 3) == roce.ECN_CE:
+            counter.ce += 1
+        expected = counter.expected_psn
+        if expected is None or bth.psn == expected:
+            counter.expected_psn = roce.psn_add(bth.psn)
+        elif roce.psn_behind(bth.psn, expected):
+            # A duplicate or a packet overtaken by later ones: out of sequence, and the expected
+            # PSN stays where it is (as an RC responder's does).
+            counter.oos += 1
+            counter.late += 1
+        else:
+            # A gap: packets were lost or are still to come. Resynchronise on this one.
+            counter.oos += 1
+            counter.expected_psn = roce.psn_add(bth.psn)
+
+    def result(self):
+        return [self.counters[key].as_dict() for key in sorted(self.counters)]
+
+
+# -- the agent ------------------------------------------------------------------------------------
+
+class Agent:
+    """Ties one host's sender and receiver to the shared start time and writes the result."""
+
+    def __init__(self, config, seed=None):
+        self.config = config
+        self.stop_event = threading.Event()
+        self.sender = Sender(config, self.stop_event, seed) if config.flows else None
+        self.receiver = None
+        self.warnings = []
+        self.errors = []
+        self.interrupted = False
+
+    def run(self):
+        """Open sockets (LabError if the host cannot run this config), wait, send, count."""
+        config = self.config
+        if config.listen:
+            self.receiver = Receiver()
+        if self.sender:
+            self.sender.open_sockets()
+        receive_thread = None
+        try:
+            start_unix = config.start_at if config.start_at is not None else time.time()
+            # Listening starts now (a peer may start a little early); sending at start_at.
+            delay = start_unix - time.time()
+            start_mono = time.monotonic() + max(delay, 0.0)
+            if delay < -LATE_START_WARNING_S:
+                self.warnings.append(f"started {-delay:.3f} s after start_at")
+            end_mono = start_mono + config.duration_s
+            if self.receiver:
+                receive_thread = threading.Thread(
+                    target=self.receiver.run, name="roce-receiver",
+                    args=(self.stop_event, end_mono + config.linger_s), daemon=True)
+                receive_thread.start()
+            if self.sender:
+                while not self.stop_event.is_set() and time.monotonic() < start_mono:
+                    time.sleep(max(0.0, min(start_mono - time.monotonic(), RECEIVE_POLL_S)))
+                self.sender.run(start_mono, end_mono)
+            if receive_thread:
+                while receive_thread.is_alive():
+                    receive_thread.join(RECEIVE_POLL_S)
+        finally:
+            self.stop_event.set()
+            if receive_thread:
+                receive_thread.join()
+            if self.sender:
+                self.sender.close()
+            if self.receiver:
+                self.receiver.close()
+
+    def stop(self, *_):
+        self.stop_event.set()
+
+    def result(self):
+        errors = list(self.errors)
+        warnings = list(self.warnings)
+        if self.sender:
+            errors += self.sender.errors
+            warnings += self.sender.warnings
+        return {
+            "host_addresses": host_addresses(),
+            "config": {"start_at": self.config.start_at, "duration_s": self.config.duration_s,
+                       "payload_bytes": self.config.payload_bytes,
+                       "message_bytes": self.config.message_bytes, "dscp": self.config.dscp,
+                       "ecn": self.config.ecn, "sport_mode": self.config.sport_mode},
+            "interrupted": self.interrupted,
+            "sent": self.sender.result() if self.sender else {},
+            "received": self.receiver.result() if self.receiver else [],
+            "malformed": self.receiver.malformed if self.receiver else 0,
+            "errors": errors,
+            "warnings": warnings,
+        }
+
+
+def write_json(path, data):
+    """Write atomically (temp file + rename) so a reader never sees half a result."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m fabriclab.traffic.generator",
+        description="RoCEv2 traffic agent for one lab host: paced RDMA WRITE flows out, counters in.")
+    parser.add_argument("--config", required=True, help="agent config (JSON)")
+    parser.add_argument("--out", required=True, help="where to write the result (JSON)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed for initial PSNs, IP IDs and R_Keys (default: random)")
+    args = parser.parse_args(argv)
+    prog = "fabriclab-generator"
+    try:
+        config = load_config(args.config)
+        out_dir = os.path.dirname(os.path.abspath(args.out))
+        if not os.path.isdir(out_dir):
+            raise LabError(f"result directory {out_dir} does not exist")
+        agent = Agent(config, seed=args.seed)
+
+        def on_signal(signum, _frame):
+            agent.interrupted = True
+            agent.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        agent.run()
+        result = agent.result()
+        write_json(args.out, result)
+    except LabError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if result["errors"]:
+        print(f"{prog}: error: {result['errors'][0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,399 @@
+"""The RoCEv2 wire format: IPv4 + UDP (port 4791) + InfiniBand transport headers + ICRC.
+
+Pure Python (struct and zlib) so that the traffic agents can build and parse packets at a few
+tens of thousands of packets per second without scapy in the data path. Scapy's
+`scapy.contrib.roce` describes the same headers and is what the tests decode our bytes with.
+
+What a packet looks like (RC RDMA WRITE, the bulk of a collective's traffic)::
+
+    IPv4 (DSCP/ECN, DF) | UDP sport -> 4791, checksum 0 | BTH (12) | RETH (16, FIRST/ONLY only)
+    | payload (+0..3 pad bytes) | ICRC (4)
+
+Why the pieces matter to the lab:
+
+- The UDP destination port is always 4791, so a switch hashing the 5-tuple sees entropy only in
+  the addresses and the UDP *source* port. RDMA stacks derive that source port from the QP pair
+  (`udp_source_port`); when they do not (a fixed flow label per NIC pair), every QP of the pair
+  shares one source port and QP scaling adds no entropy -- the corner case in the seed paper's
+  section 4.2. The destination QP in the BTH is what "Enhanced ECMP" hashes on instead.
+- The PSN lets a receiver count out-of-order arrivals, which packet spraying and flowlets cause.
+- The ICRC is checked by real RoCE NICs (and by soft-RoCE); a packet with a wrong ICRC is dropped
+  silently, so the agents compute it exactly as the specification defines.
+"""
+
+import ipaddress
+import struct
+import zlib
+from functools import lru_cache
+from typing import NamedTuple
+
+# -- constants ------------------------------------------------------------------------------------
+
+ROCEV2_UDP_PORT = 4791
+"""IANA-assigned UDP destination port of RoCEv2; every RoCEv2 packet carries it."""
+
+IPPROTO_UDP = 17
+IPV4_HEADER_LEN = 20
+UDP_HEADER_LEN = 8
+BTH_LEN = 12
+RETH_LEN = 16
+AETH_LEN = 4
+CNP_PADDING_LEN = 16
+ICRC_LEN = 4
+ETH_HEADER_LEN = 14
+"""Ethernet header (no FCS, preamble or gap): what Linux interface counters and htb add per frame."""
+
+ROCE_OVERHEAD = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN
+"""Bytes of an IPv4 RoCEv2 datagram that are not RDMA payload, for a packet without RETH/AETH."""
+
+# Reliable Connection opcodes (transport bits 000 in the top three bits of the opcode).
+OP_RC_SEND_ONLY = 0x04
+OP_RC_RDMA_WRITE_FIRST = 0x06
+OP_RC_RDMA_WRITE_MIDDLE = 0x07
+OP_RC_RDMA_WRITE_LAST = 0x08
+OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09
+OP_RC_RDMA_WRITE_ONLY = 0x0A
+OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B
+OP_RC_ACKNOWLEDGE = 0x11
+OP_CNP = 0x81
+"""Congestion Notification Packet (RoCEv2 annex): sent by a receiver that saw ECN CE, drives DCQCN."""
+
+OPCODE_NAMES = {
+    OP_RC_SEND_ONLY: "RC_SEND_ONLY",
+    OP_RC_RDMA_WRITE_FIRST: "RC_RDMA_WRITE_FIRST",
+    OP_RC_RDMA_WRITE_MIDDLE: "RC_RDMA_WRITE_MIDDLE",
+    OP_RC_RDMA_WRITE_LAST: "RC_RDMA_WRITE_LAST",
+    OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+    OP_RC_RDMA_WRITE_ONLY: "RC_RDMA_WRITE_ONLY",
+    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+    OP_RC_ACKNOWLEDGE: "RC_ACKNOWLEDGE",
+    OP_CNP: "CNP",
+}
+
+# Opcodes followed by a RETH (first packet of an RDMA WRITE carries the target buffer) or an AETH.
+RETH_OPCODES = frozenset({
+    OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_ONLY, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+})
+AETH_OPCODES = frozenset({OP_RC_ACKNOWLEDGE})
+IMMDT_OPCODES = frozenset({OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE})
+
+DEFAULT_PKEY = 0xFFFF
+"""The default partition key (full membership); RoCE fabrics rarely use others."""
+
+# ECN codepoints (the two low bits of the IPv4 TOS byte).
+ECN_NOT_ECT = 0
+ECN_ECT1 = 1
+ECN_ECT0 = 2
+ECN_CE = 3
+
+DEFAULT_DSCP = 26
+"""DSCP 26 (AF31) is the common lossless RoCE traffic class (PFC priority 3) in vendor guides."""
+DEFAULT_ECN = ECN_ECT0
+"""RoCE NICs send ECT(0) so that switches can mark CE instead of dropping (DCQCN)."""
+DEFAULT_TTL = 64
+
+QPN_MASK = 0xFFFFFF
+PSN_MASK = 0xFFFFFF
+PSN_MODULUS = 1 << 24
+FLOW_LABEL_MASK = 0xFFFFF
+"""IPv6/GRH flow labels are 20 bits; RoCEv2 folds them into the UDP source port."""
+ROCE_UDP_SPORT_MIN = 0xC000
+"""RoCEv2 source ports live in 0xC000-0xFFFF: the top two bits set, 14 bits of entropy."""
+
+_ICRC_SEED = b"\xff" * 8
+"""The ICRC starts over 8 bytes of ones: the masked LRH stand-in ("pseudo LRH") of RoCEv2."""
+
+
+# -- BTH ------------------------------------------------------------------------------------------
+
+class Bth(NamedTuple):
+    """A parsed Base Transport Header (12 bytes, InfiniBand spec section 9.2)."""
+
+    opcode: int
+    solicited: bool
+    migreq: bool
+    pad_count: int
+    tver: int
+    pkey: int
+    fecn: bool
+    becn: bool
+    dest_qp: int
+    ack_req: bool
+    psn: int
+    resv6: int = 0
+    resv7: int = 0
+
+
+def _check_range(name, value, low, high):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in {low}..{high}, got {value!r}")
+
+
+def build_bth(opcode, dest_qp, psn, *, solicited=False, migreq=False, pad_count=0, tver=0,
+              pkey=DEFAULT_PKEY, fecn=False, becn=False, ack_req=False):
+    """Pack a BTH.
+
+    Layout: opcode(8) | SE(1) M(1) PadCnt(2) TVer(4) | P_Key(16) | FECN(1) BECN(1) resv6(6) |
+    DestQP(24) | A(1) resv7(7) | PSN(24). FECN/BECN are the RoCEv2 congestion bits carved from
+    the spec's 8-bit reserved field (resv8a); the reserved bits are sent as zero.
+    """
+    _check_range("opcode", opcode, 0, 0xFF)
+    _check_range("dest_qp", dest_qp, 0, QPN_MASK)
+    _check_range("psn", psn, 0, PSN_MASK)
+    _check_range("pad_count", pad_count, 0, 3)
+    _check_range("tver", tver, 0, 0xF)
+    _check_range("pkey", pkey, 0, 0xFFFF)
+    flags = (bool(solicited) << 7) | (bool(migreq) << 6) | (pad_count << 4) | tver
+    word2 = (bool(fecn) << 31) | (bool(becn) << 30) | dest_qp
+    word3 = (bool(ack_req) << 31) | psn
+    return struct.pack("!BBHII", opcode, flags, pkey, word2, word3)
+
+
+def parse_bth(data):
+    """Unpack the first 12 bytes of `data` (the UDP payload of a RoCEv2 packet) as a `Bth`."""
+    if len(data) < BTH_LEN:
+        raise ValueError(f"a BTH needs {BTH_LEN} bytes, got {len(data)}")
+    opcode, flags, pkey, word2, word3 = struct.unpack_from("!BBHII", data)
+    return Bth(
+        opcode=opcode,
+        solicited=bool(flags & 0x80),
+        migreq=bool(flags & 0x40),
+        pad_count=(flags >> 4) & 0x3,
+        tver=flags & 0xF,
+        pkey=pkey,
+        fecn=bool(word2 >> 31),
+        becn=bool((word2 >> 30) & 1),
+        dest_qp=word2 & QPN_MASK,
+        ack_req=bool(word3 >> 31),
+        psn=word3 & PSN_MASK,
+        resv6=(word2 >> 24) & 0x3F,
+        resv7=(word3 >> 24) & 0x7F,
+    )
+
+
+def psn_add(psn, n=1):
+    """PSNs are 24-bit and wrap; all PSN arithmetic goes through here."""
+    return (psn + n) & PSN_MASK
+
+
+def psn_behind(psn, expected):
+    """True if `psn` is before `expected` in 24-bit serial-number order (a duplicate or late packet).
+
+    Half the PSN space counts as "behind", as an RC responder treats it.
+    """
+    return 0 < ((expected - psn) & PSN_MASK) < (PSN_MODULUS >> 1)
+
+
+# -- RETH -----------------------------------------------------------------------------------------
+
+class Reth(NamedTuple):
+    """RDMA Extended Transport Header: where in the responder's memory a WRITE lands."""
+
+    vaddr: int
+    rkey: int
+    dma_len: int
+
+
+def build_reth(vaddr, rkey, dma_len):
+    """Pack a RETH: virtual address (64), R_Key (32), DMA length (32) = total message bytes."""
+    _check_range("vaddr", vaddr, 0, (1 << 64) - 1)
+    _check_range("rkey", rkey, 0, 0xFFFFFFFF)
+    _check_range("dma_len", dma_len, 0, 0xFFFFFFFF)
+    return struct.pack("!QII", vaddr, rkey, dma_len)
+
+
+def parse_reth(data, offset=BTH_LEN):
+    """Unpack the RETH that follows the BTH in a FIRST/ONLY RDMA WRITE packet."""
+    if len(data) < offset + RETH_LEN:
+        raise ValueError(f"a RETH needs {RETH_LEN} bytes at offset {offset}, got {len(data)} in all")
+    return Reth(*struct.unpack_from("!QII", data, offset))
+
+
+# -- message segmentation -------------------------------------------------------------------------
+
+def write_message_segments(message_bytes, payload_bytes):
+    """Split one RDMA WRITE of `message_bytes` into (opcode, payload_length) per packet.
+
+    A message that fits in one packet is WRITE ONLY; otherwise WRITE FIRST, MIDDLE..., LAST, with
+    every packet but the last carrying exactly `payload_bytes` (the path MTU's payload), as the
+    InfiniBand spec requires of a requester.
+    """
+    _check_range("message_bytes", message_bytes, 1, 0xFFFFFFFF)
+    _check_range("payload_bytes", payload_bytes, 1, 1 << 16)
+    if message_bytes <= payload_bytes:
+        return [(OP_RC_RDMA_WRITE_ONLY, message_bytes)]
+    full, rest = divmod(message_bytes, payload_bytes)
+    sizes = [payload_bytes] * full
+    if rest:
+        sizes.append(rest)
+    segments = [(OP_RC_RDMA_WRITE_FIRST, sizes[0])]
+    segments += [(OP_RC_RDMA_WRITE_MIDDLE, size) for size in sizes[1:-1]]
+    segments.append((OP_RC_RDMA_WRITE_LAST, sizes[-1]))
+    return segments
+
+
+def roce_payload_length(udp_payload_len, bth):
+    """RDMA payload bytes in a RoCEv2 UDP payload of `udp_payload_len` bytes with header `bth`.
+
+    Subtracts the BTH, the extended headers the opcode implies, the pad bytes and the ICRC.
+    Returns -1 if the length is too short to hold them (a malformed packet).
+    """
+    header = BTH_LEN
+    if bth.opcode in RETH_OPCODES:
+        header += RETH_LEN
+    if bth.opcode in AETH_OPCODES:
+        header += AETH_LEN
+    if bth.opcode in IMMDT_OPCODES:
+        header += 4
+    if bth.opcode == OP_CNP:
+        header += CNP_PADDING_LEN
+    length = udp_payload_len - header - bth.pad_count - ICRC_LEN
+    return length if length >= 0 else -1
+
+
+# -- ICRC -----------------------------------------------------------------------------------------
+
+def compute_icrc(datagram):
+    """The 4-byte ICRC of an IPv4 RoCEv2 datagram whose last 4 bytes are the ICRC slot.
+
+    RoCEv2 (IBTA annex A17) defines the ICRC as a CRC-32 (the Ethernet/zlib polynomial) over
+    8 bytes of 0xFF, then the IPv4 header with TOS, TTL and header checksum set to ones, the UDP
+    header with its checksum set to ones, the BTH with its resv8a byte (FECN, BECN, resv6) set to
+    ones, then everything after the BTH up to the ICRC. Those are exactly the fields a router may
+    rewrite in flight (ECN marking, TTL decrement, the checksums that follow), so the ICRC
+    survives a routed fabric. The IP total length and UDP length include the 4 ICRC bytes.
+
+    The CRC is stored least significant byte first (Linux rxe stores the inverted CRC state in
+    CPU order; scapy's `BTH.pack_icrc` reverses the big-endian value): the same bytes both emit.
+    """
+    data = bytearray(datagram[:-ICRC_LEN])
+    if len(data) < IPV4_HEADER_LEN:
+        raise ValueError("datagram shorter than an IPv4 header")
+    ihl = (data[0] & 0x0F) * 4
+    if data[0] >> 4 != 4 or ihl < IPV4_HEADER_LEN:
+        raise ValueError("not an IPv4 datagram")
+    if len(data) < ihl + UDP_HEADER_LEN + BTH_LEN:
+        raise ValueError("datagram too short for IPv4 + UDP + BTH")
+    data[1] = 0xFF                              # TOS (DSCP + ECN)
+    data[8] = 0xFF                              # TTL
+    data[10:12] = b"\xff\xff"                   # header checksum
+    data[ihl + 6:ihl + 8] = b"\xff\xff"         # UDP checksum
+    data[ihl + UDP_HEADER_LEN + 4] = 0xFF       # BTH resv8a: FECN, BECN, resv6
+    crc = zlib.crc32(data, zlib.crc32(_ICRC_SEED))
+    return struct.pack("<I", crc)
+
+
+def icrc_ok(datagram):
+    """True if the last 4 bytes of an IPv4 RoCEv2 datagram are its correct ICRC."""
+    return compute_icrc(datagram) == bytes(datagram[-ICRC_LEN:])
+
+
+# -- IPv4 + UDP + RoCE ----------------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _packed_ipv4(address):
+    return ipaddress.IPv4Address(address).packed
+
+
+def ipv4_checksum(header):
+    """The Internet checksum of an IPv4 header whose checksum field holds zero."""
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def build_ipv4_udp_roce_packet(src, dst, sport, opcode, dest_qp, psn, payload=b"", *,
+                               reth=None, ack_req=False, solicited=False, fecn=False, becn=False,
+                               pkey=DEFAULT_PKEY, dscp=DEFAULT_DSCP, ecn=DEFAULT_ECN, ip_id=1,
+                               ttl=DEFAULT_TTL, dont_fragment=True, dport=ROCEV2_UDP_PORT):
+    """A complete IPv4 RoCEv2 datagram: IPv4 | UDP | BTH | [RETH] | payload + pad | ICRC.
+
+    `reth` is a `Reth` (or a (vaddr, rkey, dma_len) tuple) for FIRST/ONLY WRITE packets. The
+    payload is padded to a multiple of 4 bytes and the BTH pad count says how many bytes were
+    added, as the transport requires. The UDP checksum is 0 ("none"), which IPv4 RoCEv2 allows and
+    NICs send; the ICRC protects the payload instead. DF is set as RoCE NICs do: a RoCE packet
+    must never be fragmented. `ip_id` is ours: note that Linux replaces an ID of 0 on raw sockets,
+    which would break the ICRC, so callers that send through IP_HDRINCL must avoid 0.
+    """
+    _check_range("sport", sport, 0, 0xFFFF)
+    _check_range("dport", dport, 0, 0xFFFF)
+    _check_range("dscp", dscp, 0, 63)
+    _check_range("ecn", ecn, 0, 3)
+    _check_range("ip_id", ip_id, 0, 0xFFFF)
+    _check_range("ttl", ttl, 0, 0xFF)
+    pad = -len(payload) % 4
+    bth = build_bth(opcode, dest_qp, psn, solicited=solicited, pad_count=pad, pkey=pkey,
+                    fecn=fecn, becn=becn, ack_req=ack_req)
+    ext = build_reth(*reth) if reth is not None else b""
+    udp_len = UDP_HEADER_LEN + BTH_LEN + len(ext) + len(payload) + pad + ICRC_LEN
+    total_len = IPV4_HEADER_LEN + udp_len
+    if total_len > 0xFFFF:
+        raise ValueError(f"datagram of {total_len} bytes exceeds the IPv4 maximum")
+    header = bytearray(struct.pack(
+        "!BBHHHBBH4s4s", 0x45, (dscp << 2) | ecn, total_len, ip_id,
+        0x4000 if dont_fragment else 0, ttl, IPPROTO_UDP, 0, _packed_ipv4(src), _packed_ipv4(dst)))
+    struct.pack_into("!H", header, 10, ipv4_checksum(header))
+    udp = struct.pack("!HHHH", sport, dport, udp_len, 0)
+    datagram = bytes(header) + udp + bth + ext + bytes(payload) + b"\x00" * pad + b"\x00" * ICRC_LEN
+    return datagram[:-ICRC_LEN] + compute_icrc(datagram)
+
+
+# -- UDP source port (entropy) --------------------------------------------------------------------
+
+def calc_flow_label(local_qpn, remote_qpn):
+    """A 20-bit flow label from a QP pair, as Linux `rdma_calc_flow_label` makes it.
+
+    The product of the two 24-bit QP numbers is folded (xor with itself shifted by 20 and by 40)
+    into 20 bits. The product is symmetric, so both ends of a connection compute the same label.
+    """
+    _check_range("local_qpn", local_qpn, 0, QPN_MASK)
+    _check_range("remote_qpn", remote_qpn, 0, QPN_MASK)
+    value = local_qpn * remote_qpn
+    value ^= value >> 20
+    value ^= value >> 40
+    return value & FLOW_LABEL_MASK
+
+
+def flow_label_to_udp_sport(flow_label):
+    """Fold a 20-bit flow label into a RoCEv2 UDP source port, as Linux `rdma_flow_label_to_udp_sport`.
+
+    The top 6 bits are xored into the low 14, and the result is ORed with 0xC000.
+    """
+    _check_range("flow_label", flow_label, 0, FLOW_LABEL_MASK)
+    low = flow_label & 0x3FFF
+    low ^= (flow_label & 0xFC000) >> 14
+    return ROCE_UDP_SPORT_MIN | low
+
+
+def nic_pair_flow_label(src, dst):
+    """A fixed, non-zero flow label for a NIC pair (symmetric in the two addresses).
+
+    Models the corner case of the seed paper's section 4.2: when a flow label is set on the
+    address handle (by the application, the CM or a driver default) Linux uses it instead of the
+    QP pair, so every QP between the two NICs gets the same UDP source port.
+    """
+    low, high = sorted((_packed_ipv4(src), _packed_ipv4(dst)))
+    return (zlib.crc32(low + high) & FLOW_LABEL_MASK) or 1
+
+
+def udp_source_port(local_qpn, remote_qpn, flow_label=0, *, shared=False, src=None, dst=None):
+    """The UDP source port a Linux RoCEv2 stack picks for a connection (`rdma_get_udp_sport`).
+
+    With `flow_label` 0 the label comes from the QP pair (`calc_flow_label`), so distinct QPs of
+    the same NIC pair spread over up to 2**14 source ports -- the entropy that QP scaling relies
+    on. A non-zero `flow_label` wins over the QPs. `shared=True` (with `src` and `dst`) selects
+    the shared-source-port corner case: the label is `nic_pair_flow_label(src, dst)`, so all
+    QPs between the two NICs send from one port and ECMP cannot tell them apart.
+    """
+    _check_range("local_qpn", local_qpn, 0, QPN_MASK)
+    _check_range("remote_qpn", remote_qpn, 0, QPN_MASK)
+    if shared:
+        if src is None or dst is None:
+            raise ValueError("shared source ports need the NIC pair's src and dst addresses")
+        if flow_label:
+            raise ValueError("give either a flow label or shared=True, not both")
+        flow_label = nic_pair_flow_label(src, dst)
+    if not flow_label:
+        flow_label = calc_flow_label(local_qpn, remote_qpn)
+    return flow_label_to_udp_sport(flow_label)
