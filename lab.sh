@@ -98,8 +98,13 @@ case "$cmd" in
         exec "$VENV/bin/fabriclab" demo "$@"
         ;;
     test)
-        say "running: pytest tests $*"
+        # Run tests/ unless the arguments name test files or folders themselves.
+        paths=(tests)
+        for arg in "$@"; do
+            if [ -e "${arg%%::*}" ]; then paths=(); break; fi
+        done
+        say "running: pytest ${paths[*]} -rs $*"
         # pytest's own exit code, unchanged: 5 ("no tests collected") is a failure.
-        exec "$VENV/bin/python" -m pytest tests -rs "$@"
+        exec "$VENV/bin/python" -m pytest "${paths[@]}" -rs "$@"
         ;;
 esac

@@ -84,3 +84,11 @@ def all_paths(fabric, src_leaf, dst_leaf, down=frozenset()):
 
     extend(src_leaf, [])
     return paths
+
+
+def path_nodes(path, start):
+    """The switches a path (list of Links from all_paths) visits, starting at `start`."""
+    nodes = [start]
+    for link in path:
+        nodes.append(link.b if link.a == nodes[-1] else link.a)
+    return nodes

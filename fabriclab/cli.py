@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "fabriclab.provision",
     "fabriclab.doctor",
     "fabriclab.commands",
+    "fabriclab.clean",
     "fabriclab.benchmark",
 ]
 

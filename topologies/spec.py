@@ -8,7 +8,9 @@ problem and reports each as one line naming the field, before anything is built.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
+import types
 import re
 from dataclasses import dataclass, field
 
@@ -23,8 +25,10 @@ MAX_PLANES = 254
 MAX_LEAVES = 254
 MAX_PORTS_PER_LEAF = 253
 
-_RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmg]?)(bit|bps|b)?(/s)?\s*$", re.IGNORECASE)
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(|b|kb|kib|mb|mib|gb|gib)\s*$", re.IGNORECASE)
+# Rates are in bits: '20Mbit', '20Mbit/s', '400G'. 'B' and 'bps' are refused because tc reads them
+# as bytes, and a rate off by 8x is worse than an error.
+_RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgKMG]?)(bit|bit/s)?\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(b|kb|kib|mb|mib|gb|gib)\s*$|^\s*([0-9]+)\s*$", re.IGNORECASE)
 _RATE_UNIT_MBPS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3}
 _SIZE_UNIT_BYTES = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 2**20,
                     "gb": 10**9, "gib": 2**30}
@@ -42,6 +46,8 @@ def parse_rate_mbps(value, where):
         raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {value!r}")
     if rate <= 0:
         raise SpecError(f"{where}: rate must be > 0, got {value!r}")
+    if not math.isfinite(rate):
+        raise SpecError(f"{where}: rate must be finite, got {value!r}")
     return rate
 
 
@@ -54,7 +60,7 @@ def parse_size_bytes(value, where):
     elif isinstance(value, float) and value.is_integer():
         size = int(value)
     elif isinstance(value, str) and (m := _SIZE_RE.match(value)):
-        size = int(float(m.group(1)) * _SIZE_UNIT_BYTES[m.group(2).lower()])
+        size = int(m.group(3)) if m.group(3) else int(float(m.group(1)) * _SIZE_UNIT_BYTES[m.group(2).lower()])
     else:
         raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
     if size <= 0:
@@ -155,13 +161,15 @@ def validate(spec):
         problems.append(f"{where}: planes must be 1 for kind leafspine (use kind multiplane), got {spec.planes!r}")
     if spec.kind == "multiplane" and isinstance(spec.planes, int) and spec.planes < 2:
         problems.append(f"{where}: planes must be >= 2 for kind multiplane, got {spec.planes!r}")
-    for fname in ("host_rate_mbps", "fabric_rate_mbps"):
+    for fname, label in (("host_rate_mbps", "host_rate_mbps"), ("fabric_rate_mbps", "fabric_rate_mbps"),
+                         ("real_host_rate_mbps", "real_host_rate")):
         value = getattr(spec, fname)
+        if value is None and fname == "real_host_rate_mbps":
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            problems.append(f"{where}: {fname} must be > 0, got {value!r}")
-    if spec.real_host_rate_mbps is not None and (
-            not isinstance(spec.real_host_rate_mbps, (int, float)) or spec.real_host_rate_mbps <= 0):
-        problems.append(f"{where}: real_host_rate must be > 0, got {spec.real_host_rate_mbps!r}")
+            problems.append(f"{where}: {label} must be > 0, got {value!r}")
+        elif not math.isfinite(value):
+            problems.append(f"{where}: {label} must be finite, got {value!r}")
     if not isinstance(spec.buffers, Buffers):
         problems.append(f"{where}: buffers must be a Buffers, got {spec.buffers!r}")
     else:
@@ -173,7 +181,24 @@ def validate(spec):
         if ports > MAX_PORTS_PER_LEAF:
             problems.append(f"{where}: hosts_per_leaf x nics_per_host is {ports}, at most "
                             f"{MAX_PORTS_PER_LEAF} host ports fit a leaf's /24")
+        longest = max(_longest_interface_names(spec), key=len)
+        if len(longest) > MAX_INTERFACE_NAME:
+            problems.append(f"{where}: interface {longest!r} would exceed Linux's "
+                            f"{MAX_INTERFACE_NAME}-character limit; use fewer planes, leaves or ports")
     return problems
+
+
+MAX_INTERFACE_NAME = 15
+
+
+def _longest_interface_names(spec):
+    """The longest names fabric.py will give (it owns the convention; this only measures it)."""
+    multi = spec.kind == "multiplane"
+    plane = f"p{spec.planes}" if multi else ""
+    leaf_ports = spec.hosts_per_leaf * spec.nics_per_host + spec.spines * spec.parallel_links
+    spine_ports = spec.leaves * spec.parallel_links
+    host = f"h{spec.leaves * spec.hosts_per_leaf}-n{spec.nics_per_host - 1}" + plane
+    return [f"{plane}l{spec.leaves}-eth{leaf_ports}", f"{plane}s{spec.spines}-eth{spine_ports}", host]
 
 
 # The YAML keys a user writes, mapped to the FabricSpec field and the parser for its value.
@@ -216,6 +241,12 @@ def spec_from_dict(data, source="spec"):
     if "name" not in data:
         problems.append(f"{source}: missing required key 'name'")
     if problems:
+        # Report the values' problems too, so one run shows everything to fix.
+        defaults = {f.name: f.default for f in dataclasses.fields(FabricSpec)
+                    if f.default is not dataclasses.MISSING}
+        draft = types.SimpleNamespace(**{**defaults, "buffers": Buffers(), "name": "",
+                                         **{k: v for k, v in kwargs.items() if k != "buffers"}})
+        problems += [p for p in validate(draft) if "name must be" not in p]
         raise SpecError(problems[0] if len(problems) == 1 else
                         f"{len(problems)} problems: " + "; ".join(problems))
     return FabricSpec(**kwargs)
@@ -226,10 +257,17 @@ def _buffers_from_dict(value, where):
         raise SpecError(f"{where}: must map host/leaf/spine to sizes, got {value!r}")
     roles = {f.name for f in dataclasses.fields(Buffers)}
     sizes = {}
+    problems = []
     for role, size in value.items():
         if role not in roles:
-            raise SpecError(f"{where}: unknown role {role!r} (known: {', '.join(sorted(roles))})")
-        sizes[role] = parse_size_bytes(size, f"{where}.{role}")
+            problems.append(f"{where}: unknown role {role!r} (known: {', '.join(sorted(roles))})")
+            continue
+        try:
+            sizes[role] = parse_size_bytes(size, f"{where}.{role}")
+        except SpecError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise SpecError("; ".join(problems))
     return Buffers(**sizes)
 
 
@@ -258,4 +296,6 @@ def load_spec(path_or_name):
         raise SpecError(f"{path}:{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
     except OSError as exc:
         raise SpecError(f"cannot read spec {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: is not a text (UTF-8) file") from None
     return spec_from_dict(data, source=str(path))

@@ -293,12 +293,12 @@ class _FlowSender:
         self.rkey = rng.randrange(1, 1 << 32)
         self.vaddr_base = rng.randrange(1, 1 << 20) << 12
         self.seconds_per_byte = 8.0 / (spec.rate_mbps * 1e6)
-        self.next_time = 0.0
         self.packets = 0
         self.bytes = 0
         self.wire_bytes = 0
         self.enobufs = 0
         self.send_errors = 0
+        self.behind_s = 0.0
         self.first = None
         self.last = None
         self.failed = False
@@ -387,41 +387,58 @@ class Sender:
         return mono + self._clock_offset
 
     def run(self, start_mono, end_mono):
-        """Send until `end_mono` (time.monotonic) or until the stop event is set."""
+        """Send until `end_mono` (time.monotonic) or until the stop event is set.
+
+        The heap holds (wake time, deadline, flow index). The deadline is when the flow's next
+        packet is due; the wake time is later than the deadline only while the flow's socket is
+        backing off. Ties are broken by deadline, so flows held back by a full qdisc resume in
+        deadline order; under sustained backpressure they share the link about equally, as a
+        NIC's round-robin QP arbiter would.
+        """
         self._clock_offset = time.time() - time.monotonic()
         self.started = start_mono
-        heap = []
-        for index, flow in enumerate(self.flows):
-            flow.next_time = start_mono
-            heap.append((start_mono, index))
+        heap = [(start_mono, start_mono, index) for index in range(len(self.flows))]
         heapq.heapify(heap)
+        blocked_until = dict.fromkeys(self.sockets, 0.0)
         stop = self.stop_event
         monotonic = time.monotonic
         while heap and not stop.is_set():
-            due, index = heap[0]
-            if due >= end_mono:
-                break
+            wake, deadline, index = heap[0]
+            if deadline >= end_mono:
+                heapq.heappop(heap)
+                continue
             now = monotonic()
-            if due > now:
-                time.sleep(min(due - now, RECEIVE_POLL_S))
+            if wake > now:
+                time.sleep(min(wake - now, RECEIVE_POLL_S))
                 continue
             flow = self.flows[index]
+            src = flow.spec.src
+            if blocked_until[src] > now:
+                heapq.heapreplace(heap, (blocked_until[src], deadline, index))
+                continue
             packet, size = flow.packet()
             try:
-                self.sockets[flow.spec.src].sendto(packet, socket.MSG_DONTWAIT, (flow.spec.dst, 0))
+                self.sockets[src].sendto(packet, socket.MSG_DONTWAIT, (flow.spec.dst, 0))
             except OSError as exc:
                 retry_at = self._send_failed(flow, exc, now)
                 if retry_at is None:
                     heapq.heappop(heap)
                 else:
-                    heapq.heapreplace(heap, (retry_at, index))
+                    if exc.errno in _BUSY_ERRNOS:
+                        blocked_until[src] = retry_at
+                    heapq.heapreplace(heap, (retry_at, deadline, index))
                 continue
             wire_len = len(packet) + roce.ETH_HEADER_LEN
             flow.commit(size, wire_len, now)
             # Earliest-deadline pacing; the deadline may trail "now" by at most MAX_BURST_S so
-            # that a stall is not followed by an unbounded burst.
-            flow.next_time = max(due, now - MAX_BURST_S) + wire_len * flow.seconds_per_byte
-            heapq.heapreplace(heap, (flow.next_time, index))
+            # that a stall is not followed by an unbounded burst. Schedule given up that way is
+            # accounted, so a rate shortfall is explained rather than silent.
+            floor = now - MAX_BURST_S
+            if deadline < floor:
+                flow.behind_s += floor - deadline
+                deadline = floor
+            deadline += wire_len * flow.seconds_per_byte
+            heapq.heapreplace(heap, (deadline, deadline, index))
         self._check_flows(end_mono)
 
     def _send_failed(self, flow, exc, now):
@@ -463,6 +480,10 @@ class Sender:
                 self.warnings.append(
                     f"flow {flow.spec.id!r}: sent {achieved:.1f} of {flow.spec.rate_mbps:g} Mbit/s "
                     f"(sender CPU-bound or link backpressure: {flow.enobufs} ENOBUFS)")
+            elif flow.behind_s > 0.02 * elapsed:
+                self.warnings.append(
+                    f"flow {flow.spec.id!r}: fell {flow.behind_s:.3f} s behind its schedule "
+                    f"(the agent was starved of CPU)")
 
     def result(self):
         out = {}
@@ -480,6 +501,7 @@ class Sender:
                 "rate_mbps": spec.rate_mbps, "achieved_mbps": round(achieved, 4),
                 "packets": flow.packets, "bytes": flow.bytes, "wire_bytes": flow.wire_bytes,
                 "enobufs": flow.enobufs, "send_errors": flow.send_errors,
+                "behind_s": round(flow.behind_s, 6),
                 "start": start, "end": end,
             }
         return out
@@ -515,6 +537,56 @@ class _FlowCounter:
                 "first": self.first, "last": self.last}
 
 
+class ReceiveCounters:
+    """Per-flow receive counters, keyed by (source address, source UDP port, destination QP).
+
+    PSN tracking follows an RC responder: a packet with the expected PSN advances it; one ahead
+    of it (a gap: loss, or reordering) counts as out of sequence and the tracker resynchronises
+    on it; one behind it (a duplicate, or a packet overtaken by later ones) counts as out of
+    sequence and late, and leaves the expected PSN alone. One swapped pair of packets therefore
+    shows as oos=2, late=1.
+    """
+
+    def __init__(self):
+        self.counters = {}
+        self.malformed = 0
+
+    def add(self, data, length, src, sport, dst, tos, arrival):
+        """Count one UDP payload `data[:length]` that arrived from src:sport for local address dst."""
+        if length < roce.BTH_LEN + roce.ICRC_LEN:
+            self.malformed += 1
+            return
+        bth = roce.parse_bth(data)
+        payload = roce.roce_payload_length(length, bth)
+        if payload < 0:
+            self.malformed += 1
+            return
+        key = (src, sport, bth.dest_qp)
+        counter = self.counters.get(key)
+        if counter is None:
+            counter = self.counters[key] = _FlowCounter(src, sport, dst, bth.dest_qp)
+            counter.first = arrival
+        counter.packets += 1
+        counter.bytes += payload
+        counter.wire_bytes += (length + roce.UDP_HEADER_LEN + roce.IPV4_HEADER_LEN
+                               + roce.ETH_HEADER_LEN)
+        counter.last = arrival
+        if (tos & 3) == roce.ECN_CE:
+            counter.ce += 1
+        expected = counter.expected_psn
+        if expected is None or bth.psn == expected:
+            counter.expected_psn = roce.psn_add(bth.psn)
+        elif roce.psn_behind(bth.psn, expected):
+            counter.oos += 1
+            counter.late += 1
+        else:
+            counter.oos += 1
+            counter.expected_psn = roce.psn_add(bth.psn)
+
+    def result(self):
+        return [self.counters[key].as_dict() for key in sorted(self.counters)]
+
+
 class Receiver:
     """Counts RoCEv2 packets arriving on UDP port 4791, per (source address, source port, dest QP).
 
@@ -524,8 +596,7 @@ class Receiver:
     """
 
     def __init__(self):
-        self.counters = {}
-        self.malformed = 0
+        self.counts = ReceiveCounters()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.sock.bind(("0.0.0.0", roce.ROCEV2_UDP_PORT))
@@ -571,44 +642,13 @@ class Receiver:
                     arrival = seconds + nanos * 1e-9
             if arrival is None:
                 arrival = time.time()
-            self._count(buffer, length, flags, address, dst, tos, arrival)
-
-    def _count(self, buffer, length, flags, address, dst, tos, arrival):
-        if flags & socket.MSG_TRUNC or length < roce.BTH_LEN + roce.ICRC_LEN:
-            self.malformed += 1
-            return
-        bth = roce.parse_bth(buffer)
-        payload = roce.roce_payload_length(length, bth)
-        if payload < 0:
-            self.malformed += 1
-            return
-        key = (address[0], address[1], bth.dest_qp)
-        counter = self.counters.get(key)
-        if counter is None:
-            counter = self.counters[key] = _FlowCounter(address[0], address[1], dst, bth.dest_qp)
-            counter.first = arrival
-        counter.packets += 1
-        counter.bytes += payload
-        counter.wire_bytes += (length + roce.UDP_HEADER_LEN + roce.IPV4_HEADER_LEN
-                               + roce.ETH_HEADER_LEN)
-        counter.last = arrival
-        if (tos & 3) == roce.ECN_CE:
-            counter.ce += 1
-        expected = counter.expected_psn
-        if expected is None or bth.psn == expected:
-            counter.expected_psn = roce.psn_add(bth.psn)
-        elif roce.psn_behind(bth.psn, expected):
-            # A duplicate or a packet overtaken by later ones: out of sequence, and the expected
-            # PSN stays where it is (as an RC responder's does).
-            counter.oos += 1
-            counter.late += 1
-        else:
-            # A gap: packets were lost or are still to come. Resynchronise on this one.
-            counter.oos += 1
-            counter.expected_psn = roce.psn_add(bth.psn)
+            if flags & socket.MSG_TRUNC:
+                self.counts.malformed += 1
+                continue
+            self.counts.add(buffer, length, address[0], address[1], dst, tos, arrival)
 
     def result(self):
-        return [self.counters[key].as_dict() for key in sorted(self.counters)]
+        return self.counts.result()
 
 
 # -- the agent ------------------------------------------------------------------------------------
@@ -680,7 +720,7 @@ class Agent:
             "interrupted": self.interrupted,
             "sent": self.sender.result() if self.sender else {},
             "received": self.receiver.result() if self.receiver else [],
-            "malformed": self.receiver.malformed if self.receiver else 0,
+            "malformed": self.receiver.counts.malformed if self.receiver else 0,
             "errors": errors,
             "warnings": warnings,
         }

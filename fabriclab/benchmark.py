@@ -1,0 +1,140 @@
+"""`fabriclab benchmark`: rerunnable speed and scale figures, printed as tables.
+
+1. Bring-up (Mininet + OVS built), programmed (controller finished) and teardown times for
+   leaf/spine fabrics of growing size.
+2. Throughput of one host pair across leaf-spine-leaf (three userspace switches): the lab's RoCEv2
+   agent next to iperf3 (TCP and UDP) on the same path, with links shaped far above what the CPU
+   can forward, so the number is the software data path's ceiling on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+
+from fabriclab import results
+from fabriclab.errors import EnvironmentProblem, LabError
+from fabriclab.table import format_table
+from fabriclab.topologies.spec import FabricSpec
+
+DEFAULT_SIZES = "2x2x1,4x2x2,4x4x4,8x4x4,12x8x4"
+PAIR_RATE_MBPS = 10000.0
+
+
+def parse_sizes(text):
+    sizes = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", item)
+        if not m:
+            raise LabError(f"bad size {item!r}: expected LEAVESxSPINESxHOSTS_PER_LEAF, e.g. 4x2x2")
+        sizes.append(tuple(int(v) for v in m.groups()))
+    return sizes
+
+
+def bench_bringup(sizes, routing="ecmp"):
+    from fabriclab.lab import Lab
+
+    rows = []
+    for leaves, spines, hosts in sizes:
+        spec = FabricSpec(name=f"bench-{leaves}x{spines}x{hosts}", leaves=leaves, spines=spines,
+                          hosts_per_leaf=hosts, host_rate_mbps=10, fabric_rate_mbps=10)
+        lab = Lab(spec, routing=routing)
+        with lab:
+            summary = lab.fabric.summary()
+        rows.append({"fabric": spec.name, "switches": summary["switches"], "hosts": summary["hosts"],
+                     "links": summary["links"], "build_s": round(lab.timings["build_s"], 2),
+                     "programmed_s": round(lab.timings["up_s"], 2),
+                     "teardown_s": round(lab.timings["down_s"], 2)})
+    return rows
+
+
+def bench_pair(seconds=5.0):
+    """One host pair through l1-spine-l2: the RoCEv2 agent, then iperf3 TCP and UDP."""
+    from fabriclab.lab import Lab
+    from fabriclab.traffic.launcher import run_traffic
+
+    if shutil.which("iperf3") is None:
+        raise EnvironmentProblem("iperf3 is not installed: run `sudo ./lab.sh bootstrap`")
+    spec = FabricSpec(name="bench-pair", leaves=2, spines=1, hosts_per_leaf=1,
+                      host_rate_mbps=PAIR_RATE_MBPS, fabric_rate_mbps=PAIR_RATE_MBPS)
+    rows = []
+    with Lab(spec) as lab:
+        src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
+        h1, h2 = lab.host("h1"), lab.host("h2")
+        for offered in (200.0, 400.0, 800.0):
+            flow = {"id": "bench", "src": src.ip, "dst": dst.ip, "src_qpn": 0x11, "dst_qpn": 0x12,
+                    "sport": None, "rate_mbps": offered}
+            cpu0 = results.cpu_times()
+            run = run_traffic(lab, {"h1": [flow]}, duration_s=seconds)
+            cpu = results.cpu_busy(cpu0, results.cpu_times())
+            t = run.totals()
+            rows.append({"tool": "fabriclab RoCEv2 agent (1 QP)", "offered_mbps": offered,
+                         "delivered_mbps": t["delivered_mbps"], "loss": t["loss"], "cpu_busy": cpu})
+        server = h2.popen(["iperf3", "-s", "-1", "-B", dst.ip], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+        lab.run.add_process(server.pid, "iperf3", "iperf3")
+        try:
+            time.sleep(0.5)
+            for proto, extra in (("TCP", []), ("UDP", ["-u", "-b", "800M", "-l", "1400"])):
+                if proto == "UDP":
+                    server.wait(5)
+                    server = h2.popen(["iperf3", "-s", "-1", "-B", dst.ip], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+                    lab.run.add_process(server.pid, "iperf3", "iperf3")
+                    time.sleep(0.5)
+                cpu0 = results.cpu_times()
+                out = h1.cmd(f"iperf3 -J -c {dst.ip} -B {src.ip} -t {seconds:g} {' '.join(extra)}")
+                cpu = results.cpu_busy(cpu0, results.cpu_times())
+                rows.append(_iperf_row(proto, out, cpu))
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    return rows
+
+
+def _iperf_row(proto, out, cpu):
+    try:
+        end = json.loads(out[out.index("{"):])["end"]
+    except (ValueError, KeyError):
+        raise LabError(f"iperf3 {proto} gave no result: {out.strip().splitlines()[-1:] or out!r}") from None
+    if proto == "TCP":
+        mbps = end["sum_received"]["bits_per_second"] / 1e6
+        return {"tool": "iperf3 TCP", "offered_mbps": None, "delivered_mbps": round(mbps, 1),
+                "loss": None, "cpu_busy": cpu}
+    s = end["sum"]
+    return {"tool": "iperf3 UDP (1400 B)", "offered_mbps": 800.0,
+            "delivered_mbps": round(s["bits_per_second"] / 1e6 * (1 - s["lost_percent"] / 100), 1),
+            "loss": round(s["lost_percent"] / 100, 4), "cpu_busy": cpu}
+
+
+def register(subparsers):
+    p = subparsers.add_parser("benchmark", help="bring-up/teardown times and single-pair throughput")
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help=f"fabrics as LEAVESxSPINESxHOSTS_PER_LEAF, comma separated (default {DEFAULT_SIZES})")
+    p.add_argument("--seconds", type=float, default=5.0, help="seconds per throughput measurement")
+    p.add_argument("--skip-pair", action="store_true", help="only the bring-up table")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=run_benchmark)
+
+
+def run_benchmark(args):
+    sizes = parse_sizes(args.sizes)
+    if args.seconds <= 0:
+        raise LabError(f"--seconds must be > 0, got {args.seconds}")
+    bring = bench_bringup(sizes)
+    pair = [] if args.skip_pair else bench_pair(args.seconds)
+    if args.format == "json":
+        print(json.dumps({"bringup": bring, "pair": pair}, indent=1))
+        return 0
+    print(format_table(("fabric", "switches", "hosts", "links", "build s", "programmed s", "teardown s"),
+                       [tuple(r.values()) for r in bring], title="Bring-up and teardown"))
+    if pair:
+        print()
+        print(format_table(("tool", "offered Mbit/s", "delivered Mbit/s", "loss", "cpu busy"),
+                           [tuple(r.values()) for r in pair],
+                           title="One host pair, leaf-spine-leaf (3 userspace OVS switches)"))
+    return 0

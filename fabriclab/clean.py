@@ -1,0 +1,106 @@
+"""`fabriclab clean`: remove what killed runs left behind, exactly as their run records say.
+
+For each run whose owning process is gone: stop the processes it recorded (only if the PID still
+runs the recorded command), delete its OVS bridges and its root-namespace interfaces, and drop
+the record. Bridges tagged with a run id that has no live run are deleted too, so a record lost
+mid-write still gets repaired. Killing the Mininet shells is what frees the hosts' namespaces.
+Nothing is matched by name alone, and live runs are left alone unless --all is given.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from fabriclab.runstate import OVS_RUN_KEY, RunState, pid_alive, pid_cmdline
+
+
+def _stop_process(proc):
+    pid, match = proc["pid"], proc["match"]
+    cmdline = pid_cmdline(pid)
+    if not cmdline or match not in cmdline:
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and pid_alive(pid) and pid_cmdline(pid):
+            time.sleep(0.05)
+        if not pid_alive(pid) or not pid_cmdline(pid):
+            return True
+    return True
+
+
+def _ovs(*args):
+    return subprocess.run(["ovs-vsctl", "--timeout=10", *args], capture_output=True, text=True)
+
+
+def tagged_bridges():
+    """{bridge: run id} for every OVS bridge a fabriclab run created."""
+    out = _ovs("--format=csv", "--data=bare", "--no-headings", "--columns=name,external_ids",
+               "find", "Bridge", f"external_ids:{OVS_RUN_KEY}!=\"\"")
+    bridges = {}
+    for line in out.stdout.splitlines():
+        name, _, ids = line.partition(",")
+        for item in ids.strip('"').split():
+            key, _, value = item.partition("=")
+            if key == OVS_RUN_KEY:
+                bridges[name] = value
+    return bridges
+
+
+def _delete_bridge(bridge):
+    ifaces = _ovs("list-ifaces", bridge).stdout.split()
+    _ovs("--if-exists", "del-br", bridge)
+    for intf in ifaces:
+        _delete_interface(intf)
+
+
+def _delete_interface(intf):
+    if os.path.exists(f"/sys/class/net/{intf}"):
+        subprocess.run(["ip", "link", "del", intf], capture_output=True)
+        return True
+    return False
+
+
+def clean(all_runs=False):
+    """Returns one line per action taken, for the user."""
+    report = []
+    live_ids = set()
+    for run in RunState.all():
+        if run.live and not all_runs:
+            live_ids.add(run.id)
+            report.append(f"run {run.id} is live (pid {run.data['pid']}): left alone (use --all)")
+            continue
+        stopped = sum(_stop_process(p) for p in run.data.get("processes", []))
+        bridges = [b for b in run.data.get("bridges", []) if _ovs("br-exists", b).returncode == 0]
+        for bridge in bridges:
+            _delete_bridge(bridge)
+        intfs = sum(_delete_interface(i) for i in run.data.get("interfaces", []))
+        run.remove()
+        report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
+                      f"and {intfs} interfaces")
+    for bridge, run_id in sorted(tagged_bridges().items()):
+        if run_id not in live_ids:
+            _delete_bridge(bridge)
+            report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
+    return report
+
+
+def register(subparsers):
+    p = subparsers.add_parser("clean", help="remove what killed runs left (bridges, veths, "
+                                            "namespaces, controller and agent processes)")
+    p.add_argument("--all", action="store_true", help="also tear down runs that are still live")
+    p.set_defaults(func=run_clean)
+
+
+def run_clean(args):
+    from fabriclab.lab import require_environment
+    require_environment()
+    report = clean(all_runs=args.all)
+    print("\n".join(report) if report else "nothing to clean")
+    return 0

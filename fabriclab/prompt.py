@@ -1,0 +1,169 @@
+"""The lab prompt: Mininet's CLI (every Mininet command still works) plus the lab's own commands.
+
+    fabriclab> linkdown l1 s1          fabriclab> paths h1 h5
+    fabriclab> flap l1 s2 3 1 1         fabriclab> uplinks 2
+    fabriclab> ports l1                 fabriclab> traffic 5 0.8 2
+"""
+
+from __future__ import annotations
+
+import time
+
+from mininet.cli import CLI
+
+from fabriclab import telemetry
+from fabriclab.apps.paths import path_nodes
+from fabriclab.errors import LabError
+from fabriclab.table import format_table
+
+LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2, nodes, net, ...):
+  linkdown A B [N]            take the link(s) A-B down (N: only parallel member N), wait for reroute
+  linkup A B [N]              bring it back up, wait for reroute
+  flap A B [COUNT [DOWN_S [UP_S]]]   down/up COUNT times, holding each state
+  paths SRC DST               equal-cost paths between two hosts/ports, given the links that are up
+  ports SWITCH                port counters of a switch (bytes, packets, drops, link state)
+  uplinks [SECONDS]           fabric link utilization over SECONDS (default 2) and max/mean
+  traffic [SECONDS [LOAD [FLOWS]]]   run all-pairs RoCEv2 traffic and show the balance
+  ctl                         controller status: generation, links it sees down, recent events"""
+
+
+class LabPrompt(CLI):
+    prompt = "fabriclab> "
+
+    def __init__(self, lab, **kwargs):
+        self.lab = lab
+        super().__init__(lab.net, **kwargs)
+
+    # cmd.Cmd calls these; errors become one line, never a traceback at the prompt.
+    def onecmd(self, line):
+        try:
+            return super().onecmd(line)
+        except LabError as exc:
+            print(f"error: {exc}")
+        except (TypeError, ValueError) as exc:
+            print(f"error: {exc} (see `help lab`)")
+        return False
+
+    def do_help(self, line):
+        if line.strip() == "lab" or not line.strip():
+            print(LAB_HELP)
+            if line.strip():
+                return
+            print()
+        super().do_help(line)
+
+    def _args(self, line, minimum, usage):
+        args = line.split()
+        if len(args) < minimum:
+            raise LabError(f"usage: {usage}")
+        return args
+
+    def do_linkdown(self, line):
+        """linkdown A B [N]: take the link(s) between A and B down."""
+        self._set(line, False)
+
+    def do_linkup(self, line):
+        """linkup A B [N]: bring the link(s) between A and B up."""
+        self._set(line, True)
+
+    def _set(self, line, up):
+        args = self._args(line, 2, f"link{'up' if up else 'down'} A B [N]")
+        member = int(args[2]) - 1 if len(args) > 2 else None
+        t0 = time.monotonic()
+        links = self.lab.set_link(args[0], args[1], up, member)
+        print(f"{', '.join(link.label for link in links)} {'up' if up else 'down'}; "
+              f"controller reprogrammed in {time.monotonic() - t0:.2f} s")
+
+    def do_flap(self, line):
+        """flap A B [COUNT [DOWN_S [UP_S]]]: down/up the link COUNT times."""
+        args = self._args(line, 2, "flap A B [COUNT [DOWN_S [UP_S]]]")
+        count = int(args[2]) if len(args) > 2 else 1
+        down_s = float(args[3]) if len(args) > 3 else 1.0
+        up_s = float(args[4]) if len(args) > 4 else 1.0
+        if count < 1 or down_s < 0 or up_s < 0:
+            raise LabError("flap needs COUNT >= 1 and non-negative hold times")
+        reactions = self.lab.flap(args[0], args[1], count, down_s, up_s)
+        rows = [(i // 2 + 1, "up" if r["up"] else "down", r["reprogrammed_s"]) for i, r in enumerate(reactions)]
+        print(format_table(("flap", "state", "reprogram s"), rows))
+
+    def do_paths(self, line):
+        """paths SRC DST: equal-cost paths between two hosts (or host ports / addresses)."""
+        args = self._args(line, 2, "paths SRC DST")
+        paths = self.lab.paths(args[0], args[1])
+        a, b = self.lab.fabric.host_port(args[0]), self.lab.fabric.host_port(args[1])
+        if not paths:
+            print(f"no path from {a.intf} ({a.ip}) to {b.intf} ({b.ip})"
+                  + (" (different planes)" if a.plane != b.plane else ""))
+            return
+        print(f"{len(paths)} equal-cost path(s) from {a.intf} ({a.ip}) to {b.intf} ({b.ip}):")
+        for path in paths:
+            nodes = " > ".join(path_nodes(path, a.leaf))
+            print(f"  {a.intf} > {nodes} > {b.intf}    [{' '.join(link.label for link in path)}]")
+
+    def do_ports(self, line):
+        """ports SWITCH: counters of every port of a switch."""
+        args = self._args(line, 1, "ports SWITCH")
+        switch = args[0]
+        if switch not in self.lab.fabric.switches:
+            raise LabError(f"no switch {switch!r} (switches: {', '.join(sorted(self.lab.fabric.switches))})")
+        ports = self.lab.fabric.switch_ports(switch)
+        counters = telemetry.read_counters(ports.values())
+        drops = telemetry.qdisc_drops(ports.values())
+        rows = []
+        for port_no, intf in ports.items():
+            c = counters.get(intf, {})
+            state = open(f"/sys/class/net/{intf}/operstate").read().strip() if c else "missing"
+            rows.append((port_no, intf, state, c.get("tx_bytes"), c.get("rx_bytes"), c.get("tx_packets"),
+                         c.get("rx_packets"), drops.get(intf)))
+        print(format_table(("port", "interface", "state", "tx bytes", "rx bytes", "tx pkts", "rx pkts",
+                            "buffer drops"), rows))
+
+    def do_uplinks(self, line):
+        """uplinks [SECONDS]: fabric link utilization measured over SECONDS."""
+        seconds = float(line.split()[0]) if line.split() else 2.0
+        if seconds <= 0:
+            raise LabError("uplinks needs SECONDS > 0")
+        before = telemetry.snapshot(self.lab.fabric)
+        time.sleep(seconds)
+        rows = telemetry.link_utilization(self.lab.fabric, before, telemetry.snapshot(self.lab.fabric))
+        print(format_table(("link", "direction", "Mbit/s", "util %", "drops"),
+                           [(r["link"], f"{r['from']}->{r['to']}", r["mbps"],
+                             round(100 * r["utilization"], 1), r["drops"]) for r in rows]))
+        for direction in ("up", "down"):
+            b = telemetry.balance(rows, direction)
+            print(f"{direction}links: mean {b['mean_mbps']} Mbit/s, max {b['max_mbps']}, "
+                  f"max/mean {b['max_mean_ratio']}")
+
+    def do_traffic(self, line):
+        """traffic [SECONDS [LOAD [FLOWS]]]: all-pairs RoCEv2 traffic, then the balance."""
+        from fabriclab.traffic.allpairs import all_pairs_plan
+        from fabriclab.traffic.launcher import run_traffic
+
+        args = line.split()
+        seconds = float(args[0]) if args else 5.0
+        load = float(args[1]) if len(args) > 1 else 0.8
+        flows = int(args[2]) if len(args) > 2 else 1
+        run = run_traffic(self.lab, all_pairs_plan(self.lab.fabric, load, flows), duration_s=seconds)
+        rows = telemetry.link_utilization(self.lab.fabric, *run.window)
+        t = run.totals()
+        print(f"{t['flows']} flows: delivered {t['delivered_mbps']} Mbit/s, loss "
+              f"{100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}; uplink max/mean "
+              f"{telemetry.balance(rows, 'up').get('max_mean_ratio')}")
+
+    def do_ctl(self, _line):
+        """ctl: what the controller sees."""
+        status = self.lab.controller.status()
+        print(f"app {status.get('app')}  generation {status.get('generation')}  "
+              f"programmed {status.get('programmed')}  connected {len(status.get('connected', []))}"
+              f"/{len(self.lab.fabric.switches)}")
+        for key in status.get("down_links", []):
+            print(f"  down: {key[0]}:{key[1]} - {key[2]}:{key[3]}")
+        for problem in status.get("mismatches", []):
+            print(f"  mismatch: {problem}")
+        for event in status.get("events", [])[-8:]:
+            print(f"  {time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']} "
+                  f"{event['subject']}")
+
+
+def run_prompt(lab):
+    LabPrompt(lab)

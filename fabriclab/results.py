@@ -1,0 +1,103 @@
+"""Results files and the tables printed from them.
+
+Every results.json says what ran and at what scale: the spec (link rates, buffers, time scale),
+the mechanisms the kernel allowed, the routing app, the workload, and how busy the CPU was. A run
+whose CPU was saturated is marked invalid, because then the software switches, not the fabric,
+set the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import time
+
+from fabriclab import __version__, telemetry
+from fabriclab.table import format_table
+
+CPU_SATURATED = 0.90   # share of all cores busy above which a run's numbers are not trusted
+
+
+def cpu_times():
+    """(total, idle) jiffies of all cores, from /proc/stat."""
+    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]
+
+
+def cpu_busy(before, after):
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return round(1 - idle / total, 3) if total > 0 else None
+
+
+def build_result(lab, workload, run, cpu, extra=None):
+    """The results document of one traffic run on a lab."""
+    fabric = lab.fabric
+    links = telemetry.link_utilization(fabric, *run.window)
+    spec = fabric.spec
+    return {
+        "fabriclab": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"kernel": platform.release(), "cpus": os.cpu_count()},
+        "scale": {
+            "host_rate_mbps": spec.host_rate_mbps,
+            "fabric_rate_mbps": spec.fabric_rate_mbps,
+            "buffers_bytes": fabric.summary()["buffers_bytes"],
+            "real_host_rate_mbps": spec.real_host_rate_mbps,
+            "time_scale": spec.time_scale,
+            "note": "emulated rates; time_scale = real_host_rate / host_rate when the spec states it",
+        },
+        "mechanisms": {"ovs_datapath": lab.datapath, "shaping": "htb+bfifo"},
+        "spec": spec.to_dict(),
+        "fabric": fabric.summary(),
+        "routing": lab.routing,
+        "workload": workload,
+        "cpu_busy": cpu,
+        "valid": cpu is None or cpu < CPU_SATURATED,
+        "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
+        "traffic": run.totals(),
+        "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
+        "links": links,
+        "flows": run.flow_rows(),
+        "actions": run.actions,
+        **(extra or {}),
+    }
+
+
+def write_result(doc, out_dir=None):
+    """Write results.json into out_dir (default results/<time>-<spec>/); returns the path."""
+    if out_dir is None:
+        out_dir = pathlib.Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{doc['spec']['name']}"
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.json"
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def uplink_table(doc):
+    rows = [(r["link"], f"{r['from']}->{r['to']}", r["mbps"], round(100 * r["utilization"], 1), r["drops"])
+            for r in doc["links"]]
+    return format_table(("link", "direction", "Mbit/s", "util %", "drops"), rows,
+                        title="Fabric link utilization (steady state)")
+
+
+def summary_table(doc):
+    up, down = doc["balance"]["up"], doc["balance"]["down"]
+    t = doc["traffic"]
+    scale = doc["scale"]
+    rows = [
+        ("routing", doc["routing"]),
+        ("fabric", f"{doc['fabric']['name']}: {doc['fabric']['switches']} switches, "
+                   f"{doc['fabric']['hosts']} hosts, oversubscription {doc['fabric']['oversubscription']}"),
+        ("link rates", f"host {scale['host_rate_mbps']} Mbit/s, fabric {scale['fabric_rate_mbps']} Mbit/s"
+                       + (f" (time scale x{scale['time_scale']:.0f})" if scale["time_scale"] else "")),
+        ("flows", t["flows"]),
+        ("delivered", f"{t['delivered_mbps']} Mbit/s, loss {100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}"),
+        ("uplink max/mean", up.get("max_mean_ratio")),
+        ("downlink max/mean", down.get("max_mean_ratio")),
+        ("cpu busy", f"{100 * doc['cpu_busy']:.0f} %" + ("" if doc["valid"] else
+                                                           "  (SATURATED: results not valid)")),
+    ]
+    return format_table(("metric", "value"), rows, title="Summary")

@@ -1,0 +1,113 @@
+"""The default fabric on real Mininet + OVS + os-ken: reachability, ECMP spread, shaping, the wire.
+
+One fabric for the module (bring-up is about a second); every test sends real packets.
+"""
+
+import subprocess
+import time
+
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.utils import rdpcap
+
+from fabriclab import telemetry
+from fabriclab.lab import Lab
+from fabriclab.topologies.spec import load_spec
+from fabriclab.traffic import roce
+from fabriclab.traffic.allpairs import all_pairs_plan
+from fabriclab.traffic.launcher import run_traffic
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with Lab(load_spec("default"), routing="ecmp") as running:
+        yield running
+
+
+def test_every_nic_reaches_every_other(lab):
+    ports = [p for host in lab.fabric.hosts.values() for p in host.ports]
+    failed = [(a.intf, b.intf) for a in ports for b in ports
+              if a.host != b.host and not lab.ping(a, b)]
+    assert not failed, f"{len(failed)} of {len(ports) * (len(ports) - 1)} pairs unreachable: {failed[:5]}"
+
+
+def test_leaves_hold_one_select_group_per_remote_leaf_over_every_spine(lab):
+    out = subprocess.run(["ovs-ofctl", "--names", "-O", "OpenFlow13", "dump-groups", "l1"],
+                         capture_output=True, text=True, check=True).stdout
+    groups = [line for line in out.splitlines() if "group_id=" in line]
+    assert len(groups) == lab.fabric.spec.leaves - 1
+    uplinks = [link.a_intf for link in lab.fabric.fabric_links if link.a == "l1"]
+    for group in groups:
+        assert "type=select" in group
+        assert sorted(u for u in uplinks if f'output:"{u}"' in group) == sorted(uplinks)
+
+
+def test_distinct_flows_spread_over_spines_without_reordering(lab):
+    plan = all_pairs_plan(lab.fabric, load=0.3, flows_per_pair=2)
+    run = run_traffic(lab, plan, duration_s=3.0)
+    rows = telemetry.link_utilization(lab.fabric, *run.window)
+    per_spine = {}
+    for row in rows:
+        if row["direction"] == "up":
+            per_spine[row["to"]] = per_spine.get(row["to"], 0.0) + row["mbps"]
+    busy = [spine for spine, mbps in per_spine.items() if mbps > 0.5]
+    assert len(busy) >= 3, f"ECMP used only {busy}: {per_spine}"
+    totals = run.totals()
+    assert totals["loss"] < 0.02, totals
+    # Hashing is per flow, so a flow never takes two paths: no out-of-sequence arrivals.
+    assert totals["oos"] == 0, totals
+    # Cross-leaf traffic is 6/7 of what hosts send; the uplinks must have carried about that.
+    offered = sum(f["rate_mbps"] for flows in plan.values() for f in flows)
+    assert sum(per_spine.values()) == pytest.approx(offered * 6 / 7, rel=0.25)
+
+
+def test_switch_port_shaping_limits_an_incast_to_the_link_rate(lab):
+    """h1 and h2 (leaf l1) each send 0.9 x rate to h3: l2's port to h3 caps it and its buffer drops."""
+    rate = lab.fabric.spec.host_rate_mbps
+    dst = lab.fabric.hosts["h3"].ports[0]
+    plan = {name: [{"id": f"{name}-h3", "src": lab.fabric.hosts[name].ports[0].ip, "dst": dst.ip,
+                    "src_qpn": 0x20, "dst_qpn": 0x30 + i, "sport": None, "rate_mbps": 0.9 * rate}]
+            for i, name in enumerate(("h1", "h2"))}
+    run = run_traffic(lab, plan, duration_s=3.0)
+    rows = telemetry.link_utilization(lab.fabric, *run.window)
+    before, after = run.window
+    port = f"l2-eth{dst.leaf_port}"
+    mbps = (after["counters"][port]["tx_bytes"] - before["counters"][port]["tx_bytes"]) * 8 / \
+        (after["time"] - before["time"]) / 1e6
+    assert mbps == pytest.approx(rate, rel=0.12), f"{port} sent {mbps:.2f} Mbit/s, link is {rate}"
+    assert after["drops"][port] - before["drops"][port] > 0, "an overloaded port's buffer must drop"
+    assert run.totals()["loss"] > 0.3
+    assert rows   # the fabric links were measured too
+
+
+def test_packets_on_the_spine_are_rocev2_with_a_valid_icrc(lab, tmp_path):
+    src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h8"].ports[0]
+    pcaps = []
+    procs = []
+    for spine in ("s1", "s2", "s3", "s4"):
+        pcap = tmp_path / f"{spine}.pcap"
+        pcaps.append(pcap)
+        procs.append(subprocess.Popen(["tcpdump", "-i", f"{spine}-eth1", "-U", "-w", str(pcap),
+                                       "-c", "50", "udp", "port", "4791"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)
+    plan = {"h1": [{"id": "wire", "src": src.ip, "dst": dst.ip, "src_qpn": 0x77, "dst_qpn": 0x99,
+                    "sport": None, "rate_mbps": 2.0}]}
+    try:
+        run_traffic(lab, plan, duration_s=1.0)
+    finally:
+        time.sleep(0.5)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(5)
+    packets = [p for pcap in pcaps if pcap.exists() and pcap.stat().st_size > 24 for p in rdpcap(str(pcap))]
+    assert packets, "no RoCEv2 packet crossed any spine towards l4"
+    for pkt in packets:
+        assert pkt[UDP].dport == 4791
+        assert pkt[UDP].sport == roce.udp_source_port(0x77, 0x99)
+        assert pkt[BTH].dqpn == 0x99
+        assert pkt[IP].tos >> 2 == roce.DEFAULT_DSCP
+        assert roce.icrc_ok(bytes(pkt[IP])), "ICRC on the wire does not match the packet"

@@ -1,0 +1,47 @@
+"""The all-pairs workload: every host port streams RoCEv2 RDMA WRITEs to its peers.
+
+Pure planning, no network: which flows each host sends, with QP numbers and rates. A host port
+talks to the port of the same NIC index on the same plane of every other host (as a collective
+library pairs rails), so multi-NIC and multiplane fabrics carry one stream set per rail and plane.
+"""
+
+from __future__ import annotations
+
+from fabriclab.errors import LabError
+
+FIRST_QPN = 0x11   # QPNs below this are reserved by RDMA (QP0, QP1)
+
+
+def peers(fabric, port):
+    return [p for host in fabric.hosts.values() if host.name != port.host
+            for p in host.ports if p.nic == port.nic and p.plane == port.plane]
+
+
+def all_pairs_plan(fabric, load=0.8, flows_per_pair=1):
+    """{host: [flow dict for the traffic agent]}; each port offers `load` x its link rate in total."""
+    if not 0 < load <= 1.0:
+        raise LabError(f"load must be in (0, 1], got {load}")
+    if not isinstance(flows_per_pair, int) or flows_per_pair < 1:
+        raise LabError(f"flows per pair must be a whole number >= 1, got {flows_per_pair!r}")
+    if len(fabric.hosts) < 2:
+        raise LabError(f"fabric {fabric.spec.name!r} has one host: all-pairs traffic needs two")
+    plan = {}
+    for host in fabric.hosts.values():
+        flows = []
+        for port in host.ports:
+            dests = peers(fabric, port)
+            rate = fabric.spec.host_rate_mbps * load / (len(dests) * flows_per_pair)
+            for dst in dests:
+                dst_host = fabric.hosts[dst.host]
+                for k in range(flows_per_pair):
+                    # A QP per (peer, flow) at each end, as a collective opens one per connection.
+                    flows.append({
+                        "id": f"{port.intf}>{dst.intf}#{k}",
+                        "src": port.ip, "dst": dst.ip,
+                        "src_qpn": FIRST_QPN + (dst_host.index * flows_per_pair + k),
+                        "dst_qpn": FIRST_QPN + (host.index * flows_per_pair + k),
+                        "sport": None,
+                        "rate_mbps": round(rate, 6),
+                    })
+        plan[host.name] = flows
+    return plan

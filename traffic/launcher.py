@@ -1,0 +1,171 @@
+"""Runs a traffic plan on a live lab: one agent per host, a shared start time, bounded waits.
+
+The launcher writes each host's agent config into the run folder, starts the agents inside the
+hosts' namespaces, samples the switch counters while they run, fires timed actions (a link going
+down at t = 2 s, say), and gathers every agent's result. An agent that fails is named with its
+host and its own error line; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from fabriclab import telemetry
+from fabriclab.errors import LabError
+
+AGENT_MODULE = "fabriclab.traffic.generator"
+START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
+LINGER_S = 1.0
+
+
+@dataclass
+class TrafficRun:
+    plan: dict
+    duration_s: float
+    start_mono: float
+    results: dict = field(default_factory=dict)      # host -> agent result
+    samples: list = field(default_factory=list)      # telemetry snapshots, in time order
+    window: tuple = ()                              # (before, after) snapshots of the steady state
+    actions: list = field(default_factory=list)      # what was done when, with its outcome
+
+    def flow_rows(self):
+        """Per flow: sent and received bytes, loss, out-of-sequence, delivered Mbit/s."""
+        received = {}
+        for result in self.results.values():
+            for rec in result.get("received", []):
+                received[(rec["src"], rec["dst"], rec["dst_qpn"])] = rec
+        rows = []
+        for host, flows in self.plan.items():
+            sent = self.results.get(host, {}).get("sent", {})
+            for flow in flows:
+                s = sent.get(flow["id"], {})
+                r = received.get((flow["src"], flow["dst"], flow["dst_qpn"]), {})
+                tx, rx = s.get("packets", 0), r.get("packets", 0)
+                rows.append({
+                    "id": flow["id"], "src": flow["src"], "dst": flow["dst"],
+                    "rate_mbps": flow["rate_mbps"],
+                    "sent_packets": tx, "received_packets": rx,
+                    "loss": round(1 - rx / tx, 5) if tx else None,
+                    "oos": r.get("oos", 0),
+                    "delivered_mbps": round(r.get("wire_bytes", 0) * 8 / self.duration_s / 1e6, 4),
+                })
+        return rows
+
+    def totals(self):
+        rows = self.flow_rows()
+        sent = sum(r["sent_packets"] for r in rows)
+        received = sum(r["received_packets"] for r in rows)
+        return {"flows": len(rows), "sent_packets": sent, "received_packets": received,
+                "loss": round(1 - received / sent, 5) if sent else None,
+                "oos": sum(r["oos"] for r in rows),
+                "delivered_mbps": round(sum(r["delivered_mbps"] for r in rows), 3)}
+
+    def series(self, intf):
+        """(seconds since start, Mbit/s) of one switch port over the samples."""
+        points = []
+        for prev, cur in zip(self.samples, self.samples[1:]):
+            a, b = prev["counters"].get(intf), cur["counters"].get(intf)
+            dt = cur["time"] - prev["time"]
+            if a and b and dt > 0:
+                points.append((round(cur["time"] - self.start_mono, 3),
+                               (b["tx_bytes"] - a["tx_bytes"]) * 8 / dt / 1e6))
+        return points
+
+
+def run_traffic(lab, plan, duration_s=5.0, payload_bytes=1024, message_bytes=65536,
+                sport_mode="qp", actions=(), sample_interval_s=0.25, settle_s=0.5, progress=None):
+    """Run `plan` ({host: [flow]}) for duration_s; `actions` are (seconds after start, callable).
+
+    The steady-state window for link utilization starts `settle_s` after the start and ends at
+    the end of sending, so start-up and drain do not dilute the averages.
+    """
+    if duration_s <= 0:
+        raise LabError(f"duration must be > 0 s, got {duration_s}")
+    if settle_s >= duration_s:
+        settle_s = 0.0
+    for host in plan:
+        lab.host(host)       # a LabError naming any host the fabric does not have
+    folder = lab.run.path("traffic")
+    folder.mkdir(exist_ok=True)
+    start_unix = time.time() + START_MARGIN_S
+    start_mono = time.monotonic() + START_MARGIN_S
+    procs = {}
+    run = TrafficRun(plan, duration_s, start_mono)
+    try:
+        for host in lab.fabric.hosts:
+            config = {"listen": True, "flows": plan.get(host, []), "start_at": start_unix,
+                      "duration_s": duration_s, "payload_bytes": payload_bytes,
+                      "message_bytes": message_bytes, "linger_s": LINGER_S, "sport_mode": sport_mode}
+            cfg, out = folder / f"{host}.json", folder / f"{host}.result.json"
+            cfg.write_text(json.dumps(config))
+            out.unlink(missing_ok=True)
+            proc = lab.net.get(host).popen([sys.executable, "-m", AGENT_MODULE, "--config", str(cfg),
+                                            "--out", str(out)],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            lab.run.add_process(proc.pid, "traffic-agent", AGENT_MODULE)
+            procs[host] = (proc, out)
+        pending = sorted(actions, key=lambda a: a[0])
+        end = start_mono + duration_s
+        window_start = start_mono + settle_s
+        before = None
+        next_sample = start_mono
+        while time.monotonic() < end:
+            now = time.monotonic()
+            for host, (proc, _out) in procs.items():
+                if proc.poll() not in (None, 0):
+                    raise LabError(f"traffic agent on {host} exited early: {_stderr_line(proc)}")
+            if pending and now >= start_mono + pending[0][0]:
+                at, action = pending.pop(0)
+                t0 = time.monotonic()
+                outcome = action()
+                run.actions.append({"at_s": at, "took_s": round(time.monotonic() - t0, 3),
+                                    "action": getattr(action, "description", repr(action)),
+                                    "outcome": outcome if isinstance(outcome, (dict, list, str)) else None})
+                continue
+            if now >= next_sample:
+                snap = telemetry.snapshot(lab.fabric)
+                if now >= start_mono:
+                    run.samples.append(snap)
+                if before is None and now >= window_start:
+                    before = snap
+                next_sample += sample_interval_s
+                if progress:
+                    progress(min(1.0, max(0.0, (now - start_mono) / duration_s)))
+            time.sleep(max(0.0, min(next_sample, end) - time.monotonic()) if not pending
+                       else 0.01)
+        after = telemetry.snapshot(lab.fabric)
+        run.samples.append(after)
+        run.window = (before or run.samples[0], after)
+        deadline = time.monotonic() + LINGER_S + 15.0
+        for host, (proc, out) in procs.items():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise LabError(f"traffic agent on {host} did not finish within "
+                               f"{LINGER_S + 15.0:.0f} s after the run") from None
+            if proc.returncode not in (0, 1):
+                raise LabError(f"traffic agent on {host} failed: {_stderr_line(proc)}")
+            try:
+                run.results[host] = json.loads(out.read_text())
+            except (OSError, ValueError):
+                raise LabError(f"traffic agent on {host} wrote no result: {_stderr_line(proc)}") from None
+            if run.results[host].get("errors"):
+                raise LabError(f"traffic agent on {host}: {run.results[host]['errors'][0]}")
+    finally:
+        for proc, _out in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return run
+
+
+def _stderr_line(proc):
+    try:
+        err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    except (OSError, ValueError, AttributeError):
+        err = []
+    return err[-1] if err else f"exit code {proc.returncode}"
