@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
@@ -39,6 +40,8 @@ def register(subparsers):
 
     p = subparsers.add_parser("up", help="bring a fabric up and open the lab prompt")
     _fabric_args(p)
+    p.add_argument("--script", metavar="FILE",
+                   help="run the prompt commands in FILE first (then read the terminal, until EOF)")
     p.set_defaults(func=cmd_up)
 
     p = subparsers.add_parser("run", help="bring a fabric up, run all-pairs RoCEv2 traffic, "
@@ -109,12 +112,14 @@ def cmd_up(args):
 
     spec = load_spec(args.spec)
     check_app(args.routing)
+    if args.script and not os.path.isfile(args.script):
+        raise LabError(f"no script file {args.script!r}")
     lab = Lab(spec, routing=args.routing, verbose=args.verbose)
     print(f"bringing up {spec.name} with {args.routing} ...", flush=True)
     with lab:
         print(f"fabric up in {lab.timings['up_s']:.1f} s: {len(lab.fabric.switches)} switches, "
               f"{len(lab.fabric.hosts)} hosts, datapath {lab.datapath}. Type `help` for lab commands.")
-        run_prompt(lab)
+        run_prompt(lab, script=args.script)
     print("fabric torn down")
     return 0
 

@@ -98,7 +98,13 @@ def _not_probed(caps, name):
 
 
 def mechanisms(caps):
-    """Map each lab feature key to the Mechanism the lab will use on a machine with `caps`."""
+    """Map each lab feature key to the Mechanism the lab will use on a machine with `caps`.
+
+    Keys, in table order: root, ovs, ovs_datapath, mininet, shaping, ecn, delay, queue_model,
+    roce, ethtool, iperf3. Mechanisms: ovs_datapath "kernel" | "userspace"; shaping "htb" | "tbf";
+    ecn "red" | "bpf-clsact" | "unavailable"; delay "netem" | "none"; queue_model "bpf-clsact" |
+    "unavailable"; roce "rdma_rxe" | "udp".
+    """
     m = {}
 
     m["root"] = Mechanism(
@@ -442,14 +448,14 @@ def _probe_now():
         notes["ovs_kernel_module"] = notes.pop("openvswitch")
     rxe = _kernel_module("rdma_rxe", notes)
 
-    mn_system, why = _mininet_importable(SYSTEM_PYTHON)
+    # The lab runs Mininet in this interpreter (the venv); /usr/bin/python3 is where it comes from.
+    mn_system, why_system = _mininet_importable(SYSTEM_PYTHON)
     if os.path.realpath(sys.executable) == os.path.realpath(SYSTEM_PYTHON):
-        mn_here = mn_system
+        mn_here, why_here = mn_system, why_system
     else:
         mn_here, why_here = _mininet_importable(sys.executable)
-        why = why if not mn_here and not mn_system else why_here
     if not mn_here:
-        notes["mininet"] = why
+        notes["mininet"] = why_here
 
     tc = _probe_tc(root, clang, notes)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from mininet.cli import CLI
+from mininet.log import lg, setLogLevel
 
 from fabriclab import telemetry
 from fabriclab.apps.paths import path_nodes
@@ -165,5 +166,12 @@ class LabPrompt(CLI):
                   f"{event['subject']}")
 
 
-def run_prompt(lab):
-    LabPrompt(lab)
+def run_prompt(lab, script=None):
+    # Mininet prints node commands' output (`h1 ping h2`) at its 'output' log level.
+    previous = lg.getEffectiveLevel()
+    if not lab.verbose:
+        setLogLevel("output")
+    try:
+        LabPrompt(lab, script=script)
+    finally:
+        lg.setLevel(previous)

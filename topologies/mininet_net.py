@@ -7,6 +7,7 @@ the lab itself (not Mininet's TCLink, which silently ignores qdiscs the kernel l
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 from mininet.link import Link
@@ -58,7 +59,9 @@ def host_setup_script(host):
 
     A port answers for one /32 and reaches its plane's 10.<plane>.0.0/16 on-link (the controller
     answers ARP). A rule per source address sends traffic bound to a port out of that port, as on a
-    multi-NIC training host; unbound traffic uses the host's first port of each plane.
+    multi-NIC training host, and nowhere else: its table ends in `unreachable`, so traffic from a
+    plane-1 address never leaks into plane 2 through the host. Unbound traffic uses the host's
+    first port of each plane.
     """
     lines = [
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
@@ -74,6 +77,7 @@ def host_setup_script(host):
             f"ip addr add {port.ip}/32 dev {port.intf}",
             f"ip link set {port.intf} up",
             f"ip route add {net} dev {port.intf} src {port.ip} table {table}",
+            f"ip route add unreachable default table {table}",
             f"ip rule add from {port.ip} table {table} priority {table}",
         ]
         if port.plane not in main_plane_done:
@@ -130,6 +134,11 @@ def populate(net, fabric, run, datapath="user"):
             script += "\n" + as_script(shaping_commands(port.intf, fabric.spec.host_rate_mbps,
                                                         fabric.buffer_bytes(host.name)))
         _check_node_script(node, script, "host set-up")
+        # Tell Mininet the addresses we configured (bookkeeping only), so its own commands
+        # (`pingall`, `h1 ping h2`) know them.
+        for port in host.ports:
+            intf = node.nameToIntf[port.intf]
+            intf.ip, intf.prefixLen, intf.mac = port.ip, 32, port.mac
 
 
 def _rate_of(fabric, intf):
@@ -148,11 +157,12 @@ def _root_script(script, what):
 
 def _check_node_script(node, script, what):
     """Run a script in a node's shell, stopping at the first failing line, and report it."""
-    wrapped = "(set -e\n" + script + "\n) 2>&1; echo __rc=$?"
-    out = node.cmd(wrapped)
-    rc_lines = [line for line in out.splitlines() if line.startswith("__rc=")]
-    if not rc_lines or rc_lines[-1] != "__rc=0":
-        detail = [line for line in out.splitlines() if line.strip() and not line.startswith("__rc=")]
+    out = node.cmd("(set -e\n" + script + "\n) 2>&1; echo __rc=$?")
+    # The node's interactive shell echoes a '> ' continuation prompt per line of the script.
+    out = re.sub(r"(?m)^(> )+", "", out)
+    codes = re.findall(r"__rc=(\d+)", out)
+    if not codes or codes[-1] != "0":
+        detail = [line for line in out.splitlines() if line.strip() and "__rc=" not in line]
         raise LabError(f"{what} failed on {node.name}: {detail[-1] if detail else out.strip()}")
 
 

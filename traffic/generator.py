@@ -651,6 +651,84 @@ class Receiver:
         return self.counts.result()
 
 
+class ReceiverProcess:
+    """Runs a `Receiver` in a forked child process and hands its counters back through a pipe.
+
+    Sending and receiving in one Python process would share one GIL: a receiver busy with a
+    burst delays the sender's wake-ups (and the other way round), which shows up as pacing error
+    on hosts that send and receive at once, as every host of a collective does. Two processes
+    let the kernel schedule them on different cores. The child stops at its deadline, on SIGTERM
+    or SIGINT (the parent forwards its own), and when the parent dies.
+    """
+
+    def __init__(self, receiver):
+        self.receiver = receiver
+        self.pid = None
+        self.read_fd = None
+
+    def start(self, until_mono):
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            self._child(write_fd, until_mono)
+        os.close(write_fd)
+        self.receiver.close()          # the child owns the socket now
+        self.pid, self.read_fd = pid, read_fd
+
+    def _child(self, write_fd, until_mono):
+        status = 0
+        try:
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            _die_with_parent()
+            try:
+                self.receiver.run(stop, until_mono)
+                report = {"received": self.receiver.result(),
+                          "malformed": self.receiver.counts.malformed}
+            except Exception as exc:           # reported by the parent as a run error
+                report = {"error": f"receiver failed: {exc!r}"}
+                status = 1
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(json.dumps(report).encode())
+        finally:
+            os._exit(status)
+
+    def stop(self):
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def collect(self):
+        """Wait for the child; return its report ({"received", "malformed"} or {"error"})."""
+        chunks = []
+        with os.fdopen(self.read_fd, "rb") as pipe:
+            while True:
+                chunk = pipe.read(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        os.waitpid(self.pid, 0)
+        self.pid = None
+        try:
+            return json.loads(b"".join(chunks))
+        except ValueError:
+            return {"error": "receiver process ended without a report"}
+
+
+def _die_with_parent():
+    """Ask Linux to send SIGTERM to this process when its parent exits (PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 # -- the agent ------------------------------------------------------------------------------------
 
 class Agent:
@@ -661,6 +739,8 @@ class Agent:
         self.stop_event = threading.Event()
         self.sender = Sender(config, self.stop_event, seed) if config.flows else None
         self.receiver = None
+        self.received = []
+        self.malformed = 0
         self.warnings = []
         self.errors = []
         self.interrupted = False
@@ -668,11 +748,14 @@ class Agent:
     def run(self):
         """Open sockets (LabError if the host cannot run this config), wait, send, count."""
         config = self.config
-        if config.listen:
-            self.receiver = Receiver()
-        if self.sender:
-            self.sender.open_sockets()
-        receive_thread = None
+        receiver = Receiver() if config.listen else None
+        try:
+            if self.sender:
+                self.sender.open_sockets()
+        except LabError:
+            if receiver:
+                receiver.close()
+            raise
         try:
             start_unix = config.start_at if config.start_at is not None else time.time()
             # Listening starts now (a peer may start a little early); sending at start_at.
@@ -681,29 +764,35 @@ class Agent:
             if delay < -LATE_START_WARNING_S:
                 self.warnings.append(f"started {-delay:.3f} s after start_at")
             end_mono = start_mono + config.duration_s
-            if self.receiver:
-                receive_thread = threading.Thread(
-                    target=self.receiver.run, name="roce-receiver",
-                    args=(self.stop_event, end_mono + config.linger_s), daemon=True)
-                receive_thread.start()
+            if receiver:
+                self.receiver = ReceiverProcess(receiver)
+                self.receiver.start(end_mono + config.linger_s)
             if self.sender:
                 while not self.stop_event.is_set() and time.monotonic() < start_mono:
                     time.sleep(max(0.0, min(start_mono - time.monotonic(), RECEIVE_POLL_S)))
                 self.sender.run(start_mono, end_mono)
-            if receive_thread:
-                while receive_thread.is_alive():
-                    receive_thread.join(RECEIVE_POLL_S)
-        finally:
+        except BaseException:
             self.stop_event.set()
-            if receive_thread:
-                receive_thread.join()
+            raise
+        finally:
             if self.sender:
                 self.sender.close()
             if self.receiver:
-                self.receiver.close()
+                if self.stop_event.is_set():
+                    self.receiver.stop()
+                report = self.receiver.collect()
+                self.received = report.get("received", [])
+                self.malformed = report.get("malformed", 0)
+                if "error" in report:
+                    self.errors.append(report["error"])
+            elif receiver:
+                receiver.close()
 
     def stop(self, *_):
+        """Stop sending and receiving now (signal handlers call this)."""
         self.stop_event.set()
+        if self.receiver:
+            self.receiver.stop()
 
     def result(self):
         errors = list(self.errors)
@@ -719,8 +808,8 @@ class Agent:
                        "ecn": self.config.ecn, "sport_mode": self.config.sport_mode},
             "interrupted": self.interrupted,
             "sent": self.sender.result() if self.sender else {},
-            "received": self.receiver.result() if self.receiver else [],
-            "malformed": self.receiver.counts.malformed if self.receiver else 0,
+            "received": self.received,
+            "malformed": self.malformed,
             "errors": errors,
             "warnings": warnings,
         }

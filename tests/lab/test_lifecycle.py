@@ -1,0 +1,142 @@
+"""Bring-up and teardown hygiene: nothing left behind, bad input refused early, `clean` repairs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fabriclab.errors import LabError
+from fabriclab.lab import Lab
+from fabriclab.runstate import RUN_ROOT
+from fabriclab.topologies.spec import load_spec
+from tests.lab import labutil
+
+pytestmark = pytest.mark.lab
+
+FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
+
+
+def cli(*args, timeout=120, **kw):
+    return subprocess.run(FABRICLAB + list(args), capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def programmed_runs():
+    runs = []
+    for status in (RUN_ROOT / "runs").glob("*/controller.json"):
+        try:
+            if json.loads(status.read_text()).get("programmed"):
+                runs.append(status.parent)
+        except (OSError, ValueError):
+            pass
+    return runs
+
+
+def test_teardown_leaves_nothing_behind():
+    before = labutil.resources()
+    with Lab(load_spec("tiny")) as lab:
+        during = labutil.resources()
+        assert labutil.leaked(before, during)["bridges"] == sorted(lab.fabric.switches)
+        assert len(labutil.leaked(before, during)["netns"]) == len(lab.fabric.hosts)
+    assert labutil.leaked(before, labutil.resources()) == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no-such-spec"], "no spec file 'no-such-spec'"),
+    (["run", "tiny", "--routing", "magic"], "unknown routing app 'magic'"),
+    (["run", "tiny", "--link-down", "l1-s9@1"], "no node 's9'"),
+    (["run", "tiny", "--link-down", "l1-s1@99", "--duration", "2"], "after the traffic ends"),
+    (["run", "tiny", "--load", "0"], "load must be in (0, 1]"),
+    (["run", "tiny", "--duration", "0"], "--duration must be > 0"),
+])
+def test_bad_input_fails_in_one_line_before_anything_is_built(args, message):
+    before = labutil.resources()
+    proc = cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fabriclab: error: "), proc.stderr
+    assert message in lines[0]
+    assert labutil.leaked(before, labutil.resources()) == {}
+
+
+def test_bad_spec_file_fails_before_anything_is_built(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nleaves: 2\nspines: 0\nhost_rate: -5\ncolour: red\n")
+    before = labutil.resources()
+    proc = cli("run", str(bad))
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert "\n" not in line
+    assert "unknown key 'colour'" in line and "spines must be >= 1" in line and "host_rate" in line
+    assert labutil.leaked(before, labutil.resources()) == {}
+
+
+def test_unknown_host_is_a_clear_error():
+    with Lab(load_spec("tiny")) as lab:
+        with pytest.raises(LabError, match="no host 'h99'"):
+            lab.host("h99")
+        with pytest.raises(LabError, match="no host or host port 'h99'"):
+            lab.paths("h1", "h99")
+
+
+def test_clean_repairs_a_killed_run():
+    before = labutil.resources()
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "from fabriclab.lab import Lab; from fabriclab.topologies.spec import load_spec;"
+                             "import time; Lab(load_spec('tiny')).start(); time.sleep(300)"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(programmed_runs, 60, "the fabric to come up")
+        proc.kill()                        # SIGKILL: no teardown runs
+        proc.wait()
+        left = labutil.leaked(before, labutil.resources())
+        assert left.get("bridges") and left.get("processes") and left.get("netns")
+        out = cli("clean")
+        assert out.returncode == 0, out.stderr
+        assert "stopped" in out.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert labutil.leaked(before, labutil.resources()) == {}
+    assert not list((RUN_ROOT / "runs").glob("*"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_a_run_tears_it_down(sig):
+    before = labutil.resources()
+    proc = subprocess.Popen(FABRICLAB + ["run", "tiny", "--duration", "30"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        run_dir = wait_for(programmed_runs, 60, "the fabric to come up")[0]
+        wait_for(lambda: (run_dir / "traffic").exists(), 30, "traffic to start")
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert labutil.leaked(before, labutil.resources()) == {}
+    assert not run_dir.exists()
+
+
+def test_clean_leaves_a_live_run_alone():
+    with Lab(load_spec("tiny")) as lab:
+        out = cli("clean")
+        assert out.returncode == 0
+        assert f"run {lab.run.id} is live" in out.stdout
+        assert lab.ping(lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0])
