@@ -87,6 +87,7 @@ class Mechanism:
     mechanism: str
     note: str
     required: bool = False
+    planned: bool = False     # chosen for this kernel, but not yet built into the lab
 
 
 # ---------------------------------------------------------------------------
@@ -188,7 +189,21 @@ def mechanisms(caps):
     m["iperf3"] = Mechanism(
         "iperf3", caps.iperf3, "iperf3" if caps.iperf3 else "",
         "TCP baseline checks" if caps.iperf3 else "iperf3 missing; " + FIX_HINT)
+    # Honesty: the choice is made here, but these mechanisms are not in the lab yet.
+    for key in PLANNED:
+        mech = m[key]
+        if mech.mechanism in PLANNED[key]:
+            m[key] = dataclasses.replace(mech, planned=True)
     return m
+
+
+# Mechanisms doctor can choose that the lab does not run yet (queueing model, soft-RoCE backend).
+PLANNED = {
+    "ecn": {"red", "bpf-clsact"},
+    "delay": {"netem"},
+    "queue_model": {"bpf-clsact"},
+    "roce": {"rdma_rxe"},
+}
 
 
 def _bpf_reason(caps):
@@ -233,7 +248,8 @@ def _missing_message(missing):
 def render_table(mechs):
     rows = [("feature", "available", "mechanism the lab uses", "note")]
     for m in mechs.values():
-        rows.append((m.feature, "yes" if m.available else "no", m.mechanism or "-", m.note))
+        mechanism = (m.mechanism or "-") + (" (planned)" if m.planned else "")
+        rows.append((m.feature, "yes" if m.available else "no", mechanism, m.note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = []
     for i, row in enumerate(rows):
