@@ -26,10 +26,29 @@ Config (JSON object; unknown keys are errors)::
 A flow's `rate_mbps` is paced on Ethernet frame bytes (IP datagram + 14-byte Ethernet header, the
 bytes Linux interface counters and htb count), so a flow of N Mbit/s fills N Mbit/s of a link.
 
-The result JSON lists what was sent per flow and what was received per (source address, source
-port, destination QP); see `Agent.result()`. Exit status: 0 when the run completed without
-errors, 1 when it completed with errors (listed in the result and the first one on stderr),
-2 when the config or the host is unusable (nothing written).
+Sending and receiving run in two processes (the receiver is forked) so that they do not share
+one GIL. The agent stops by itself after start_at + duration_s + linger_s, and on SIGTERM or
+SIGINT writes what it has (with "interrupted": true).
+
+Result (JSON object)::
+
+    host_addresses  IPv4 addresses of this namespace
+    config          the run parameters that shape the numbers (start_at, duration_s, sizes, ...)
+    sent            {flow id: {src, dst, sport, src_qpn, dst_qpn, rate_mbps, achieved_mbps,
+                     packets, bytes (RDMA payload), wire_bytes (Ethernet frames), enobufs (sends
+                     refused by a full qdisc/socket buffer, retried), send_errors (routing
+                     errors, retried), behind_s (schedule given up to CPU stalls), start, end}}
+    received        [{src, sport, dst, dst_qpn, packets, bytes, wire_bytes, oos (PSN not the
+                     expected one), late (PSN behind: duplicate or overtaken), ce (ECN CE
+                     marked), first, last}], one per (source address, source port, dest QP)
+    malformed       UDP 4791 datagrams too short or truncated to be RoCEv2
+    errors          problems that spoil the run (exit status 1, the first also on stderr)
+    warnings        problems worth knowing (late start, rate not reached, routing errors)
+    interrupted     true if stopped by a signal
+
+Times are unix seconds (arrivals are kernel receive timestamps). Exit status: 0 when the run
+completed without errors, 1 when it completed with errors, 2 when the config or the host is
+unusable (one line on stderr, nothing written).
 """
 
 import argparse
@@ -169,7 +188,8 @@ def _unicast_address(where, name, value):
 def _check_keys(where, data, known):
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise LabError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
+        raise LabError(f"{where}: unknown key {unknown[0]!r} "
+                       f"(known keys: {', '.join(sorted(known))})")
 
 
 def parse_flow(data, index, sport_mode):
@@ -239,7 +259,8 @@ def parse_config(data, now=None):
                            f"{MAX_START_DELAY_S:.0f} s); check the clock or the config")
     if not isinstance(merged["flows"], list):
         raise LabError(f"config: flows must be a list, got {type(merged['flows']).__name__}")
-    flows = tuple(parse_flow(flow, i, merged["sport_mode"]) for i, flow in enumerate(merged["flows"]))
+    flows = tuple(parse_flow(flow, i, merged["sport_mode"])
+                  for i, flow in enumerate(merged["flows"]))
     seen = set()
     for flow in flows:
         if flow.id in seen:
@@ -358,7 +379,7 @@ class Sender:
         self.started = None
 
     def open_sockets(self):
-        """Create and bind the raw sockets; failures are the user's to fix, so they are LabErrors."""
+        """Create and bind the raw sockets; failures are the user's to fix (LabError)."""
         for flow in self.flows:
             src = flow.spec.src
             if src in self.sockets:
@@ -366,7 +387,8 @@ class Sender:
             try:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
             except PermissionError:
-                raise LabError("raw sockets need root (or CAP_NET_RAW): run the agent as root") from None
+                raise LabError("raw sockets need root (or CAP_NET_RAW): run the agent as root"
+                               ) from None
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
             # Without IP_RECVERR Linux hides a full qdisc from raw sockets (the packet is dropped
             # and send() succeeds); with it the sender sees ENOBUFS and can back off and count.
@@ -377,10 +399,11 @@ class Sender:
             except OSError as exc:
                 sock.close()
                 if exc.errno == errno.EADDRNOTAVAIL:
-                    raise LabError(f"flow {flow.spec.id!r}: source address {src} is not configured "
-                                   f"on this host (addresses: {', '.join(host_addresses()) or 'none'})"
-                                   ) from None
-                raise LabError(f"flow {flow.spec.id!r}: cannot bind to {src}: {exc.strerror}") from None
+                    known = ", ".join(host_addresses()) or "none"
+                    raise LabError(f"flow {flow.spec.id!r}: source address {src} is not "
+                                   f"configured on this host (addresses: {known})") from None
+                raise LabError(f"flow {flow.spec.id!r}: cannot bind to {src}: "
+                               f"{exc.strerror}") from None
             self.sockets[src] = sock
 
     def close(self):
@@ -467,7 +490,7 @@ class Sender:
         return None
 
     def _check_flows(self, end_mono):
-        """Turn what the counters say into warnings (slow flows) and errors (flows that never sent)."""
+        """Warnings for slow or stalled flows, errors for flows that never sent anything."""
         for flow in self.flows:
             if flow.failed:
                 continue
@@ -557,7 +580,7 @@ class ReceiveCounters:
         self.malformed = 0
 
     def add(self, data, length, src, sport, dst, tos, arrival):
-        """Count one UDP payload `data[:length]` that arrived from src:sport for local address dst."""
+        """Count one UDP payload `data[:length]` from src:sport to the local address dst."""
         if length < roce.BTH_LEN + roce.ICRC_LEN:
             self.malformed += 1
             return
@@ -610,7 +633,8 @@ class Receiver:
             if exc.errno == errno.EADDRINUSE:
                 raise LabError(f"UDP port {roce.ROCEV2_UDP_PORT} is already in use in this network "
                                "namespace (another agent still running?)") from None
-            raise LabError(f"cannot listen on UDP port {roce.ROCEV2_UDP_PORT}: {exc.strerror}") from None
+            raise LabError(f"cannot listen on UDP port {roce.ROCEV2_UDP_PORT}: "
+                           f"{exc.strerror}") from None
         self.sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         try:
@@ -673,21 +697,24 @@ class ReceiverProcess:
 
     def start(self, until_mono):
         read_fd, write_fd = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
-            self._child(write_fd, until_mono)
+            self._child(write_fd, until_mono, parent)
         os.close(write_fd)
         self.receiver.close()          # the child owns the socket now
         self.pid, self.read_fd = pid, read_fd
 
-    def _child(self, write_fd, until_mono):
+    def _child(self, write_fd, until_mono, parent):
         status = 0
         try:
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
             _die_with_parent()
+            if os.getppid() != parent:         # the parent died before prctl took effect
+                stop.set()
             try:
                 self.receiver.run(stop, until_mono)
                 report = {"received": self.receiver.result(),
@@ -832,7 +859,8 @@ def write_json(path, data):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m fabriclab.traffic.generator",
-        description="RoCEv2 traffic agent for one lab host: paced RDMA WRITE flows out, counters in.")
+        description="RoCEv2 traffic agent for one lab host: paced RDMA WRITE flows out, "
+                    "counters in.")
     parser.add_argument("--config", required=True, help="agent config (JSON)")
     parser.add_argument("--out", required=True, help="where to write the result (JSON)")
     parser.add_argument("--seed", type=int, default=None,

@@ -41,7 +41,7 @@ AETH_LEN = 4
 CNP_PADDING_LEN = 16
 ICRC_LEN = 4
 ETH_HEADER_LEN = 14
-"""Ethernet header (no FCS, preamble or gap): what Linux interface counters and htb add per frame."""
+"""Ethernet header (no FCS, preamble or gap): what interface counters and htb add per frame."""
 
 ROCE_OVERHEAD = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN
 """Bytes of an IPv4 RoCEv2 datagram that are not RDMA payload, for a packet without RETH/AETH."""
@@ -56,7 +56,7 @@ OP_RC_RDMA_WRITE_ONLY = 0x0A
 OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B
 OP_RC_ACKNOWLEDGE = 0x11
 OP_CNP = 0x81
-"""Congestion Notification Packet (RoCEv2 annex): sent by a receiver that saw ECN CE, drives DCQCN."""
+"""Congestion Notification Packet (RoCEv2 annex): a receiver that saw ECN CE sends it (DCQCN)."""
 
 OPCODE_NAMES = {
     OP_RC_SEND_ONLY: "RC_SEND_ONLY",
@@ -75,7 +75,9 @@ RETH_OPCODES = frozenset({
     OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_ONLY, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
 })
 AETH_OPCODES = frozenset({OP_RC_ACKNOWLEDGE})
-IMMDT_OPCODES = frozenset({OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE})
+IMMDT_OPCODES = frozenset({
+    OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+})
 
 DEFAULT_PKEY = 0xFFFF
 """The default partition key (full membership); RoCE fabrics rarely use others."""
@@ -177,7 +179,7 @@ def psn_add(psn, n=1):
 
 
 def psn_behind(psn, expected):
-    """True if `psn` is before `expected` in 24-bit serial-number order (a duplicate or late packet).
+    """True if `psn` is before `expected` in 24-bit serial-number order (duplicate or late).
 
     Half the PSN space counts as "behind", as an RC responder treats it.
     """
@@ -205,7 +207,8 @@ def build_reth(vaddr, rkey, dma_len):
 def parse_reth(data, offset=BTH_LEN):
     """Unpack the RETH that follows the BTH in a FIRST/ONLY RDMA WRITE packet."""
     if len(data) < offset + RETH_LEN:
-        raise ValueError(f"a RETH needs {RETH_LEN} bytes at offset {offset}, got {len(data)} in all")
+        raise ValueError(f"a RETH needs {RETH_LEN} bytes at offset {offset}, "
+                         f"got {len(data)} in all")
     return Reth(*struct.unpack_from("!QII", data, offset))
 
 
@@ -356,7 +359,7 @@ def calc_flow_label(local_qpn, remote_qpn):
 
 
 def flow_label_to_udp_sport(flow_label):
-    """Fold a 20-bit flow label into a RoCEv2 UDP source port, as Linux `rdma_flow_label_to_udp_sport`.
+    """Fold a 20-bit flow label into a RoCEv2 UDP source port (`rdma_flow_label_to_udp_sport`).
 
     The top 6 bits are xored into the low 14, and the result is ORed with 0xC000.
     """
