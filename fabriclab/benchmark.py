@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import time
 
-from fabriclab import results
+from fabriclab.cpuload import CpuMeter
 from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.table import format_table
 from fabriclab.topologies.spec import FabricSpec
@@ -67,12 +67,11 @@ def bench_pair(seconds=5.0):
         for offered in (200.0, 400.0, 800.0):
             flow = {"id": "bench", "src": src.ip, "dst": dst.ip, "src_qpn": 0x11, "dst_qpn": 0x12,
                     "sport": None, "rate_mbps": offered}
-            cpu0 = results.cpu_times()
             run = run_traffic(lab, {"h1": [flow]}, duration_s=seconds)
-            cpu = results.cpu_busy(cpu0, results.cpu_times())
             t = run.totals()
-            rows.append({"tool": "fabriclab RoCEv2 agent (1 QP)", "offered_mbps": offered,
-                         "delivered_mbps": t["delivered_mbps"], "loss": t["loss"], "cpu_busy": cpu})
+            rows.append({"tool": f"fabriclab RoCEv2 agent (1 QP, {run.payload_bytes} B)",
+                         "offered_mbps": offered, "delivered_mbps": t["delivered_mbps"],
+                         "loss": t["loss"], **_cpu_columns(run.cpu())})
         server = h2.popen(["iperf3", "-s", "-1", "-B", dst.ip], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
         lab.run.add_process(server.pid, "iperf3", "iperf3")
@@ -85,10 +84,9 @@ def bench_pair(seconds=5.0):
                                       stderr=subprocess.DEVNULL)
                     lab.run.add_process(server.pid, "iperf3", "iperf3")
                     time.sleep(0.5)
-                cpu0 = results.cpu_times()
+                meter = CpuMeter()
                 out = h1.cmd(f"iperf3 -J -c {dst.ip} -B {src.ip} -t {seconds:g} {' '.join(extra)}")
-                cpu = results.cpu_busy(cpu0, results.cpu_times())
-                rows.append(_iperf_row(proto, out, cpu))
+                rows.append({**_iperf_row(proto, out), **_cpu_columns(meter.read())})
         finally:
             if server.poll() is None:
                 server.kill()
@@ -96,7 +94,11 @@ def bench_pair(seconds=5.0):
     return rows
 
 
-def _iperf_row(proto, out, cpu):
+def _cpu_columns(load):
+    return {"machine_busy": load["machine"], "ovs_thread_busy": load["ovs_forwarding"]}
+
+
+def _iperf_row(proto, out):
     try:
         end = json.loads(out[out.index("{"):])["end"]
     except (ValueError, KeyError):
@@ -104,11 +106,11 @@ def _iperf_row(proto, out, cpu):
     if proto == "TCP":
         mbps = end["sum_received"]["bits_per_second"] / 1e6
         return {"tool": "iperf3 TCP", "offered_mbps": None, "delivered_mbps": round(mbps, 1),
-                "loss": None, "cpu_busy": cpu}
+                "loss": None}
     s = end["sum"]
     return {"tool": "iperf3 UDP (1400 B)", "offered_mbps": 800.0,
             "delivered_mbps": round(s["bits_per_second"] / 1e6 * (1 - s["lost_percent"] / 100), 1),
-            "loss": round(s["lost_percent"] / 100, 4), "cpu_busy": cpu}
+            "loss": round(s["lost_percent"] / 100, 4)}
 
 
 def register(subparsers):
@@ -134,7 +136,8 @@ def run_benchmark(args):
                        [tuple(r.values()) for r in bring], title="Bring-up and teardown"))
     if pair:
         print()
-        print(format_table(("tool", "offered Mbit/s", "delivered Mbit/s", "loss", "cpu busy"),
+        print(format_table(("tool", "offered Mbit/s", "delivered Mbit/s", "loss", "machine busy",
+                            "OVS thread busy"),
                            [tuple(r.values()) for r in pair],
                            title="One host pair, leaf-spine-leaf (3 userspace OVS switches)"))
     return 0

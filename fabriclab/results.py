@@ -14,25 +14,12 @@ import pathlib
 import platform
 import time
 
-from fabriclab import __version__, telemetry
+from fabriclab import __version__, cpuload, telemetry
 from fabriclab.table import format_table
 
-CPU_SATURATED = 0.90   # share of all cores busy above which a run's numbers are not trusted
-
-
-def cpu_times():
-    """(total, idle) jiffies of all cores, from /proc/stat."""
-    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(fields), fields[3] + fields[4]
-
-
-def cpu_busy(before, after):
-    total, idle = after[0] - before[0], after[1] - before[1]
-    return round(1 - idle / total, 3) if total > 0 else None
-
-
-def build_result(lab, workload, run, cpu, extra=None):
-    """The results document of one traffic run on a lab."""
+def build_result(lab, workload, run, extra=None):
+    """The results document of one traffic run on a lab (CPU load over its steady state)."""
+    cpu = run.cpu()
     fabric = lab.fabric
     links = telemetry.link_utilization(fabric, *run.window)
     spec = fabric.spec
@@ -43,6 +30,8 @@ def build_result(lab, workload, run, cpu, extra=None):
         "scale": {
             "host_rate_mbps": spec.host_rate_mbps,
             "fabric_rate_mbps": spec.fabric_rate_mbps,
+            "mtu": spec.mtu,
+            "roce_payload_bytes": run.payload_bytes,
             "buffers_bytes": fabric.summary()["buffers_bytes"],
             "real_host_rate_mbps": spec.real_host_rate_mbps,
             "time_scale": spec.time_scale,
@@ -53,8 +42,8 @@ def build_result(lab, workload, run, cpu, extra=None):
         "fabric": fabric.summary(),
         "routing": lab.routing,
         "workload": workload,
-        "cpu_busy": cpu,
-        "valid": cpu is None or cpu < CPU_SATURATED,
+        "cpu": cpu,
+        "valid": cpuload.valid(cpu),
         "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
         "traffic": run.totals(),
         "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
@@ -97,7 +86,12 @@ def summary_table(doc):
         ("delivered", f"{t['delivered_mbps']} Mbit/s, loss {100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}"),
         ("uplink max/mean", up.get("max_mean_ratio")),
         ("downlink max/mean", down.get("max_mean_ratio")),
-        ("cpu busy", f"{100 * doc['cpu_busy']:.0f} %" + ("" if doc["valid"] else
-                                                           "  (SATURATED: results not valid)")),
+        ("cpu busy", _cpu_text(doc["cpu"]) + ("" if doc["valid"] else "  (SATURATED: results not valid)")),
     ]
     return format_table(("metric", "value"), rows, title="Summary")
+
+
+def _cpu_text(cpu):
+    machine = f"machine {100 * cpu['machine']:.0f} %" if cpu.get("machine") is not None else "machine ?"
+    ovs = cpu.get("ovs_forwarding")
+    return machine + (f", OVS forwarding thread {100 * ovs:.0f} %" if ovs is not None else "")

@@ -6,27 +6,28 @@ Open vSwitch's userspace datapath transmits through each port's qdisc, so this s
 as well as host NICs. The queueing model (ECN, PFC) builds on this same tree.
 """
 
-# An htb burst smaller than one full frame would stall the class; at lab rates 1 ms of
-# traffic is often less than that, so the burst is at least two frames.
-MIN_BURST_BYTES = 2 * 1514
+ETH_HEADER = 14
 
 
-def burst_bytes(rate_mbps):
-    return max(MIN_BURST_BYTES, int(rate_mbps * 1e6 / 8 * 0.001))
+def burst_bytes(rate_mbps, mtu=1500):
+    """An htb burst smaller than one full frame would stall the class; at lab rates 1 ms of
+    traffic is often less than that, so the burst is at least two frames."""
+    return max(2 * (mtu + ETH_HEADER), int(rate_mbps * 1e6 / 8 * 0.001))
 
 
-def shaping_commands(intf, rate_mbps, buffer_bytes):
+def shaping_commands(intf, rate_mbps, buffer_bytes, mtu=1500):
     """tc commands (argument lists) that shape `intf` to rate_mbps with a buffer of buffer_bytes."""
     if rate_mbps <= 0:
         raise ValueError(f"{intf}: rate must be > 0 Mbit/s, got {rate_mbps}")
-    if buffer_bytes < 1514:
-        raise ValueError(f"{intf}: buffer must hold at least one frame (1514 bytes), got {buffer_bytes}")
+    frame = mtu + ETH_HEADER
+    if buffer_bytes < frame:
+        raise ValueError(f"{intf}: buffer must hold at least one frame ({frame} bytes), got {buffer_bytes}")
     rate = f"{rate_mbps * 1000:.0f}kbit"
+    burst = str(burst_bytes(rate_mbps, mtu))
     return [
         ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
         ["tc", "class", "replace", "dev", intf, "parent", "1:", "classid", "1:1", "htb",
-         "rate", rate, "ceil", rate, "burst", str(burst_bytes(rate_mbps)),
-         "cburst", str(burst_bytes(rate_mbps))],
+         "rate", rate, "ceil", rate, "burst", burst, "cburst", burst],
         ["tc", "qdisc", "replace", "dev", intf, "parent", "1:1", "handle", "10:", "bfifo",
          "limit", str(buffer_bytes)],
     ]

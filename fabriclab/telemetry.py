@@ -13,6 +13,8 @@ import statistics
 import subprocess
 import time
 
+from fabriclab import cpuload
+
 COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "rx_dropped")
 SYS_NET = pathlib.Path("/sys/class/net")
 
@@ -54,9 +56,10 @@ def fabric_directions(fabric):
 
 
 def snapshot(fabric):
-    """Counters of every switch port, with the time they were read."""
+    """Counters of every switch port and the CPU's, with the time they were read."""
     intfs = [intf for s in fabric.switches for intf in fabric.switch_ports(s).values()]
-    return {"time": time.monotonic(), "counters": read_counters(intfs), "drops": qdisc_drops(intfs)}
+    return {"time": time.monotonic(), "counters": read_counters(intfs), "drops": qdisc_drops(intfs),
+            "cpu": cpuload.sample()}
 
 
 def link_utilization(fabric, before, after):

@@ -202,6 +202,7 @@ class Fabric:
             "links": len(self.links),
             "host_rate_mbps": spec.host_rate_mbps,
             "fabric_rate_mbps": spec.fabric_rate_mbps,
+            "mtu": spec.mtu,
             "oversubscription": round(spec.oversubscription, 3),
             "buffers_bytes": asdict(spec.buffers),
             "time_scale": spec.time_scale,

@@ -54,7 +54,7 @@ def check_free(fabric, run_records):
                        f"stop that fabric or run `fabriclab clean`")
 
 
-def host_setup_script(host):
+def host_setup_script(host, mtu):
     """Shell lines that give each host port its address, its own routing table and no offloads.
 
     A port answers for one /32 and reaches its plane's 10.<plane>.0.0/16 on-link (the controller
@@ -73,7 +73,7 @@ def host_setup_script(host):
         lines += [
             f"sysctl -qw net.ipv4.conf.{port.intf}.rp_filter=0",
             f"ethtool -K {port.intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 || true",
-            f"ip link set {port.intf} address {port.mac}",
+            f"ip link set {port.intf} address {port.mac} mtu {mtu}",
             f"ip addr add {port.ip}/32 dev {port.intf}",
             f"ip link set {port.intf} up",
             f"ip route add {net} dev {port.intf} src {port.ip} table {table}",
@@ -101,6 +101,8 @@ def populate(net, fabric, run, datapath="user"):
     `datapath` is Mininet's OVS mode: 'user' (datapath_type=netdev) or 'kernel'. The caller owns
     teardown (`stop(net)`), including when this raises half way.
     """
+    for controller in net.controllers:
+        run.add_process(controller.pid, "controller-shell", f"mininet:{controller.name}")
     for host in fabric.hosts.values():
         node = net.addHost(host.name, cls=Host, ip=None)
         run.add_process(node.pid, "host-shell", f"mininet:{host.name}")
@@ -123,16 +125,17 @@ def populate(net, fabric, run, datapath="user"):
     for switch in fabric.switches:
         for intf in fabric.switch_ports(switch).values():
             lines.append(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+            lines.append(f"ip link set {intf} mtu {fabric.spec.mtu}")
             lines.append(as_script(shaping_commands(intf, _rate_of(fabric, intf),
-                                                    fabric.buffer_bytes(switch))))
+                                                    fabric.buffer_bytes(switch), fabric.spec.mtu)))
     _root_script("\n".join(lines), "switch port shaping")
 
     for host in fabric.hosts.values():
         node = net.get(host.name)
-        script = host_setup_script(host)
+        script = host_setup_script(host, fabric.spec.mtu)
         for port in host.ports:
             script += "\n" + as_script(shaping_commands(port.intf, fabric.spec.host_rate_mbps,
-                                                        fabric.buffer_bytes(host.name)))
+                                                        fabric.buffer_bytes(host.name), fabric.spec.mtu))
         _check_node_script(node, script, "host set-up")
         # Tell Mininet the addresses we configured (bookkeeping only), so its own commands
         # (`pingall`, `h1 ping h2`) know them.
@@ -181,3 +184,6 @@ def stop(net):
     """Stop everything Mininet started for this network (hosts, switches, links, controller)."""
     if net is not None:
         net.stop()
+        # Mininet's RemoteController is a node with a shell of its own that stop() leaves running.
+        for controller in net.controllers:
+            controller.terminate()

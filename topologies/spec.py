@@ -19,6 +19,7 @@ import yaml
 from fabriclab.errors import SpecError
 
 KINDS = ("leafspine", "multiplane")
+MIN_MTU, MAX_MTU = 1500, 9216
 
 # Addresses are 10.<plane>.<leaf>.<slot>: one octet each for planes and leaves, slots 1..253.
 MAX_PLANES = 254
@@ -97,6 +98,9 @@ class FabricSpec:
     fabric_rate_mbps: float = 10.0
     parallel_links: int = 1
     buffers: Buffers = field(default_factory=Buffers)
+    # Ethernet MTU of every link. AI fabrics run RoCE with a 4096-byte path MTU over jumbo frames;
+    # for the lab it also means four times fewer packets per bit through the software switches.
+    mtu: int = 9000
     # The rate a lab host link stands for on real hardware (e.g. 400 Gbit/s): results record the
     # ratio so nobody mistakes a 20 Mbit/s emulation for a 400G measurement.
     real_host_rate_mbps: float | None = None
@@ -157,6 +161,7 @@ def validate(spec):
     count("nics_per_host", 1, 16)
     count("parallel_links", 1, 16)
     count("planes", 1, MAX_PLANES)
+    count("mtu", MIN_MTU, MAX_MTU)
     if spec.kind == "leafspine" and spec.planes != 1:
         problems.append(f"{where}: planes must be 1 for kind leafspine (use kind multiplane), got {spec.planes!r}")
     if spec.kind == "multiplane" and isinstance(spec.planes, int) and spec.planes < 2:
@@ -173,9 +178,15 @@ def validate(spec):
     if not isinstance(spec.buffers, Buffers):
         problems.append(f"{where}: buffers must be a Buffers, got {spec.buffers!r}")
     else:
+        mtu_ok = isinstance(spec.mtu, int) and not isinstance(spec.mtu, bool) and MIN_MTU <= spec.mtu <= MAX_MTU
+        frame = spec.mtu + 14 if mtu_ok else 0     # a bad MTU is its own problem, not the buffers'
+
         for role, size in dataclasses.asdict(spec.buffers).items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 problems.append(f"{where}: buffers.{role} must be > 0 bytes, got {size!r}")
+            elif size < 2 * frame:
+                problems.append(f"{where}: buffers.{role} must hold two {spec.mtu}-byte-MTU frames "
+                                f"({2 * frame} bytes), got {size}")
     if not problems:
         ports = spec.hosts_per_leaf * spec.nics_per_host
         if ports > MAX_PORTS_PER_LEAF:
@@ -216,6 +227,7 @@ _YAML_FIELDS = {
     "parallel_links": ("parallel_links", None),
     "real_host_rate": ("real_host_rate_mbps", parse_rate_mbps),
     "buffers": ("buffers", None),
+    "mtu": ("mtu", None),
 }
 
 

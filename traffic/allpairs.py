@@ -19,9 +19,9 @@ def peers(fabric, port):
 
 def all_pairs_plan(fabric, load=0.8, flows_per_pair=1):
     """{host: [flow dict for the traffic agent]}; each port offers `load` x its link rate in total."""
-    if not 0 < load <= 1.0:
+    if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 1.0:
         raise LabError(f"load must be in (0, 1], got {load}")
-    if not isinstance(flows_per_pair, int) or flows_per_pair < 1:
+    if isinstance(flows_per_pair, bool) or not isinstance(flows_per_pair, int) or flows_per_pair < 1:
         raise LabError(f"flows per pair must be a whole number >= 1, got {flows_per_pair!r}")
     if len(fabric.hosts) < 2:
         raise LabError(f"fabric {fabric.spec.name!r} has one host: all-pairs traffic needs two")

@@ -107,6 +107,9 @@ BACKOFF_S = 0.0005
 """Pause after the local stack refused a packet (qdisc or socket buffer full) before retrying."""
 UNREACHABLE_BACKOFF_S = 0.01
 """Pause after a routing error (link down, route withdrawn) before retrying the same packet."""
+SEND_AHEAD_S = 0.0005
+"""A packet due within this much is sent now: one wake-up serves nearby deadlines (Python's
+sleep costs more than the early send distorts pacing at lab rates)."""
 RECEIVE_POLL_S = 0.1
 RECEIVE_BUFFER_BYTES = 8 << 20
 SEND_BUFFER_BYTES = 4 << 20
@@ -319,6 +322,10 @@ class _FlowSender:
         self.rkey = rng.randrange(1, 1 << 32)
         self.vaddr_base = rng.randrange(1, 1 << 20) << 12
         self.seconds_per_byte = 8.0 / (spec.rate_mbps * 1e6)
+        # QPs are paced independently on a NIC: start each flow at a random point of its first
+        # packet interval, or flows of equal rate stay in phase and burst into the queue together.
+        first_frame = roce.ETH_HEADER_LEN + roce.ROCE_OVERHEAD + roce.RETH_LEN + self.segments[0][1]
+        self.phase_s = rng.random() * first_frame * self.seconds_per_byte
         self.packets = 0
         self.bytes = 0
         self.wire_bytes = 0
@@ -425,7 +432,8 @@ class Sender:
         """
         self._clock_offset = time.time() - time.monotonic()
         self.started = start_mono
-        heap = [(start_mono, start_mono, index) for index in range(len(self.flows))]
+        heap = [(start_mono + flow.phase_s, start_mono + flow.phase_s, index)
+                for index, flow in enumerate(self.flows)]
         heapq.heapify(heap)
         blocked_until = dict.fromkeys(self.sockets, 0.0)
         stop = self.stop_event
@@ -436,8 +444,8 @@ class Sender:
                 heapq.heappop(heap)
                 continue
             now = monotonic()
-            if wake > now:
-                time.sleep(min(wake - now, RECEIVE_POLL_S))
+            if wake > now + SEND_AHEAD_S:
+                time.sleep(min(wake - now - SEND_AHEAD_S, RECEIVE_POLL_S))
                 continue
             flow = self.flows[index]
             src = flow.spec.src

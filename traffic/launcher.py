@@ -14,8 +14,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fabriclab import telemetry
+from fabriclab import cpuload, telemetry
 from fabriclab.errors import LabError
+from fabriclab.traffic import roce
 
 AGENT_MODULE = "fabriclab.traffic.generator"
 START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
@@ -31,6 +32,7 @@ class TrafficRun:
     samples: list = field(default_factory=list)      # telemetry snapshots, in time order
     window: tuple = ()                              # (before, after) snapshots of the steady state
     actions: list = field(default_factory=list)      # what was done when, with its outcome
+    payload_bytes: int = 0                           # RDMA payload per packet (RoCE path MTU)
 
     def flow_rows(self):
         """Per flow: sent and received bytes, loss, out-of-sequence, delivered Mbit/s."""
@@ -50,10 +52,15 @@ class TrafficRun:
                     "rate_mbps": flow["rate_mbps"],
                     "sent_packets": tx, "received_packets": rx,
                     "loss": round(1 - rx / tx, 5) if tx else None,
-                    "oos": r.get("oos", 0),
+                    "oos": r.get("oos", 0),       # PSN gaps and reordering (an RNIC's OOS)
+                    "late": r.get("late", 0),     # arrived behind a later PSN: reordering only
                     "delivered_mbps": round(r.get("wire_bytes", 0) * 8 / self.duration_s / 1e6, 4),
                 })
         return rows
+
+    def cpu(self):
+        """CPU load over the steady-state window: machine and OVS's forwarding thread."""
+        return cpuload.between(self.window[0]["cpu"], self.window[1]["cpu"])
 
     def totals(self):
         rows = self.flow_rows()
@@ -62,6 +69,7 @@ class TrafficRun:
         return {"flows": len(rows), "sent_packets": sent, "received_packets": received,
                 "loss": round(1 - received / sent, 5) if sent else None,
                 "oos": sum(r["oos"] for r in rows),
+                "late": sum(r["late"] for r in rows),
                 "delivered_mbps": round(sum(r["delivered_mbps"] for r in rows), 3)}
 
     def series(self, intf):
@@ -76,8 +84,28 @@ class TrafficRun:
         return points
 
 
-def run_traffic(lab, plan, duration_s=5.0, payload_bytes=1024, message_bytes=65536,
-                sport_mode="qp", actions=(), sample_interval_s=0.25, settle_s=0.5, progress=None):
+def resolve_neighbours(lab, plan, timeout_s=2):
+    """One ping per (source, destination) of the plan, all in parallel per host, before timing.
+
+    The controller answers ARP, and hundreds of QPs starting at once would otherwise spend their
+    first second queued behind neighbour resolution (what a collective's warm-up hides too).
+    Returns the pairs that did not answer.
+    """
+    unanswered = []
+    for host, flows in plan.items():
+        pairs = sorted({(f["src"], f["dst"]) for f in flows})
+        if not pairs:
+            continue
+        script = " ".join(f"(ping -n -q -c1 -W{timeout_s} -I {s} {d} >/dev/null || echo {s}>{d}) &"
+                          for s, d in pairs)
+        out = lab.net.get(host).cmd(script + " wait")
+        unanswered += [line.strip() for line in out.splitlines() if ">" in line and "ping" not in line]
+    return unanswered
+
+
+def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=65536,
+                sport_mode="qp", actions=(), sample_interval_s=0.25, settle_s=0.5, progress=None,
+                warm_up=True):
     """Run `plan` ({host: [flow]}) for duration_s; `actions` are (seconds after start, callable).
 
     The steady-state window for link utilization starts `settle_s` after the start and ends at
@@ -89,12 +117,16 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=1024, message_bytes=655
         settle_s = 0.0
     for host in plan:
         lab.host(host)       # a LabError naming any host the fabric does not have
+    if payload_bytes is None:
+        payload_bytes = roce.path_mtu_for(lab.fabric.spec.mtu)
+    if warm_up:
+        resolve_neighbours(lab, plan)
     folder = lab.run.path("traffic")
     folder.mkdir(exist_ok=True)
     start_unix = time.time() + START_MARGIN_S
     start_mono = time.monotonic() + START_MARGIN_S
     procs = {}
-    run = TrafficRun(plan, duration_s, start_mono)
+    run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes)
     try:
         for host in lab.fabric.hosts:
             config = {"listen": True, "flows": plan.get(host, []), "start_at": start_unix,

@@ -400,3 +400,15 @@ def udp_source_port(local_qpn, remote_qpn, flow_label=0, *, shared=False, src=No
     if not flow_label:
         flow_label = calc_flow_label(local_qpn, remote_qpn)
     return flow_label_to_udp_sport(flow_label)
+
+
+ROCE_PATH_MTUS = (4096, 2048, 1024, 512, 256)
+"""The InfiniBand path MTUs a RoCE NIC can use (the RDMA payload per packet)."""
+
+
+def path_mtu_for(ethernet_mtu):
+    """The largest RoCE path MTU whose packets (with a RETH) fit an Ethernet MTU, as NICs pick."""
+    for payload in ROCE_PATH_MTUS:
+        if payload + ROCE_OVERHEAD + RETH_LEN <= ethernet_mtu:
+            return payload
+    raise ValueError(f"an Ethernet MTU of {ethernet_mtu} cannot carry a 256-byte RoCE payload")

@@ -27,7 +27,9 @@ def test_run_with_a_link_failure_writes_results_with_scale(tmp_path):
     assert scale["buffers_bytes"] == {"host": 65536, "leaf": 65536, "spine": 262144}
     assert scale["time_scale"] == pytest.approx(40000)
     assert doc["mechanisms"]["ovs_datapath"] in ("user", "kernel")
-    assert doc["cpu_busy"] is not None and isinstance(doc["valid"], bool)
+    assert doc["cpu"]["machine"] is not None and doc["cpu"]["ovs_forwarding"] is not None
+    assert doc["valid"] == (max(doc["cpu"].values()) < 0.9)
+    assert scale["mtu"] == 9000 and scale["roce_payload_bytes"] == 4096
     assert [(a["at_s"], a["outcome"]["up"]) for a in doc["actions"]] == [(1.0, False), (2.5, True)]
     assert doc["traffic"]["flows"] == 8 and doc["traffic"]["received_packets"] > 0
     assert {row["link"] for row in doc["links"]} == {"l1-s1", "l1-s2", "l2-s1", "l2-s2"}

@@ -60,7 +60,7 @@ def test_planes_are_isolated(lab):
 
 
 def test_every_plane_carries_its_own_share(lab):
-    run = run_traffic(lab, all_pairs_plan(lab.fabric, load=0.5), duration_s=3.0)
+    run = run_traffic(lab, all_pairs_plan(lab.fabric, load=0.3), duration_s=3.0)
     rows = telemetry.link_utilization(lab.fabric, *run.window)
     per_plane = {}
     for row in rows:
@@ -70,4 +70,4 @@ def test_every_plane_carries_its_own_share(lab):
     low, high = min(per_plane.values()), max(per_plane.values())
     # The same traffic matrix runs in each plane, so each plane's fabric carries about the same.
     assert low > 0.6 * high, per_plane
-    assert run.totals()["loss"] < 0.05, run.totals()
+    assert run.totals()["loss"] < 0.02, run.totals()

@@ -1,0 +1,107 @@
+"""The tc commands that shape a port: htb at the link rate over a bfifo the size of the buffer.
+
+Nothing is run; the argument lists are what Mininet's nodes and the root shell execute.
+"""
+
+import pytest
+
+from fabriclab.shaping import ETH_HEADER, as_script, burst_bytes, shaping_commands
+
+
+def option(cmd, name):
+    """The value that follows `name` in a tc argument list."""
+    return cmd[cmd.index(name) + 1]
+
+
+def test_three_commands_root_htb_class_and_bfifo():
+    root, cls, fifo = shaping_commands("l1-eth3", 10, 65536)
+    assert root == ["tc", "qdisc", "replace", "dev", "l1-eth3", "root", "handle", "1:", "htb",
+                    "default", "1"]
+    assert cls[:9] == ["tc", "class", "replace", "dev", "l1-eth3", "parent", "1:", "classid", "1:1"]
+    assert cls[9] == "htb"
+    assert fifo[:9] == ["tc", "qdisc", "replace", "dev", "l1-eth3", "parent", "1:1", "handle", "10:"]
+    assert fifo[9] == "bfifo"
+
+
+@pytest.mark.parametrize("mbps, kbit", [
+    (10, "10000kbit"),
+    (2.5, "2500kbit"),
+    (0.1, "100kbit"),
+    (400_000, "400000000kbit"),
+])
+def test_htb_rate_and_ceil_in_kbit(mbps, kbit):
+    cls = shaping_commands("x", mbps, 65536)[1]
+    assert option(cls, "rate") == kbit
+    assert option(cls, "ceil") == kbit
+
+
+def test_bfifo_limit_is_the_buffer_in_bytes():
+    fifo = shaping_commands("x", 10, 262144)[2]
+    assert option(fifo, "limit") == "262144"
+
+
+@pytest.mark.parametrize("mbps, mtu, expected", [
+    (10, 1500, 2 * 1514),          # 1 ms at 10 Mbit/s is 1250 bytes: two frames win
+    (10, 9000, 2 * 9014),          # jumbo frames: two of those
+    (100, 1500, 12_500),           # 1 ms of 100 Mbit/s
+    (1000, 1500, 125_000),
+    (1000, 9000, 125_000),
+    (400_000, 9000, 50_000_000),   # 1 ms of 400 Gbit/s
+])
+def test_burst_is_two_frames_or_one_millisecond(mbps, mtu, expected):
+    assert burst_bytes(mbps, mtu) == expected
+
+
+def test_burst_default_mtu_is_1500():
+    assert burst_bytes(1) == 2 * (1500 + ETH_HEADER)
+
+
+@pytest.mark.parametrize("mbps, mtu", [(0.5, 1500), (10, 9000), (24, 1500), (25, 1500), (200, 9216)])
+def test_burst_holds_two_full_frames_and_a_millisecond(mbps, mtu):
+    burst = burst_bytes(mbps, mtu)
+    assert burst >= 2 * (mtu + ETH_HEADER)
+    assert burst >= int(mbps * 1e6 / 8 / 1000)
+
+
+def test_commands_size_burst_for_the_mtu_they_are_given():
+    cls = shaping_commands("x", 10, 65536, mtu=9000)[1]
+    assert option(cls, "burst") == str(2 * 9014)
+    assert option(cls, "cburst") == str(2 * 9014)
+    cls = shaping_commands("x", 10, 65536)[1]
+    assert option(cls, "burst") == option(cls, "cburst") == str(2 * 1514)
+
+
+@pytest.mark.parametrize("mbps", [0, -1, -0.001])
+def test_rate_must_be_positive(mbps):
+    with pytest.raises(ValueError, match=r"^l1-eth3: rate must be > 0"):
+        shaping_commands("l1-eth3", mbps, 65536)
+
+
+@pytest.mark.parametrize("mtu, smallest", [(1500, 1514), (9000, 9014)])
+def test_buffer_must_hold_one_frame(mtu, smallest):
+    expected = rf"^h1-n0: buffer must hold at least one frame \({smallest} bytes\), got {smallest - 1}$"
+    with pytest.raises(ValueError, match=expected):
+        shaping_commands("h1-n0", 10, smallest - 1, mtu=mtu)
+    fifo = shaping_commands("h1-n0", 10, smallest, mtu=mtu)[2]
+    assert option(fifo, "limit") == str(smallest)
+
+
+def test_as_script_is_one_line_per_command():
+    commands = shaping_commands("s1-eth2", 20, 131072)
+    script = as_script(commands)
+    lines = script.split("\n")
+    assert len(lines) == 3 and not script.endswith("\n")
+    assert lines[0] == "tc qdisc replace dev s1-eth2 root handle 1: htb default 1"
+    assert lines[1] == ("tc class replace dev s1-eth2 parent 1: classid 1:1 htb rate 20000kbit "
+                        "ceil 20000kbit burst 3028 cburst 3028")
+    assert lines[2] == "tc qdisc replace dev s1-eth2 parent 1:1 handle 10: bfifo limit 131072"
+
+
+def test_scripts_of_many_ports_concatenate():
+    script = "\n".join(as_script(shaping_commands(intf, 10, 65536)) for intf in ("a", "b"))
+    assert len(script.splitlines()) == 6
+    assert [line.split()[4] for line in script.splitlines()] == ["a"] * 3 + ["b"] * 3
+
+
+def test_as_script_of_nothing_is_empty():
+    assert as_script([]) == ""
