@@ -15,6 +15,7 @@ import subprocess
 import time
 
 from fabriclab.runstate import OVS_RUN_KEY, RunState, pid_alive, pid_cmdline
+from fabriclab.topologies.mininet_net import delete_bridges, delete_link_group
 
 
 def _stop_process(proc):
@@ -77,10 +78,15 @@ def clean(all_runs=False):
             report.append(f"run {run.id} is live (pid {run.data['pid']}): left alone (use --all)")
             continue
         stopped = sum(_stop_process(p) for p in run.data.get("processes", []))
+        listed = run.data.get("interfaces", [])
+        present_before = [i for i in listed if os.path.exists(f"/sys/class/net/{i}")]
+        if run.data.get("link_group"):
+            delete_link_group(run.data["link_group"])
         bridges = [b for b in run.data.get("bridges", []) if _ovs("br-exists", b).returncode == 0]
-        for bridge in bridges:
-            _delete_bridge(bridge)
-        intfs = sum(_delete_interface(i) for i in run.data.get("interfaces", []))
+        delete_bridges(bridges)
+        for intf in listed:
+            _delete_interface(intf)
+        intfs = len(present_before)
         run.remove()
         report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
                       f"and {intfs} interfaces")

@@ -86,7 +86,7 @@ class Lab:
         t0 = time.monotonic()
         try:
             if self.net is not None:
-                mininet_net.stop(self.net)
+                mininet_net.stop(self.net, self.run.data["link_group"])
                 self.net = None
             if self.controller is not None:
                 self.controller.stop()

@@ -18,6 +18,7 @@ import time
 
 RUN_ROOT = pathlib.Path(os.environ.get("FABRICLAB_RUN_ROOT", "/run/fabriclab"))
 OVS_RUN_KEY = "fabriclab-run"   # external_ids key on every bridge a run creates
+LINK_GROUP_BASE = 0x4C000000     # interface groups fabriclab uses (Linux's default group is 0)
 
 
 def pid_alive(pid):
@@ -52,6 +53,9 @@ class RunState:
             "bridges": [],
             "interfaces": [],
             "processes": [],     # {"pid", "role", "match"}: match must be in /proc/<pid>/cmdline
+            # Root-namespace interfaces join this link group, so `ip link del group N` removes
+            # them all in one batched kernel operation (one by one costs an RCU wait each).
+            "link_group": LINK_GROUP_BASE + secrets.randbits(24),
         }
 
     @classmethod
