@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 import time
 
@@ -20,7 +21,7 @@ from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib.packet import arp, ethernet, packet
-from os_ken.ofproto import ofproto_v1_3
+from os_ken.ofproto import ofproto_v1_5
 
 from fabriclab.apps.ecmp import diff
 from fabriclab.apps.linkstate import LinkState
@@ -31,8 +32,40 @@ ENV_FABRIC = "FABRICLAB_FABRIC"
 ENV_STATUS = "FABRICLAB_STATUS"
 
 
+# Select groups hash these fields (OXM names): the 5-tuple. Open vSwitch's default select method
+# hashes only addresses for UDP, which would put every RoCEv2 QP of a host pair on one path.
+ECMP_HASH_FIELDS = ("ipv4_src", "ipv4_dst", "ip_proto", "udp_src", "udp_dst", "tcp_src", "tcp_dst")
+NTR_VENDOR_ID = 0x0000154D      # the Netronome group extension Open vSwitch implements
+NTRT_SELECTION_METHOD = 1
+
+
+class SelectionMethodProperty:
+    """The OpenFlow 1.5 group property that sets Open vSwitch's bucket selection (Netronome ext.).
+
+    Wire layout: type 0xffff, length, experimenter, exp_type, 4 pad bytes, the method name in 16
+    bytes, a 64-bit parameter, then each hash field as an OXM TLV whose value is its mask (all
+    ones: the whole field is hashed); the length excludes the padding to 8 bytes. Written here
+    because os-ken's experimenter properties carry only 32-bit words, and these TLVs are not.
+    """
+
+    def __init__(self, parser, method="hash", fields=ECMP_HASH_FIELDS):
+        self.method = method
+        self.fields = fields
+        body = bytes(4) + method.encode().ljust(16, b"\0") + bytes(8)
+        for name in fields:
+            header = bytes(parser.OFPOxmId(type_=name).serialize())
+            body += header + b"\xff" * header[3]      # the OXM header's last byte is the length
+        self.body = body
+
+    def serialize(self):
+        length = 12 + len(self.body)
+        raw = struct.pack("!HHII", 0xFFFF, length, NTR_VENDOR_ID, NTRT_SELECTION_METHOD) + self.body
+        return bytearray(raw + bytes(-length % 8))
+
+
 class FabricApp(app_manager.OSKenApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    # OpenFlow 1.5: the version in which a controller can choose the select groups' hash fields.
+    OFP_VERSIONS = [ofproto_v1_5.OFP_VERSION]
     routing_class = None
 
     def __init__(self, *args, **kwargs):
@@ -50,6 +83,7 @@ class FabricApp(app_manager.OSKenApp):
         self.pending = {}          # (switch, xid) -> generation
         self.link_events = []           # recent link events, for the status file
         self.unknown_dpids = set()
+        self.switch_errors = []    # OpenFlow errors the switches returned, newest last
         self.lock = threading.RLock()
         self._write_status()
 
@@ -117,6 +151,18 @@ class FabricApp(app_manager.OSKenApp):
                 self.synced[name] = gen
                 self._write_status()
 
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _error(self, ev):
+        """A switch refused a message: log it and show it in the status (`ctl` at the prompt)."""
+        msg = ev.msg
+        name = self.by_dpid.get(msg.datapath.id, f"{msg.datapath.id:016x}")
+        text = f"{name}: OpenFlow error type {msg.type} code {msg.code} (xid {msg.xid})"
+        self.logger.error("%s: %s", text, bytes(msg.data[:64]).hex())
+        with self.lock:
+            self.switch_errors.append(text)
+            del self.switch_errors[:-50]
+            self._write_status()
+
     @staticmethod
     def _is_live(dp, port):
         ofp = dp.ofproto
@@ -159,11 +205,14 @@ class FabricApp(app_manager.OSKenApp):
         kind = op[0]
         if kind in ("group_add", "group_mod"):
             _, gid, ports = op
-            buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
-                                        actions=[parser.OFPActionOutput(port)]) for port in ports]
+            # Buckets watch their port: OVS skips a dead local member before we recompute.
+            buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)], properties=[
+                parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1),
+                parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port)])
+                for i, port in enumerate(ports)]
             command = ofp.OFPGC_ADD if kind == "group_add" else ofp.OFPGC_MODIFY
             return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT, group_id=gid,
-                                      buckets=buckets)
+                                      buckets=buckets, properties=[SelectionMethodProperty(parser)])
         if kind == "group_del":
             return parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=op[1])
         flow = op[1]
@@ -202,7 +251,8 @@ class FabricApp(app_manager.OSKenApp):
         reply.serialize()
         ofp, parser = dp.ofproto, dp.ofproto_parser
         in_port = msg.match["in_port"]
-        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER,
+                                        match=parser.OFPMatch(in_port=ofp.OFPP_CONTROLLER),
                                         actions=[parser.OFPActionOutput(in_port)], data=reply.data))
 
     # -- status --------------------------------------------------------------------------------------
@@ -226,6 +276,7 @@ class FabricApp(app_manager.OSKenApp):
             "down_links": [list(key) for key in down],
             "mismatches": [p for problems in self.links.mismatches.values() for p in problems],
             "unknown_dpids": sorted(self.unknown_dpids),
+            "switch_errors": self.switch_errors[-20:],
             "events": self.link_events[-50:],
         }
         tmp = f"{self.status_path}.tmp"

@@ -163,7 +163,7 @@ def cmd_run(args):
     path = results.write_result(doc, args.out)
     if table:
         print()
-        print(results.uplink_table(doc))
+        print(results.uplink_table(doc["links"]))
         print()
         print(results.summary_table(doc))
         print(f"\nresults: {path}\nfabric torn down in {lab.timings['down_s']:.1f} s")

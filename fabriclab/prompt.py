@@ -12,7 +12,7 @@ import time
 from mininet.cli import CLI
 from mininet.log import lg, setLogLevel
 
-from fabriclab import telemetry
+from fabriclab import results, telemetry
 from fabriclab.apps.paths import path_nodes
 from fabriclab.errors import LabError
 from fabriclab.table import format_table
@@ -127,9 +127,7 @@ class LabPrompt(CLI):
         before = telemetry.snapshot(self.lab.fabric)
         time.sleep(seconds)
         rows = telemetry.link_utilization(self.lab.fabric, before, telemetry.snapshot(self.lab.fabric))
-        print(format_table(("link", "direction", "Mbit/s", "util %", "drops"),
-                           [(r["link"], f"{r['from']}->{r['to']}", r["mbps"],
-                             round(100 * r["utilization"], 1), r["drops"]) for r in rows]))
+        print(results.uplink_table(rows, title=None))
         for direction in ("up", "down"):
             b = telemetry.balance(rows, direction)
             print(f"{direction}links: mean {b['mean_mbps']} Mbit/s, max {b['max_mbps']}, "

@@ -65,11 +65,11 @@ def write_result(doc, out_dir=None):
     return path
 
 
-def uplink_table(doc):
-    rows = [(r["link"], f"{r['from']}->{r['to']}", r["mbps"], round(100 * r["utilization"], 1), r["drops"])
-            for r in doc["links"]]
-    return format_table(("link", "direction", "Mbit/s", "util %", "drops"), rows,
-                        title="Fabric link utilization (steady state)")
+def uplink_table(links, title="Fabric link utilization (steady state)"):
+    """Table of telemetry.link_utilization rows."""
+    rows = [(r["link"], f"{r['from']}->{r['to']}", f"{r['mbps']:.2f}", f"{100 * r['utilization']:.1f}",
+             r["drops"]) for r in links]
+    return format_table(("link", "direction", "Mbit/s", "util %", "drops"), rows, title=title)
 
 
 def summary_table(doc):

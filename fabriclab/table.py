@@ -1,5 +1,9 @@
 """Plain-text tables for the terminal: the one formatter every command prints with."""
 
+import re
+
+_NUMBER = re.compile(r"^-?[0-9][0-9,]*(\.[0-9]+)?( ?%)?$")
+
 
 def _cell(value):
     if value is None:
@@ -13,7 +17,11 @@ def format_table(header, rows, title=None):
     """Columns sized to their widest cell; numbers right-aligned, text left-aligned."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-    numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) and rows
+    # A column is right-aligned when every cell is a number, or a string that reads as one
+    # (callers pre-format some numbers, e.g. one decimal for percentages).
+    numeric = [bool(rows) and all(row[i] is None or isinstance(row[i], (int, float))
+                                  or (isinstance(row[i], str) and _NUMBER.match(row[i]))
+                                  for row in rows)
                for i in range(len(header))]
 
     def line(values):

@@ -109,7 +109,7 @@ def populate(net, fabric, run, datapath="user"):
         run.add_process(node.pid, "host-shell", f"mininet:{host.name}")
     for switch in fabric.switches.values():
         node = net.addSwitch(switch.name, cls=LabSwitch, run_id=run.id, dpid=f"{switch.dpid:016x}",
-                             datapath=datapath, protocols="OpenFlow13", failMode="secure",
+                             datapath=datapath, protocols="OpenFlow13,OpenFlow15", failMode="secure",
                              reconnectms=1000)
         run.add_process(node.pid, "switch-shell", f"mininet:{switch.name}")
     for link in fabric.links:

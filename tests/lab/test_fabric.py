@@ -35,13 +35,15 @@ def test_every_nic_reaches_every_other(lab):
 
 
 def test_leaves_hold_one_select_group_per_remote_leaf_over_every_spine(lab):
-    out = subprocess.run(["ovs-ofctl", "--names", "-O", "OpenFlow13", "dump-groups", "l1"],
+    out = subprocess.run(["ovs-ofctl", "--names", "-O", "OpenFlow15", "dump-groups", "l1"],
                          capture_output=True, text=True, check=True).stdout
     groups = [line for line in out.splitlines() if "group_id=" in line]
     assert len(groups) == lab.fabric.spec.leaves - 1
     uplinks = [link.a_intf for link in lab.fabric.fabric_links if link.a == "l1"]
     for group in groups:
         assert "type=select" in group
+        # The hash covers the 5-tuple, UDP ports included (OVS's default would skip them).
+        assert "selection_method=hash,fields(ip_src,ip_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst)" in group
         assert sorted(u for u in uplinks if f'output:"{u}"' in group) == sorted(uplinks)
 
 
@@ -63,6 +65,23 @@ def test_distinct_flows_spread_over_spines_without_reordering(lab):
     # Cross-leaf traffic is 6/7 of what hosts send; the uplinks must have carried about that.
     offered = sum(f["rate_mbps"] for flows in plan.values() for f in flows)
     assert sum(per_spine.values()) == pytest.approx(offered * 6 / 7, rel=0.25)
+
+
+def _spines_used(lab, sport_mode):
+    """Spines carrying 16 QPs from h1 to h3 (leaf l1 to l2) in a given source-port mode."""
+    src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h3"].ports[0]
+    plan = {"h1": [{"id": f"qp{i}", "src": src.ip, "dst": dst.ip, "src_qpn": 0x100 + i,
+                    "dst_qpn": 0x200 + i, "sport": None, "rate_mbps": 0.5} for i in range(16)]}
+    run = run_traffic(lab, plan, duration_s=2.0, sport_mode=sport_mode)
+    rows = telemetry.link_utilization(lab.fabric, *run.window)
+    return {r["to"] for r in rows if r["from"] == "l1" and r["mbps"] > 0.2}
+
+
+def test_ecmp_hash_spreads_the_qps_of_one_host_pair_by_udp_source_port(lab):
+    # 16 QPs between one pair of NICs differ only in their UDP source port (derived from the QP).
+    assert len(_spines_used(lab, "qp")) >= 3
+    # With one shared source port (seed 000's low-entropy case) they are one 5-tuple: one path.
+    assert len(_spines_used(lab, "shared")) == 1
 
 
 def test_switch_port_shaping_limits_an_incast_to_the_link_rate(lab):
