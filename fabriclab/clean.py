@@ -4,6 +4,7 @@ For each run whose owning process is gone: stop the processes it recorded (only 
 runs the recorded command), delete its OVS bridges and its root-namespace interfaces, and drop
 the record. Bridges tagged with a run id that has no live run are deleted too, so a record lost
 mid-write still gets repaired. Killing the Mininet shells is what frees the hosts' namespaces.
+Network namespaces left by a killed `doctor` probe (flprobe-<pid>, pid gone) go too.
 Nothing is matched by name alone, and live runs are left alone unless --all is given.
 """
 
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import time
 
+from fabriclab.doctor import cleanup_stale_probes
 from fabriclab.runstate import OVS_RUN_KEY, RunState, pid_alive, pid_cmdline
 from fabriclab.topologies.mininet_net import delete_bridges, delete_link_group
 
@@ -94,6 +96,8 @@ def clean(all_runs=False):
         if run_id not in live_ids:
             _delete_bridge(bridge)
             report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
+    for name in cleanup_stale_probes():
+        report.append(f"namespace {name} of a killed `doctor` probe: deleted")
     return report
 
 

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from fabriclab.errors import EnvironmentProblem
+from fabriclab.runstate import pid_alive
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 PROBE_PREFIX = "flprobe-"
@@ -432,21 +433,11 @@ def cleanup_stale_probes():
         if not name.startswith(PROBE_PREFIX):
             continue
         pid = name[len(PROBE_PREFIX):]
-        if pid.isdigit() and _pid_alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             continue
         if _run(["ip", "netns", "del", name]).returncode == 0:
             removed.append(name)
     return removed
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _probe_now():
