@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import threading
 import time
 
@@ -25,42 +24,12 @@ from os_ken.ofproto import ofproto_v1_5
 
 from fabriclab.apps.ecmp import diff
 from fabriclab.apps.linkstate import LinkState
+from fabriclab.apps.ovs_groups import SelectionMethodProperty
 from fabriclab.topologies.fabric import Fabric
 
 # Set by the lab's controller runner (fabriclab.apps.runner) for the process it starts.
 ENV_FABRIC = "FABRICLAB_FABRIC"
 ENV_STATUS = "FABRICLAB_STATUS"
-
-
-# Select groups hash these fields (OXM names): the 5-tuple. Open vSwitch's default select method
-# hashes only addresses for UDP, which would put every RoCEv2 QP of a host pair on one path.
-ECMP_HASH_FIELDS = ("ipv4_src", "ipv4_dst", "ip_proto", "udp_src", "udp_dst", "tcp_src", "tcp_dst")
-NTR_VENDOR_ID = 0x0000154D      # the Netronome group extension Open vSwitch implements
-NTRT_SELECTION_METHOD = 1
-
-
-class SelectionMethodProperty:
-    """The OpenFlow 1.5 group property that sets Open vSwitch's bucket selection (Netronome ext.).
-
-    Wire layout: type 0xffff, length, experimenter, exp_type, 4 pad bytes, the method name in 16
-    bytes, a 64-bit parameter, then each hash field as an OXM TLV whose value is its mask (all
-    ones: the whole field is hashed); the length excludes the padding to 8 bytes. Written here
-    because os-ken's experimenter properties carry only 32-bit words, and these TLVs are not.
-    """
-
-    def __init__(self, parser, method="hash", fields=ECMP_HASH_FIELDS):
-        self.method = method
-        self.fields = fields
-        body = bytes(4) + method.encode().ljust(16, b"\0") + bytes(8)
-        for name in fields:
-            header = bytes(parser.OFPOxmId(type_=name).serialize())
-            body += header + b"\xff" * header[3]      # the OXM header's last byte is the length
-        self.body = body
-
-    def serialize(self):
-        length = 12 + len(self.body)
-        raw = struct.pack("!HHII", 0xFFFF, length, NTR_VENDOR_ID, NTRT_SELECTION_METHOD) + self.body
-        return bytearray(raw + bytes(-length % 8))
 
 
 class FabricApp(app_manager.OSKenApp):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
-from fabriclab.doctor import cleanup_stale_probes
-from fabriclab.runstate import OVS_RUN_KEY, RunState, pid_alive, pid_cmdline
-from fabriclab.topologies.mininet_net import delete_bridges, delete_link_group
+from fabriclab.doctor import cleanup_stale_probes, require_environment
+from fabriclab.runstate import RunState, pid_alive, pid_cmdline
+from fabriclab.teardown import (delete_bridges, delete_interfaces, delete_link_group, existing_bridges,
+                                tagged_bridges)
 
 
 def _stop_process(proc):
@@ -38,38 +38,6 @@ def _stop_process(proc):
     return True
 
 
-def _ovs(*args):
-    return subprocess.run(["ovs-vsctl", "--timeout=10", *args], capture_output=True, text=True)
-
-
-def tagged_bridges():
-    """{bridge: run id} for every OVS bridge a fabriclab run created."""
-    out = _ovs("--format=csv", "--data=bare", "--no-headings", "--columns=name,external_ids",
-               "find", "Bridge", f"external_ids:{OVS_RUN_KEY}!=\"\"")
-    bridges = {}
-    for line in out.stdout.splitlines():
-        name, _, ids = line.partition(",")
-        for item in ids.strip('"').split():
-            key, _, value = item.partition("=")
-            if key == OVS_RUN_KEY:
-                bridges[name] = value
-    return bridges
-
-
-def _delete_bridge(bridge):
-    ifaces = _ovs("list-ifaces", bridge).stdout.split()
-    _ovs("--if-exists", "del-br", bridge)
-    for intf in ifaces:
-        _delete_interface(intf)
-
-
-def _delete_interface(intf):
-    if os.path.exists(f"/sys/class/net/{intf}"):
-        subprocess.run(["ip", "link", "del", intf], capture_output=True)
-        return True
-    return False
-
-
 def clean(all_runs=False):
     """Returns one line per action taken, for the user."""
     report = []
@@ -84,17 +52,16 @@ def clean(all_runs=False):
         present_before = [i for i in listed if os.path.exists(f"/sys/class/net/{i}")]
         if run.data.get("link_group"):
             delete_link_group(run.data["link_group"])
-        bridges = [b for b in run.data.get("bridges", []) if _ovs("br-exists", b).returncode == 0]
+        bridges = existing_bridges(run.data.get("bridges", []))
         delete_bridges(bridges)
-        for intf in listed:
-            _delete_interface(intf)
+        delete_interfaces(listed)
         intfs = len(present_before)
         run.remove()
         report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
                       f"and {intfs} interfaces")
     for bridge, run_id in sorted(tagged_bridges().items()):
         if run_id not in live_ids:
-            _delete_bridge(bridge)
+            delete_bridges([bridge])
             report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
     for name in cleanup_stale_probes():
         report.append(f"namespace {name} of a killed `doctor` probe: deleted")
@@ -109,7 +76,6 @@ def register(subparsers):
 
 
 def run_clean(args):
-    from fabriclab.lab import require_environment
     require_environment()
     report = clean(all_runs=args.all)
     print("\n".join(report) if report else "nothing to clean")

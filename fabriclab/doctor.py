@@ -520,4 +520,18 @@ def run_doctor(args):
 __all__ = [
     "Capabilities", "Mechanism", "probe", "mechanisms", "ovs_datapath_type", "missing_required",
     "check_required", "render_table", "render_json", "cleanup_stale_probes", "register",
+    "require_environment",
 ]
+
+
+def require_environment():
+    """Root and a reachable Open vSwitch, or a one-line error saying what to run."""
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("building a fabric needs root: run with sudo")
+    try:
+        ok = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0
+    except FileNotFoundError:
+        raise EnvironmentProblem("Open vSwitch is not installed: run `sudo ./lab.sh bootstrap`") from None
+    if not ok:
+        raise EnvironmentProblem("Open vSwitch is not running: run `sudo fabriclab provision` "
+                                 "(or `/usr/share/openvswitch/scripts/ovs-ctl start`)")

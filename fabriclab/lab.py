@@ -12,15 +12,14 @@ record for `fabriclab clean`.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 
 from fabriclab import doctor
+from fabriclab.doctor import require_environment
 from fabriclab.apps.paths import all_paths
 from fabriclab.controller import Controller, check_app
-from fabriclab.errors import EnvironmentProblem, LabError
+from fabriclab.errors import LabError
 from fabriclab.runstate import RunState
 from fabriclab.topologies import mininet_net
 from fabriclab.topologies.fabric import Fabric
@@ -29,19 +28,6 @@ from fabriclab.topologies.spec import FabricSpec
 
 class Terminated(LabError):
     """SIGTERM arrived; raised so that teardown runs."""
-
-
-def require_environment():
-    """Root and a reachable Open vSwitch, or a one-line error saying what to run."""
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("building a fabric needs root: run with sudo")
-    try:
-        ok = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0
-    except FileNotFoundError:
-        raise EnvironmentProblem("Open vSwitch is not installed: run `sudo ./lab.sh bootstrap`") from None
-    if not ok:
-        raise EnvironmentProblem("Open vSwitch is not running: run `sudo fabriclab provision` "
-                                 "(or `/usr/share/openvswitch/scripts/ovs-ctl start`)")
 
 
 class Lab:

@@ -7,7 +7,6 @@ the lab itself (not Mininet's TCLink, which silently ignores qdiscs the kernel l
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 
@@ -19,6 +18,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 from fabriclab.errors import LabError
 from fabriclab.runstate import OVS_RUN_KEY
 from fabriclab.shaping import as_script, shaping_commands
+from fabriclab.teardown import delete_bridges, delete_interfaces, delete_link_group
 
 
 class LabSwitch(OVSSwitch):
@@ -194,17 +194,6 @@ def set_link(net, link, up):
         net.get(node_name).cmd(f"ip link set {intf} {state}")
 
 
-def delete_link_group(group):
-    """Delete every interface in a link group in one batched kernel operation."""
-    subprocess.run(["ip", "link", "del", "group", str(group)], capture_output=True)
-
-
-def delete_bridges(names):
-    if names:
-        subprocess.run(["ovs-vsctl", "--timeout=60"] + [arg for name in names
-                       for arg in ("--", "--if-exists", "del-br", name)], capture_output=True)
-
-
 def stop(net, link_group):
     """Stop everything Mininet started for this network (hosts, switches, links, controller).
 
@@ -217,11 +206,7 @@ def stop(net, link_group):
     delete_link_group(link_group)
     delete_bridges([s.name for s in net.switches])
     # Any interface that did not make it into the group (a build stopped half way).
-    leftovers = [intf.name for sw in net.switches for intf in sw.intfList()
-                 if intf.name != "lo" and os.path.exists(f"/sys/class/net/{intf.name}")]
-    if leftovers:
-        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True, text=True,
-                       input="".join(f"link del {name}\n" for name in leftovers))
+    delete_interfaces([intf.name for sw in net.switches for intf in sw.intfList() if intf.name != "lo"])
     # Mininet's RemoteController is a node with a shell of its own that stop() leaves running.
     for node in net.hosts + net.switches + net.controllers:
         node.terminate()

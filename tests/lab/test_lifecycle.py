@@ -1,7 +1,6 @@
 """Bring-up and teardown hygiene: nothing left behind, bad input refused early, `clean` repairs."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -4,7 +4,7 @@ import struct
 
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from fabriclab.apps.base_app import ECMP_HASH_FIELDS, NTR_VENDOR_ID, SelectionMethodProperty
+from fabriclab.apps.ovs_groups import ECMP_HASH_FIELDS, NTR_VENDOR_ID, SelectionMethodProperty
 
 # OXM basic class 0x8000: field number << 9 | length (no mask bit); values are the masks.
 EXPECTED_FIELDS = {
