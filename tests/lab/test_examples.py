@@ -30,3 +30,16 @@ def test_failover_session_example_runs_at_the_prompt():
     out = proc.stdout + proc.stderr
     assert "1 equal-cost path(s)" in out and "delivered" in out and "1 received" in out
     assert "error" not in out.lower()
+
+
+def test_readme_pytest_snippet_passes(tmp_path):
+    """The README's 'your own experiment in pytest' block is real code: run it with pytest."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme.split("### Your own experiment in pytest", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    test_file = tmp_path / "test_readme_snippet.py"
+    test_file.write_text(code)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
