@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "fabriclab.commands",
     "fabriclab.clean",
     "fabriclab.benchmark",
+    "fabriclab.model.cli",
 ]
 
 

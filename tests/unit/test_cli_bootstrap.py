@@ -9,7 +9,7 @@ sys.modules["mininet"] = None          # any `import mininet...` now raises Impo
 from fabriclab import cli
 parser = cli.build_parser()
 for argv in (["provision", "--check"], ["doctor"], ["clean"], ["check", "tiny"], ["specs"],
-             ["run", "tiny"], ["up", "tiny"], ["demo"], ["benchmark"]):
+             ["run", "tiny"], ["up", "tiny"], ["demo"], ["benchmark"], ["model", "profiles"]):
     parser.parse_args(argv)
 assert cli.main(["check", "tiny"]) == 0
 print("ok")

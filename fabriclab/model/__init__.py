@@ -1,0 +1,1 @@
+"""Analytical models: what a collective should take on real hardware, away from the emulation."""

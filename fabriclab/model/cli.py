@@ -1,0 +1,111 @@
+"""`fabriclab model`: collective predictions from a hardware profile (no network is built)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import time
+from dataclasses import asdict
+
+from fabriclab.errors import LabError
+from fabriclab.model import collectives
+from fabriclab.model.hardware import load_profile, shipped_profiles
+from fabriclab.table import format_table
+
+DEFAULT_SIZES = "1K,64K,1M,16M,256M,1G"
+_SIZE = re.compile(r"^\s*([0-9]+)\s*([KMG]?)B?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+COLLECTIVE_ALGORITHMS = sorted({f"{c}/{a}" for c, a in collectives.ALGORITHMS} | {"allreduce/hierarchical"})
+
+
+def parse_sizes(text):
+    sizes = []
+    for item in text.split(","):
+        m = _SIZE.match(item)
+        if not m or int(m.group(1)) <= 0:
+            raise LabError(f"bad message size {item!r}: expected e.g. 64K, 1M, 1G (powers of 2)")
+        sizes.append(int(m.group(1)) * _UNITS[m.group(2).upper()])
+    return sizes
+
+
+def predict(profile, collective, algorithm, nodes, size):
+    """One Cost for a collective over `nodes` nodes of a profile (all their ranks take part)."""
+    up, out = profile.tiers()
+    ranks = profile.ranks_per_node * nodes
+    if algorithm == "hierarchical":
+        if collective != "allreduce":
+            raise LabError("the hierarchical algorithm is modelled for allreduce only")
+        return collectives.hierarchical_allreduce(size, profile.ranks_per_node, nodes, up, out)
+    fn = collectives.ALGORITHMS.get((collective, algorithm))
+    if fn is None:
+        raise LabError(f"no model for {collective}/{algorithm} (available: {', '.join(COLLECTIVE_ALGORITHMS)})")
+    # A flat algorithm over several nodes runs at the scale-out tier's speed: every ring or
+    # exchange step crosses the NICs somewhere, and the slowest step sets the pace.
+    tier = out if nodes > 1 else up
+    return fn(size, ranks, tier.alpha, tier.bw)
+
+
+def _human(size):
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def register(subparsers):
+    p = subparsers.add_parser("model", help="analytical predictions: collective times from a hardware profile")
+    sub = p.add_subparsers(dest="model_command", metavar="WHAT")
+    sub.required = True
+    q = sub.add_parser("profiles", help="list the shipped hardware profiles")
+    q.set_defaults(func=cmd_profiles)
+    q = sub.add_parser("collective", help="predict a collective's time, algbw and busbw per message size")
+    q.add_argument("--profile", default="h100_8x400g", help="profile name or YAML path")
+    q.add_argument("--collective", default="allreduce",
+                   choices=sorted({c for c, _ in collectives.ALGORITHMS}))
+    q.add_argument("--algorithm", default="ring",
+                   help="ring, tree, fully-connected, in-network, hierarchical, pairwise, ring-topology")
+    q.add_argument("--nodes", type=int, default=4, help="nodes (all ranks of each take part)")
+    q.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")
+    q.add_argument("--format", choices=("table", "json"), default="table")
+    q.add_argument("--out", help="also write results.json into this folder")
+    q.set_defaults(func=cmd_collective)
+
+
+def cmd_profiles(_args):
+    rows = []
+    for name in shipped_profiles():
+        prof = load_profile(name)
+        rows.append((name, prof.ranks_per_node, f"{prof.scale_up.achievable / 1e9:.0f}",
+                     f"{prof.scale_out_bandwidth() / 1e9:.1f}", prof.bottleneck(), prof.description))
+    print(format_table(("profile", "ranks/node", "scale-up GB/s", "scale-out GB/s per rank",
+                        "scale-out bottleneck", "description"), rows))
+    return 0
+
+
+def cmd_collective(args):
+    if args.nodes < 1:
+        raise LabError(f"--nodes must be >= 1, got {args.nodes}")
+    profile = load_profile(args.profile)
+    sizes = parse_sizes(args.sizes)
+    costs = [predict(profile, args.collective, args.algorithm, args.nodes, size) for size in sizes]
+    rows = [{"size": c.size, "time_us": c.time * 1e6, "algbw_GBps": c.algbw / 1e9,
+             "busbw_GBps": c.busbw / 1e9, "dominant": c.dominant,
+             "terms_us": {k: v * 1e6 for k, v in c.terms.items()}} for c in costs]
+    doc = {"kind": "model", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "profile": {**asdict(profile), "scale_out_bandwidth_Bps": profile.scale_out_bandwidth()},
+           "collective": args.collective, "algorithm": args.algorithm, "nodes": args.nodes,
+           "ranks": profile.ranks_per_node * args.nodes, "rows": rows}
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(doc, indent=1))
+    if args.format == "json":
+        print(json.dumps(doc, indent=1))
+        return 0
+    title = (f"{args.collective}/{args.algorithm}, {args.nodes} x {profile.name} "
+             f"({doc['ranks']} ranks; scale-out {profile.scale_out_bandwidth() / 1e9:.1f} GB/s per rank)")
+    print(format_table(("size", "time us", "algbw GB/s", "busbw GB/s", "dominant term"),
+                       [(_human(r["size"]), f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}",
+                         f"{r['busbw_GBps']:.2f}", r["dominant"]) for r in rows], title=title))
+    return 0
