@@ -98,20 +98,22 @@ def tree_allreduce(size, p, alpha, bw):
     })
 
 
-def ring_reducescatter(size, p, alpha, bw):
+def _one_pass(collective, algorithm, size, p, alpha, bw):
+    """p-1 steps, each moving size/p per rank: ring reduce-scatter, ring all-gather, pairwise
+    all-to-all all cost this."""
     _check(size, p, alpha, bw)
-    return Cost("reducescatter", "ring", size, p, {
+    return Cost(collective, algorithm, size, p, {
         "latency": (p - 1) * alpha,
         "bandwidth": (p - 1) / p * size / bw,
     })
+
+
+def ring_reducescatter(size, p, alpha, bw):
+    return _one_pass("reducescatter", "ring", size, p, alpha, bw)
 
 
 def ring_allgather(size, p, alpha, bw):
-    _check(size, p, alpha, bw)
-    return Cost("allgather", "ring", size, p, {
-        "latency": (p - 1) * alpha,
-        "bandwidth": (p - 1) / p * size / bw,
-    })
+    return _one_pass("allgather", "ring", size, p, alpha, bw)
 
 
 def ring_hops_gamma(p):
@@ -141,11 +143,7 @@ def fc_alltoall(size, p, alpha, bw):
 
 def pairwise_alltoall(size, p, alpha, bw):
     """AlltoAll through a switched fabric, one peer per step (p-1 steps of size/p)."""
-    _check(size, p, alpha, bw)
-    return Cost("alltoall", "pairwise", size, p, {
-        "latency": (p - 1) * alpha,
-        "bandwidth": (p - 1) / p * size / bw,
-    })
+    return _one_pass("alltoall", "pairwise", size, p, alpha, bw)
 
 
 def pairwise_alltoallv(sizes, alpha, bw):
