@@ -96,7 +96,7 @@ def resolve_neighbours(lab, plan, timeout_s=2):
         pairs = sorted({(f["src"], f["dst"]) for f in flows})
         if not pairs:
             continue
-        script = " ".join(f"(ping -n -q -c1 -W{timeout_s} -I {s} {d} >/dev/null || echo {s}>{d}) &"
+        script = " ".join(f"(ping -n -q -c1 -W{timeout_s} -I {s} {d} >/dev/null || echo '{s}>{d}') &"
                           for s, d in pairs)
         out = lab.net.get(host).cmd(script + " wait")
         unanswered += [line.strip() for line in out.splitlines() if ">" in line and "ping" not in line]

@@ -412,3 +412,113 @@ def path_mtu_for(ethernet_mtu):
         if payload + ROCE_OVERHEAD + RETH_LEN <= ethernet_mtu:
             return payload
     raise ValueError(f"an Ethernet MTU of {ethernet_mtu} cannot carry a 256-byte RoCE payload")
+
+
+# -- AETH, ACK/NAK, CNP, immediate data -----------------------------------------------------------
+
+OP_UC_SEND_ONLY = 0x24
+"""Unreliable Connected SEND ONLY: the lab's clear-to-send (CTS) notifications ride on it.
+
+A CTS is a control message of the collective library, not RDMA data: it needs no ACK (a lost one
+is repeated by the receiver's CTS timer), so it uses the unreliable transport of the same QP."""
+OPCODE_NAMES[OP_UC_SEND_ONLY] = "UC_SEND_ONLY"
+
+AETH_ACK = 0x1F
+"""AETH syndrome of a positive ACK: type 000, credit count 11111 ("end-to-end credits invalid")."""
+AETH_NAK_PSN_SEQUENCE_ERROR = 0x60
+"""AETH syndrome of a NAK (type 011) with code 0: PSN sequence error, the go-back-N trigger."""
+AETH_TYPE_MASK = 0xE0
+AETH_TYPE_ACK = 0x00
+AETH_TYPE_NAK = 0x60
+IMMDT_LEN = 4
+CTS_MAGIC = b"CTS1"
+CTS_PAYLOAD_LEN = len(CTS_MAGIC) + 8
+
+
+class Aeth(NamedTuple):
+    """ACK Extended Transport Header: the syndrome (ACK, NAK and its code) and the MSN."""
+
+    syndrome: int
+    msn: int
+
+    @property
+    def is_nak(self):
+        return self.syndrome & AETH_TYPE_MASK == AETH_TYPE_NAK
+
+
+def build_aeth(syndrome, msn):
+    """Pack an AETH: syndrome (8 bits) then message sequence number (24 bits)."""
+    _check_range("syndrome", syndrome, 0, 0xFF)
+    _check_range("msn", msn, 0, 0xFFFFFF)
+    return struct.pack("!I", (syndrome << 24) | msn)
+
+
+def parse_aeth(data, offset=BTH_LEN):
+    if len(data) < offset + AETH_LEN:
+        raise ValueError(f"an AETH needs {AETH_LEN} bytes at offset {offset}")
+    word, = struct.unpack_from("!I", data, offset)
+    return Aeth(word >> 24, word & 0xFFFFFF)
+
+
+def build_cts_payload(granted_bytes):
+    """A CTS: the cumulative number of bytes the receiver has buffer space for on a connection."""
+    _check_range("granted_bytes", granted_bytes, 0, (1 << 64) - 1)
+    return CTS_MAGIC + struct.pack("!Q", granted_bytes)
+
+
+def parse_cts_payload(data, offset=BTH_LEN):
+    """The granted byte count of a CTS, or None if the SEND is not a CTS."""
+    if len(data) < offset + CTS_PAYLOAD_LEN or bytes(data[offset:offset + 4]) != CTS_MAGIC:
+        return None
+    return struct.unpack_from("!Q", data, offset + 4)[0]
+
+
+def build_ack_packet(src, dst, sport, dest_qp, psn, syndrome=AETH_ACK, msn=0, **ip):
+    """An RC ACKNOWLEDGE (BTH + AETH): `psn` is the last PSN received in order (for a NAK, the
+    PSN the requester must resend from)."""
+    return build_ipv4_udp_roce_packet(src, dst, sport, OP_RC_ACKNOWLEDGE, dest_qp, psn,
+                                      build_aeth(syndrome, msn), **ip)
+
+
+def build_cnp_packet(src, dst, sport, dest_qp, **ip):
+    """A RoCEv2 CNP: BTH (opcode 0x81, BECN set, PSN 0) + 16 reserved bytes, sent by a receiver
+    that saw ECN CE to the QP that sent the marked packet (the DCQCN notification point)."""
+    return build_ipv4_udp_roce_packet(src, dst, sport, OP_CNP, dest_qp, 0,
+                                      b"\x00" * CNP_PADDING_LEN, becn=True, **ip)
+
+
+class ParsedRoce(NamedTuple):
+    """What a responder or requester needs from one RoCEv2 UDP payload."""
+
+    bth: Bth
+    reth: Reth | None
+    aeth: Aeth | None
+    immediate: int | None
+    payload_offset: int
+    payload_len: int
+
+
+def parse_roce(data, length=None):
+    """Parse a RoCEv2 UDP payload (BTH .. ICRC) into headers and the payload's position.
+
+    Raises ValueError for a datagram too short for the headers its opcode implies.
+    """
+    length = len(data) if length is None else length
+    bth = parse_bth(data)
+    offset = BTH_LEN
+    reth = aeth = immediate = None
+    if bth.opcode in RETH_OPCODES:
+        reth = parse_reth(data, offset)
+        offset += RETH_LEN
+    if bth.opcode in AETH_OPCODES:
+        aeth = parse_aeth(data, offset)
+        offset += AETH_LEN
+    if bth.opcode in IMMDT_OPCODES:
+        if length < offset + IMMDT_LEN:
+            raise ValueError("truncated immediate data")
+        immediate, = struct.unpack_from("!I", data, offset)
+        offset += IMMDT_LEN
+    payload_len = roce_payload_length(length, bth)
+    if payload_len < 0:
+        raise ValueError(f"RoCEv2 datagram of {length} bytes too short for opcode {bth.opcode:#x}")
+    return ParsedRoce(bth, reth, aeth, immediate, offset, payload_len)

@@ -1,0 +1,190 @@
+"""Collective schedules and the rank engine, run over an in-memory "network" (no root needed).
+
+Each schedule is executed by the same RankEngine the agents use, with transfers delivered in a
+random order, and every rank's output is compared with numpy's answer.
+"""
+
+import random
+
+import numpy as np
+import pytest
+
+from fabriclab.traffic import schedules as S
+from fabriclab.traffic.engine import Memory, RankEngine, remote_address, split_address
+
+
+def simulate(schedule, seed=0):
+    """Run every rank's program; deliver posted transfers in a seeded random order."""
+    rng = random.Random(seed)
+    n = schedule.ranks
+    memories = [Memory(schedule.regions[r]) for r in range(n)]
+    inputs = []
+    for r in range(n):
+        data = np.random.default_rng(r).integers(-50, 50, memories[r].arrays["input"].size)
+        memories[r].arrays["input"][:] = data
+        inputs.append(data.astype(np.float32))
+    posted = []
+    engines = [RankEngine(schedule.programs[r], posted.append, memories[r]) for r in range(n)]
+    for engine in engines:
+        engine.start()
+    order = []
+    while posted:
+        t = posted.pop(rng.randrange(len(posted)))
+        order.append(t)
+        data = bytes(memories[t.src].view(t.src_region, t.src_off, t.nbytes))
+        # A transfer may arrive as several NIC messages: deliver it in two parts.
+        half = (t.nbytes // 8) * 4
+        for off, part in ((0, half), (half, t.nbytes - half)):
+            if part:
+                memories[t.dst].write(t.dst_region, t.dst_off + off, data[off:off + part])
+                engines[t.dst].received(t.tag, part)
+        engines[t.src].sent(t.tag)
+    assert all(e.done for e in engines), [e.pending_recvs() for e in engines]
+    return memories, inputs, order
+
+
+# The bisection test pairs ranks, so it only runs with an even count.
+CASES = [(c, a, n) for c in S.COLLECTIVES for a in S.ALGORITHMS.get(c, ("ring",))
+         for n in (2, 3, 4, 8) if c != "bisection" or n % 2 == 0]
+
+
+@pytest.mark.parametrize("collective,algorithm,ranks", CASES)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_schedule_computes_what_numpy_computes(collective, algorithm, ranks, channels):
+    for size in (4 * ranks, 12_000):
+        schedule = S.build(collective, ranks, size, algorithm=algorithm, channels=channels,
+                           piece_bytes=1024, seed=ranks)
+        memories, inputs, _ = simulate(schedule, seed=ranks * channels)
+        expected = S.reference_outputs(schedule, inputs)
+        for rank in range(ranks):
+            if expected[rank] is not None:
+                np.testing.assert_array_equal(memories[rank].arrays["output"], expected[rank])
+
+
+def test_ring_allreduce_steps_follow_the_ring():
+    """8 ranks, 1 channel: 2(n-1) steps; at RS step s rank r writes block (r-s-1) to r+1."""
+    n, size = 8, 8 * 1024
+    schedule = S.build("allreduce", n, size)
+    block = size // n
+    for r in range(n):
+        program = schedule.programs[r]
+        assert len(program) == 2 * (n - 1)
+        for s, step in enumerate(program[:n - 1]):
+            (t,) = step.sends
+            assert t.dst == (r + 1) % n and t.nbytes == block
+            assert t.src_off == ((r - s - 1) % n) * block
+            assert t.src_region == ("input" if s == 0 else "output")
+            assert t.dst_region == "scratch"                # reduced at the receiver
+            (got,) = step.recvs
+            assert got.src == (r - 1) % n
+        for s, step in enumerate(program[n - 1:]):
+            (t,) = step.sends
+            assert t.src_off == ((r - s) % n) * block and t.dst_region == "output"
+        # each step waits for the previous one
+        assert all(step.deps == (step.id - 1,) for step in program[1:])
+
+
+@pytest.mark.parametrize("collective,factor", [("allreduce", lambda n: 2 * (n - 1) / n),
+                                               ("allgather", lambda n: (n - 1) / n),
+                                               ("reducescatter", lambda n: (n - 1) / n),
+                                               ("alltoall", lambda n: (n - 1) / n)])
+@pytest.mark.parametrize("n", [2, 4, 16])
+def test_bytes_per_rank_match_the_bus_factor(collective, factor, n):
+    """nccl-tests' busbw factor is exactly the fraction of `size` each rank sends in a ring or a
+    direct exchange: the schedule moves the bytes the formula assumes."""
+    size = n * 4096
+    schedule = S.build(collective, n, size, channels=2)
+    for r in range(n):
+        assert schedule.sent_bytes(r) == pytest.approx(size * factor(n))
+        assert schedule.received_bytes(r) == pytest.approx(size * factor(n))
+    assert S.bus_factor(collective, n) == pytest.approx(factor(n))
+
+
+def test_tree_allreduce_double_tree_balances_the_ranks():
+    n, size = 8, 8 * 4096
+    one = S.build("allreduce", n, size, algorithm="tree", channels=1, piece_bytes=size)
+    two = S.build("allreduce", n, size, algorithm="tree", channels=2, piece_bytes=size)
+    sent_one = [one.sent_bytes(r) for r in range(n)]
+    sent_two = [two.sent_bytes(r) for r in range(n)]
+    # One tree: leaves send once (up), the root twice (down to its two children), an interior
+    # rank with two children three times (up once, down twice).
+    assert sent_one[0] == 2 * size and max(sent_one) == 3 * size and min(sent_one) == size
+    # Mirrored pair: spread tighter than one tree.
+    assert max(sent_two) - min(sent_two) < max(sent_one) - min(sent_one)
+    # Total bytes: every tree edge carries the channel's data up and down once.
+    assert sum(sent_one) == 2 * (n - 1) * size
+
+
+def test_tree_is_pipelined_in_pieces():
+    schedule = S.build("allreduce", 4, 4 * 1024, algorithm="tree", piece_bytes=1024)
+    leaf = 3                                     # rank 3 is a leaf of the unmirrored tree
+    sizes = [t.nbytes for step in schedule.programs[leaf] for t in step.sends]
+    assert sizes == [1024] * 4
+    # all of the leaf's pieces can be posted without waiting for the first one to come back
+    first_four = schedule.programs[leaf][:4]
+    assert all(not step.recvs for step in first_four)
+
+
+def test_gather_is_an_incast_to_the_root():
+    schedule = S.build("gather", 8, 8 * 1000, root=2)
+    assert {t.dst for t in schedule.transfers} == {2}
+    assert {t.src for t in schedule.transfers} == set(range(8)) - {2}
+    assert "output" not in schedule.regions[0] and schedule.regions[2]["output"] == 8000
+
+
+def test_bisection_pairs_halves():
+    schedule = S.build("bisection", 6, 4000)
+    pairs = {(t.src, t.dst) for t in schedule.transfers}
+    assert pairs == {(0, 3), (3, 0), (1, 4), (4, 1), (2, 5), (5, 2)}
+    assert all(schedule.sent_bytes(r) == 4000 for r in range(6))
+
+
+def test_alltoallv_is_imbalanced_and_seeded():
+    m1 = S.alltoallv_matrix(8, 80_000, 4.0, seed=3)
+    m2 = S.alltoallv_matrix(8, 80_000, 4.0, seed=3)
+    assert m1 == m2
+    blocks = [b for row in m1 for b in row]
+    assert max(blocks) / min(blocks) > 2.5
+    assert all(b % 4 == 0 for b in blocks)
+    assert sum(blocks) / 8 == pytest.approx(80_000, rel=0.01)
+    even = S.alltoallv_matrix(4, 4000, 1.0, seed=1)
+    assert {b for row in even for b in row} == {1000}
+
+
+def test_sizes_are_rounded_like_nccl_tests():
+    assert S.build("allgather", 3, 1000).size == 996          # 249 elements -> 83 per rank
+    assert S.build("allreduce", 3, 1000).size == 1000
+    assert S.build("allreduce", 3, 1002).size == 1000         # whole float32 elements
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(collective="broadcast", ranks=4, size=64), "unknown collective"),
+    (dict(collective="allgather", ranks=4, size=64, algorithm="tree"), "no 'tree' algorithm"),
+    (dict(collective="allreduce", ranks=1, size=64), "at least 2 ranks"),
+    (dict(collective="bisection", ranks=3, size=64), "even rank count"),
+    (dict(collective="allgather", ranks=4, size=8), "at least 16 bytes"),
+    (dict(collective="gather", ranks=4, size=64, root=4), "root rank 4"),
+    (dict(collective="allreduce", ranks=4, size=64, channels=0), "channels must be >= 1"),
+])
+def test_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        S.build(**kwargs)
+
+
+def test_remote_addresses_name_the_region():
+    assert split_address(remote_address("scratch", 123)) == ("scratch", 123)
+    assert split_address(remote_address("output", 0)) == ("output", 0)
+
+
+def test_engine_reports_what_it_waits_for():
+    schedule = S.build("allreduce", 4, 4096)
+    posted = []
+    engine = RankEngine(schedule.programs[1], posted.append)
+    engine.start()
+    assert [t.dst for t in posted] == [2]
+    ((tag, src, missing),) = engine.pending_recvs()[:1]
+    assert src == 0 and missing == 1024
+    engine.received(tag, 1000)
+    assert engine.pending_recvs()[0][2] == 24
+    with pytest.raises(ValueError, match="more than"):
+        engine.received(tag, 100)

@@ -1,0 +1,234 @@
+"""The RC transport state machines on crafted packet sequences (no network)."""
+
+import pytest
+from scapy.contrib.roce import AETH, BTH, CNPPadding
+from scapy.layers.inet import IP, UDP
+
+from fabriclab.traffic import roce
+from fabriclab.traffic.transport import Requester, Responder, TransportError, WriteRequest
+
+PAYLOAD = 1024
+
+
+def write(length, tag=7, vaddr=0x1000):
+    return WriteRequest(length, vaddr, rkey=2, immediate=tag, context=tag)
+
+
+def drain(req, now=0.0):
+    """Every packet the requester has to send now, as dicts."""
+    out = []
+    while req.has_packet():
+        opcode, psn, ack_req, reth, imm, request, offset, length = req.next_packet(now)
+        out.append(dict(opcode=opcode, psn=psn, ack_req=ack_req, reth=reth, imm=imm,
+                        offset=offset, length=length))
+    return out
+
+
+def as_parsed(pkt, initial_payload=b""):
+    """A requester packet dict -> the bytes on the wire -> roce.parse_roce, as a responder sees it."""
+    payload = b"\x00" * pkt["length"]
+    if pkt["imm"] is not None:
+        payload = pkt["imm"].to_bytes(4, "big") + payload
+    datagram = roce.build_ipv4_udp_roce_packet("10.0.0.1", "10.0.0.2", 0xC001, pkt["opcode"], 0x11,
+                                               pkt["psn"], payload, reth=pkt["reth"],
+                                               ack_req=pkt["ack_req"])
+    udp_payload = datagram[roce.IPV4_HEADER_LEN + roce.UDP_HEADER_LEN:]
+    return roce.parse_roce(udp_payload), udp_payload
+
+
+ACK = roce.Aeth(roce.AETH_ACK, 0)
+NAK = roce.Aeth(roce.AETH_NAK_PSN_SEQUENCE_ERROR, 0)
+
+
+def test_message_segmentation_opcodes_and_ack_requests():
+    req = Requester(100, PAYLOAD, ack_every=2)
+    req.post(write(3 * PAYLOAD + 8))
+    pkts = drain(req)
+    assert [p["opcode"] for p in pkts] == [roce.OP_RC_RDMA_WRITE_FIRST, roce.OP_RC_RDMA_WRITE_MIDDLE,
+                                           roce.OP_RC_RDMA_WRITE_MIDDLE,
+                                           roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE]
+    assert [p["psn"] for p in pkts] == [100, 101, 102, 103]
+    assert [p["length"] for p in pkts] == [PAYLOAD] * 3 + [8]
+    assert pkts[0]["reth"] == (0x1000, 2, 3 * PAYLOAD + 8) and pkts[1]["reth"] is None
+    assert pkts[-1]["imm"] == 7 and all(p["imm"] is None for p in pkts[:-1])
+    # every 2nd packet and the last one ask for an ACK
+    assert [p["ack_req"] for p in pkts] == [False, True, False, True]
+
+
+def test_small_message_is_write_only_with_immediate():
+    req = Requester(0, PAYLOAD)
+    req.post(write(40))
+    (pkt,) = drain(req)
+    assert pkt["opcode"] == roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE and pkt["ack_req"]
+    parsed, _ = as_parsed(pkt)
+    assert parsed.reth.dma_len == 40 and parsed.immediate == 7 and parsed.payload_len == 40
+
+
+def test_psn_wraps_at_24_bits():
+    req = Requester(roce.PSN_MASK - 1, PAYLOAD)
+    req.post(write(3 * PAYLOAD))
+    pkts = drain(req)
+    assert [p["psn"] for p in pkts] == [roce.PSN_MASK - 1, roce.PSN_MASK, 0]
+    done = req.on_ack(0, ACK, 1.0)
+    assert [r.immediate for r in done] == [7] and req.idle
+
+
+def test_cumulative_ack_completes_messages_in_order():
+    req = Requester(10, PAYLOAD)
+    for tag in (1, 2, 3):
+        req.post(write(2 * PAYLOAD, tag=tag))
+    drain(req)
+    assert [r.context for r in req.on_ack(13, ACK, 1.0)] == [1, 2]     # PSNs 10..13
+    assert req.outstanding_packets() == 2
+    assert req.on_ack(12, ACK, 1.1) == []                               # stale
+    assert [r.context for r in req.on_ack(15, ACK, 1.2)] == [3]
+    assert req.idle and req.counters.completed == 3
+
+
+def test_nak_goes_back_to_the_missing_packet():
+    req = Requester(0, PAYLOAD)
+    req.post(write(4 * PAYLOAD, tag=1))
+    req.post(write(PAYLOAD, tag=2))
+    drain(req)
+    assert req.on_ack(2, NAK, 1.0) == []          # packets 0, 1 acknowledged; resend from 2
+    again = drain(req, 1.0)
+    assert [p["psn"] for p in again] == [2, 3, 4]
+    assert again[0]["opcode"] == roce.OP_RC_RDMA_WRITE_MIDDLE and again[0]["reth"] is None
+    assert again[2]["opcode"] == roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+    assert req.counters.naks == 1 and req.counters.retransmitted_packets == 3
+    assert req.counters.packets == 8
+
+
+def test_local_ack_timeout_rewinds_then_fails_after_the_retry_limit():
+    req = Requester(0, PAYLOAD, timeout_s=0.5, retry_limit=2)
+    req.post(write(2 * PAYLOAD))
+    drain(req, now=0.0)
+    assert req.deadline() == 0.5
+    assert not req.check_timeout(0.4)
+    assert req.check_timeout(0.5)
+    assert [p["psn"] for p in drain(req, 0.5)] == [0, 1]
+    assert req.counters.local_ack_timeout_err == 1
+    assert req.check_timeout(1.0)
+    drain(req, 1.0)
+    with pytest.raises(TransportError, match="retry counter exceeded"):
+        req.check_timeout(1.5)
+
+
+def test_progress_resets_the_retry_counter():
+    req = Requester(0, PAYLOAD, timeout_s=0.5, retry_limit=1)
+    req.post(write(3 * PAYLOAD))
+    drain(req, 0.0)
+    assert req.check_timeout(0.5)
+    drain(req, 0.5)
+    req.on_ack(0, ACK, 0.6)                    # progress: timer restarts, retries back to 0
+    assert req.retries == 0 and req.deadline() == pytest.approx(1.1)
+    assert req.check_timeout(1.1)              # one retry allowed again, not an error
+
+
+def test_responder_accepts_in_order_and_places_bytes():
+    req = Requester(500, PAYLOAD)
+    req.post(write(2 * PAYLOAD + 100, tag=9, vaddr=0x4000))
+    resp = Responder(500)
+    places, replies, completions = [], [], []
+    for pkt in drain(req):
+        parsed, _ = as_parsed(pkt)
+        action = resp.on_packet(parsed)
+        places.append((action.placement.vaddr, action.placement.length))
+        replies.append(action.reply)
+        completions.append(action.completion)
+    assert places == [(0x4000, PAYLOAD), (0x4000 + PAYLOAD, PAYLOAD), (0x4000 + 2 * PAYLOAD, 100)]
+    assert replies[-1] == (502, roce.AETH_ACK)
+    assert completions[:2] == [None, None]
+    assert (completions[2].immediate, completions[2].length, completions[2].vaddr) == (9, 2 * PAYLOAD + 100, 0x4000)
+    assert resp.counters.packets == 3 and resp.counters.out_of_sequence == 0
+
+
+def test_responder_naks_a_gap_once_and_counts_duplicates():
+    req = Requester(0, PAYLOAD, ack_every=100)
+    req.post(write(5 * PAYLOAD))
+    pkts = [as_parsed(p)[0] for p in drain(req)]
+    resp = Responder(0)
+    assert resp.on_packet(pkts[0]).reply is None
+    # packet 1 lost: 2, 3 arrive out of sequence; one NAK for the gap
+    first = resp.on_packet(pkts[2])
+    second = resp.on_packet(pkts[3])
+    assert first.reply == (1, roce.AETH_NAK_PSN_SEQUENCE_ERROR) and first.placement is None
+    assert second.reply is None
+    assert resp.counters.out_of_sequence == 2 and resp.counters.packet_seq_err == 1
+    # go-back-N: 1..4 again
+    for p in pkts[1:]:
+        assert resp.on_packet(p).placement is not None
+    # a duplicate of the last packet (it asks for an ACK) is re-acknowledged
+    dup = resp.on_packet(pkts[4])
+    assert dup.reply == (4, roce.AETH_ACK) and dup.placement is None
+    assert resp.counters.duplicate_request == 1
+    assert resp.counters.completed == 1
+
+
+def test_lossy_exchange_completes_with_go_back_n():
+    """Requester and responder over a channel that drops every 7th packet: the message arrives
+    whole, in order, exactly once."""
+    req = Requester(0xFFFFF0, PAYLOAD, ack_every=4, timeout_s=0.1)
+    resp = Responder(0xFFFFF0)
+    for tag in range(5):
+        req.post(write(10 * PAYLOAD + 4 * tag, tag=tag))
+    completed, delivered = [], []
+    now, sent = 0.0, 0
+    while not req.idle and now < 10:
+        while req.has_packet():
+            pkt = drain_one(req, now)
+            sent += 1
+            if sent % 7 == 0:
+                continue
+            action = resp.on_packet(as_parsed(pkt)[0])
+            if action.completion:
+                delivered.append(action.completion.immediate)
+            if action.reply:
+                psn, syndrome = action.reply
+                completed += [r.context for r in req.on_ack(psn, roce.Aeth(syndrome, 0), now)]
+        now += 0.05
+        req.check_timeout(now)
+    assert delivered == [0, 1, 2, 3, 4] and completed == [0, 1, 2, 3, 4]
+    assert resp.counters.bytes == sum(10 * PAYLOAD + 4 * t for t in range(5))
+    assert req.counters.retransmitted_packets > 0
+
+
+def drain_one(req, now):
+    opcode, psn, ack_req, reth, imm, _request, offset, length = req.next_packet(now)
+    return dict(opcode=opcode, psn=psn, ack_req=ack_req, reth=reth, imm=imm, offset=offset,
+                length=length)
+
+
+def test_ack_nak_and_cnp_packets_decode_in_scapy():
+    ack = roce.build_ack_packet("10.1.1.1", "10.1.2.1", 0xC123, 0x101, 77, msn=5, dscp=46)
+    pkt = IP(ack)
+    assert pkt[UDP].dport == 4791 and pkt[BTH].opcode == roce.OP_RC_ACKNOWLEDGE
+    assert pkt[BTH].psn == 77 and pkt[AETH].syndrome == roce.AETH_ACK and pkt[AETH].msn == 5
+    assert pkt.tos >> 2 == 46 and roce.icrc_ok(ack)
+    nak = roce.build_ack_packet("10.1.1.1", "10.1.2.1", 0xC123, 0x101, 9,
+                                roce.AETH_NAK_PSN_SEQUENCE_ERROR)
+    assert IP(nak)[AETH].syndrome == 0x60
+    parsed = roce.parse_roce(nak[28:])
+    assert parsed.aeth.is_nak and parsed.bth.psn == 9
+    cnp = roce.build_cnp_packet("10.1.2.1", "10.1.1.1", 0xC123, 0x100)
+    pkt = IP(cnp)
+    assert pkt[BTH].opcode == roce.OP_CNP and pkt[BTH].becn == 1 and CNPPadding in pkt
+    assert roce.parse_roce(cnp[28:]).payload_len == 0 and roce.icrc_ok(cnp)
+
+
+def test_write_with_immediate_round_trip():
+    payload = (0xABCD).to_bytes(4, "big") + bytes(range(64))
+    datagram = roce.build_ipv4_udp_roce_packet("10.0.0.1", "10.0.0.2", 0xC000,
+                                               roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 5, 6,
+                                               payload, reth=(0x20000000000, 4, 64))
+    parsed = roce.parse_roce(datagram[28:])
+    assert parsed.immediate == 0xABCD and parsed.reth.vaddr == 0x20000000000
+    start = parsed.payload_offset
+    assert datagram[28:][start:start + parsed.payload_len] == bytes(range(64))
+    assert BTH in IP(datagram)
+
+
+def test_cts_payload_round_trip():
+    data = roce.build_bth(roce.OP_UC_SEND_ONLY, 1, 0) + roce.build_cts_payload(123456789) + bytes(4)
+    assert roce.parse_cts_payload(data) == 123456789
+    assert roce.parse_cts_payload(roce.build_bth(roce.OP_UC_SEND_ONLY, 1, 0) + bytes(16)) is None

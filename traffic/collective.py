@@ -1,0 +1,567 @@
+"""Runs a collective on a live lab: places ranks, starts one agent per rank, drives iterations.
+
+    with Lab(load_spec("default")) as lab:
+        result = run_collective(lab, CollectiveSpec("allreduce", sizes=(1 << 20,), verify=True))
+
+The launcher owns the control plane the agents use instead of NCCL's bootstrap: a Unix socket in
+the run folder (every host namespace shares the file system). Per message size it asks every
+agent to prepare, then for each iteration sends a start time a little in the future and waits for
+every rank's "done": that is the barrier between iterations. Every wait is bounded; an agent that
+dies, reports a failed QP, or does not finish in time stops the run with an error naming the rank,
+its host, and (when known) the peer it was waiting for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from fabriclab import cpuload, telemetry
+from fabriclab.errors import LabError
+from fabriclab.units import human_size
+from fabriclab.traffic import roce, schedules
+from fabriclab.traffic.agent import QP_METHODS
+
+AGENT_MODULE = "fabriclab.traffic.agent"
+PLACEMENTS = ("order", "topology", "random")
+FIRST_QPN = 0x100
+START_MARGIN_S = 0.05        # "run" reaches every agent before its start time
+HELLO_TIMEOUT_S = 30.0       # agents import numpy and open sockets (many start at once)
+READY_TIMEOUT_S = 15.0
+FINAL_TIMEOUT_S = 10.0
+
+
+@dataclass
+class CollectiveSpec:
+    """What to run. Sizes in bytes (nccl-tests semantics, see `schedules`)."""
+
+    collective: str = "allreduce"
+    sizes: tuple = (1 << 20,)
+    algorithm: str | None = None
+    hosts: tuple | None = None          # host names taking part (default: all)
+    nics: int | None = None             # NICs per host used as ranks (default: all)
+    placement: str = "order"
+    channels: int = 1
+    qps: int = 1                        # QPs per connection per plane (QP scaling)
+    qp_method: str = "round-robin"
+    chunk_bytes: int = 65536            # NIC message size
+    piece_bytes: int = 65536            # tree pipelining unit
+    iterations: int = 5
+    warmup: int = 1
+    verify: bool = False
+    imbalance: float = 4.0              # AlltoAllv: max/min block size ratio
+    root: int = 0                       # Gather's root rank
+    sport_mode: str = "qp"
+    dscp: int = roce.DEFAULT_DSCP
+    control_dscp: int = roce.DEFAULT_DSCP
+    cnp_dscp: int = 48
+    ecn: int = roce.DEFAULT_ECN
+    ack_every: int = 16
+    ack_timeout_s: float | None = None  # default: from the spec's buffers and rates
+    retry_limit: int = 7
+    cts: bool = False
+    cts_buffers: int = 2                # channel buffers per connection the receiver grants
+    dcqcn: dict | None = None           # None: off; {} NIC defaults; or NIC parameter overrides
+    seed: int = 1
+    timeout_factor: float = 20.0        # an iteration may take this x its ideal time (+ slack)
+
+    def check(self):
+        """Raise LabError naming the first bad field."""
+        def bad(name, why):
+            raise LabError(f"collective: {name} {why}, got {getattr(self, name)!r}")
+
+        if self.collective not in schedules.COLLECTIVES:
+            bad("collective", f"must be one of {', '.join(schedules.COLLECTIVES)}")
+        algorithms = schedules.ALGORITHMS.get(self.collective, ("ring",))
+        if self.algorithm is not None and self.algorithm not in algorithms:
+            bad("algorithm", f"for {self.collective} must be one of {', '.join(algorithms)}")
+        if not self.sizes or any(_not_int(s) or s < 4 for s in self.sizes):
+            bad("sizes", "must be whole byte counts >= 4")
+        for name, low in (("channels", 1), ("qps", 1), ("chunk_bytes", 4), ("piece_bytes", 4),
+                          ("iterations", 1), ("warmup", 0), ("ack_every", 1), ("retry_limit", 0),
+                          ("cts_buffers", 1)):
+            value = getattr(self, name)
+            if _not_int(value) or value < low:
+                bad(name, f"must be a whole number >= {low}")
+        if self.chunk_bytes % 4:
+            bad("chunk_bytes", "must be a multiple of 4")
+        if self.placement not in PLACEMENTS:
+            bad("placement", f"must be one of {', '.join(PLACEMENTS)}")
+        if self.qp_method not in QP_METHODS:
+            bad("qp_method", f"must be one of {', '.join(QP_METHODS)}")
+        if self.sport_mode not in ("qp", "shared"):
+            bad("sport_mode", "must be qp or shared")
+        for name in ("dscp", "control_dscp", "cnp_dscp"):
+            if _not_int(getattr(self, name)) or not 0 <= getattr(self, name) <= 63:
+                bad(name, "must be a DSCP value 0..63")
+        if _not_int(self.ecn) or not 0 <= self.ecn <= 3:
+            bad("ecn", "must be an ECN codepoint 0..3")
+        if self.ack_timeout_s is not None and not self.ack_timeout_s > 0:
+            bad("ack_timeout_s", "must be > 0 s")
+        if not self.imbalance >= 1:
+            bad("imbalance", "must be a max/min ratio >= 1")
+        if not self.timeout_factor > 1:
+            bad("timeout_factor", "must be > 1")
+        if self.dcqcn is not None and not isinstance(self.dcqcn, dict):
+            bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
+
+
+def _not_int(value):
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+@dataclass
+class Rank:
+    rank: int
+    host: str
+    nic: int
+    ports: list                       # HostPort per plane, plane order
+
+
+def place_ranks(fabric, spec):
+    """Ranks on (host, NIC) in the chosen order.
+
+    order: host by host, NIC by NIC, as a launcher fills nodes. topology: grouped by leaf so that
+    ring neighbours share a leaf wherever they can (the same as `order` when hosts are numbered
+    leaf by leaf, as the lab's are; it differs for a host list given out of order). random: a
+    seeded shuffle, the worst case for a ring.
+    """
+    names = list(spec.hosts) if spec.hosts else list(fabric.hosts)
+    unknown = [h for h in names if h not in fabric.hosts]
+    if unknown:
+        raise LabError(f"host {unknown[0]!r} is not in fabric {fabric.spec.name!r} "
+                       f"(hosts: {', '.join(fabric.hosts)})")
+    if len(set(names)) != len(names):
+        raise LabError("collective: a host is listed twice")
+    nics = spec.nics if spec.nics is not None else fabric.spec.nics_per_host
+    if _not_int(nics) or not 1 <= nics <= fabric.spec.nics_per_host:
+        raise LabError(f"collective: nics must be 1..{fabric.spec.nics_per_host} on this fabric, "
+                       f"got {nics!r}")
+    hosts = [fabric.hosts[h] for h in names]
+    if spec.placement == "topology":
+        hosts.sort(key=lambda h: (h.leaf_index, h.index))
+    slots = [(h, nic) for h in hosts for nic in range(nics)]
+    if spec.placement == "random":
+        random.Random(spec.seed).shuffle(slots)
+    ranks = []
+    for i, (host, nic) in enumerate(slots):
+        ports = sorted((p for p in host.ports if p.nic == nic), key=lambda p: p.plane)
+        ranks.append(Rank(i, host.name, nic, ports))
+    if len(ranks) < 2:
+        raise LabError(f"collective: {len(ranks)} rank; a collective needs at least 2")
+    return ranks
+
+
+def plan_qps(ranks, schedules_, spec, rng):
+    """Per rank: the QP descriptions the agent needs, for every connection any size uses."""
+    connections = sorted({c for s in schedules_ for c in s.connections()})
+    planes = len(ranks[0].ports)
+    next_qpn = [FIRST_QPN] * len(ranks)
+    out = [[] for _ in ranks]
+    for a, b, channel in connections:
+        for plane in range(planes):
+            for k in range(spec.qps):
+                qa, qb = next_qpn[a], next_qpn[b]
+                next_qpn[a] += 1
+                next_qpn[b] += 1
+                pa, pb = ranks[a].ports[plane], ranks[b].ports[plane]
+                sport = roce.udp_source_port(qa, qb, shared=spec.sport_mode == "shared",
+                                             src=pa.ip, dst=pb.ip)
+                psn_ab, psn_ba = rng.randrange(1 << 24), rng.randrange(1 << 24)
+                for me, peer, qpn, peer_qpn, port, peer_port, send, recv in (
+                        (a, b, qa, qb, pa, pb, psn_ab, psn_ba), (b, a, qb, qa, pb, pa, psn_ba, psn_ab)):
+                    out[me].append({"qpn": qpn, "peer": peer, "peer_qpn": peer_qpn,
+                                    "channel": channel, "port": plane, "index": k,
+                                    "peer_address": peer_port.ip, "sport": sport,
+                                    "send_psn": send, "recv_psn": recv})
+    return out
+
+
+def default_ack_timeout(fabric):
+    """Long enough for a packet to wait behind full buffers on every hop of a path and its ACK
+    to come back: 2 x (host + 2 leaf + spine buffers) at the host rate, plus 50 ms."""
+    b = fabric.spec.buffers
+    drain_s = (b.host + 2 * b.leaf + b.spine) * 8 / (fabric.spec.host_rate_mbps * 1e6)
+    return round(2 * drain_s + 0.05, 3)
+
+
+@dataclass
+class CollectiveRun:
+    spec: CollectiveSpec
+    ranks: list
+    payload_bytes: int
+    ack_timeout_s: float
+    link_rate_mbps: float
+    sizes: list = field(default_factory=list)        # per size: a result row (dict)
+    finals: dict = field(default_factory=dict)       # rank -> final counters
+    elapsed_s: float = 0.0
+
+
+class _AgentLink:
+    """The launcher's end of one agent's control connection."""
+
+    def __init__(self, rank, proc):
+        self.rank, self.proc = rank, proc
+        self.sock = None
+        self.buffer = b""
+
+    def send(self, message):
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+
+    def messages(self):
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        out = []
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            out.append(json.loads(line))
+        return out
+
+
+class Launcher:
+    def __init__(self, lab, spec, progress=None):
+        spec.check()
+        self.lab, self.spec, self.progress = lab, spec, progress
+        fabric = lab.fabric
+        self.ranks = place_ranks(fabric, spec)
+        n = len(self.ranks)
+        try:
+            self.schedules = [schedules.build(spec.collective, n, size, algorithm=spec.algorithm,
+                                              channels=spec.channels, piece_bytes=spec.piece_bytes,
+                                              imbalance=spec.imbalance, seed=spec.seed, root=spec.root)
+                              for size in spec.sizes]
+        except ValueError as exc:
+            raise LabError(f"collective: {exc}") from None
+        self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
+        self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric)
+        self.rate_mbps = fabric.spec.host_rate_mbps
+        self.links = {}
+        self.selector = selectors.DefaultSelector()
+        self.server = None
+        self.folder = None
+
+    def describe(self, rank):
+        r = self.ranks[rank]
+        return f"rank {rank} ({r.host} {r.ports[0].intf})"
+
+    # -- agents -----------------------------------------------------------------------------------
+
+    def _configs(self):
+        spec, fabric = self.spec, self.lab.fabric
+        qps = plan_qps(self.ranks, self.schedules, spec, random.Random(spec.seed))
+        dcqcn = None
+        if spec.dcqcn is not None:
+            from fabriclab.traffic.dcqcn import DcqcnParams
+            scale = fabric.spec.time_scale or 1.0
+            try:
+                dcqcn = DcqcnParams.scaled(self.rate_mbps, scale, **spec.dcqcn).to_dict()
+            except (TypeError, ValueError) as exc:
+                raise LabError(f"collective: dcqcn: {exc}") from None
+        rank_table = [{"rank": r.rank, "host": r.host, "nic": r.nic,
+                       "addresses": [p.ip for p in r.ports]} for r in self.ranks]
+        transport = {"payload_bytes": self.payload_bytes, "chunk_bytes": spec.chunk_bytes,
+                     "qp_method": spec.qp_method, "ack_every": spec.ack_every,
+                     "ack_timeout_s": self.ack_timeout, "retry_limit": spec.retry_limit,
+                     "dscp": spec.dscp, "control_dscp": spec.control_dscp,
+                     "cnp_dscp": spec.cnp_dscp, "ecn": spec.ecn,
+                     "cts": {"enabled": spec.cts, "buffers": spec.cts_buffers,
+                             "refresh_s": max(0.01, self.ack_timeout / 4)},
+                     "dcqcn": dcqcn}
+        collective = {"collective": spec.collective, "algorithm": self.schedules[0].algorithm,
+                      "channels": spec.channels, "piece_bytes": spec.piece_bytes,
+                      "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root}
+        for r in self.ranks:
+            yield r, {"rank": r.rank, "ranks": rank_table, "qps": qps[r.rank],
+                      "ports": [{"address": p.ip, "rate_mbps": self.rate_mbps} for p in r.ports],
+                      "transport": transport, "collective": collective,
+                      "sizes": list(spec.sizes), "verify": spec.verify, "data_seed": spec.seed,
+                      "control": str(self.folder / "control.sock")}
+
+    def start_agents(self):
+        self.folder = self.lab.run.path("collective")
+        self.folder.mkdir(exist_ok=True)
+        control = self.folder / "control.sock"
+        control.unlink(missing_ok=True)
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(control))
+        self.server.listen(len(self.ranks) + 4)
+        self.server.setblocking(False)
+        self.selector.register(self.server, selectors.EVENT_READ, None)
+        for rank, config in self._configs():
+            path = self.folder / f"rank{rank.rank}.json"
+            path.write_text(json.dumps(config))
+            proc = self.lab.net.get(rank.host).popen(
+                [sys.executable, "-m", AGENT_MODULE, "--config", str(path)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            self.lab.run.add_process(proc.pid, "collective-agent", AGENT_MODULE)
+            self.links[rank.rank] = _AgentLink(rank.rank, proc)
+        self._gather("hello", range(len(self.ranks)), HELLO_TIMEOUT_S, "start")
+
+    def _accept(self):
+        conn, _ = self.server.accept()
+        conn.setblocking(True)
+        # The first line names the rank; read it synchronously (the agent sends it at once).
+        conn.settimeout(5.0)
+        buffer = b""
+        while b"\n" not in buffer:
+            chunk = conn.recv(4096)
+            if not chunk:
+                conn.close()
+                return
+            buffer += chunk
+        line, rest = buffer.split(b"\n", 1)
+        hello = json.loads(line)
+        link = self.links[hello["hello"]]
+        conn.settimeout(None)
+        link.sock, link.buffer = conn, rest
+        link.hello = hello
+        self.selector.register(conn, selectors.EVENT_READ, link)
+
+    def _gather(self, kind, ranks, timeout_s, doing, on_message=None):
+        """Wait until every rank in `ranks` sent a `kind` message; returns {rank: message}."""
+        waiting = set(ranks)
+        got = {}
+        if kind == "hello":
+            deadline = time.monotonic() + timeout_s
+            while waiting:
+                self._check_alive(doing)
+                if time.monotonic() > deadline:
+                    rank = min(waiting)
+                    raise LabError(f"{self.describe(rank)}: agent did not connect within "
+                                   f"{timeout_s:.0f} s")
+                for key, _ in self.selector.select(0.1):
+                    if key.data is None:
+                        self._accept()
+                waiting = {r for r in waiting if self.links[r].sock is None}
+            return got
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._stuck(waiting, doing, timeout_s)
+            for key, _ in self.selector.select(min(0.2, max(0.0, remaining))):
+                link = key.data
+                if link is None:
+                    continue
+                messages = link.messages()
+                if messages is None:
+                    if link.rank in got:          # it said what we waited for, then left
+                        self.selector.unregister(link.sock)
+                        continue
+                    raise LabError(self._death(link.rank, doing))
+                for message in messages:
+                    if "error" in message:
+                        raise LabError(f"{message['error']} (while {doing})")
+                    if kind in message:
+                        got[link.rank] = message
+                        waiting.discard(link.rank)
+                        if on_message:
+                            on_message(link.rank, message)
+            self._check_alive(doing, got)
+        return got
+
+    def _check_alive(self, doing, finished=()):
+        for rank, link in self.links.items():
+            if rank not in finished and link.proc.poll() is not None:
+                raise LabError(self._death(rank, doing))
+
+    def _death(self, rank, doing):
+        proc = self.links[rank].proc
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return f"{self.describe(rank)}: agent closed its control connection while {doing}"
+        line = _stderr_line(proc)
+        code = proc.returncode
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"{self.describe(rank)}: agent died ({how}) while {doing}" + (f": {line}" if line else "")
+
+    def _stuck(self, waiting, doing, timeout_s):
+        """A bounded wait ran out: ask the stuck ranks what they wait for, then fail."""
+        rank = min(waiting)
+        detail = ""
+        try:
+            self.links[rank].send({"status": True})
+            status = self._gather("status", [rank], 2.0, "asking for status")[rank]["state"]
+            wants = status.get("waiting_for") or []
+            if wants:
+                peer = wants[0]["from"]
+                detail = f": waiting for {wants[0]['bytes']} bytes from {self.describe(peer)}"
+            elif status.get("unacked_sends"):
+                detail = f": {status['unacked_sends']} sends not acknowledged"
+        except LabError:
+            pass
+        raise LabError(f"{self.describe(rank)} did not finish within {timeout_s:.1f} s while "
+                       f"{doing}{detail}")
+
+    def stop_agents(self):
+        finals = {}
+        if all(link.sock for link in self.links.values()):
+            for link in self.links.values():
+                link.send({"stop": True})
+            finals = self._gather("final", list(self.links), FINAL_TIMEOUT_S, "stopping")
+        return finals
+
+    def cleanup(self):
+        for link in self.links.values():
+            if link.proc.poll() is None:
+                link.proc.terminate()
+        deadline = time.monotonic() + 3
+        for link in self.links.values():
+            try:
+                link.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                link.proc.kill()
+                link.proc.wait()
+            if link.sock:
+                link.sock.close()
+        if self.server:
+            self.server.close()
+        self.selector.close()
+
+    # -- iterations -------------------------------------------------------------------------------
+
+    def ideal_time(self, schedule):
+        """Seconds the busiest rank needs to send its bytes at line rate (framing included)."""
+        per_packet = roce.ROCE_OVERHEAD + roce.RETH_LEN + roce.ETH_HEADER_LEN
+        most = max(max(schedule.sent_bytes(r), schedule.received_bytes(r))
+                   for r in range(schedule.ranks))
+        wire = most * (1 + per_packet / self.payload_bytes)
+        return wire * 8 / (self.rate_mbps * 1e6 * len(self.ranks[0].ports))
+
+    def run(self):
+        spec = self.spec
+        result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps)
+        t0 = time.monotonic()
+        total_steps = len(spec.sizes) * (spec.iterations + spec.warmup)
+        done_steps = 0
+        try:
+            self.start_agents()
+            everyone = list(self.links)
+            for index, schedule in enumerate(self.schedules):
+                label = f"{spec.collective} {human_size(schedule.size)}"
+                for link in self.links.values():
+                    link.send({"prepare": index})
+                self._gather("ready", everyone, READY_TIMEOUT_S, f"preparing {label}")
+                ideal = self.ideal_time(schedule)
+                timeout = ideal * spec.timeout_factor + 4 * self.ack_timeout + 2.0
+                iterations = []
+                before = None
+                for it in range(spec.warmup + spec.iterations):
+                    if it == spec.warmup:
+                        before = telemetry.snapshot(self.lab.fabric)
+                    start_at = time.time() + START_MARGIN_S
+                    for link in self.links.values():
+                        link.send({"run": it, "start_at": start_at})
+                    done = self._gather("done", everyone, timeout + START_MARGIN_S,
+                                        f"running {label} iteration {it + 1}")
+                    if it >= spec.warmup:
+                        iterations.append((start_at, done))
+                    done_steps += 1
+                    if self.progress:
+                        self.progress(done_steps / total_steps, label)
+                window = (before, telemetry.snapshot(self.lab.fabric))
+                result.sizes.append(self._summarise(schedule, ideal, iterations, window))
+            finals = self.stop_agents()
+            result.finals = {rank: msg for rank, msg in finals.items()}
+        finally:
+            self.cleanup()
+        result.elapsed_s = time.monotonic() - t0
+        return result
+
+    def _summarise(self, schedule, ideal, iterations, window):
+        n = schedule.ranks
+        times = [max(m["end"] for m in done.values()) - start for start, done in iterations]
+        counters = {}
+        for _start, done in iterations:
+            for message in done.values():
+                for key, value in message["counters"].items():
+                    counters[key] = counters.get(key, 0) + value
+        verify = None
+        if self.spec.verify:
+            checks = [m["verify"] for _s, done in iterations for m in done.values()]
+            bad = [c for c in checks if not c["ok"]]
+            verify = {"ok": not bad, "checked_outputs": len(checks),
+                      "mismatched_outputs": len(bad),
+                      "max_abs_err": max((c.get("max_abs_err", 0.0) for c in checks), default=0.0)}
+            if bad:
+                verify["first_mismatch"] = bad[0].get("first_mismatch")
+        mean = sum(times) / len(times)
+        factor = schedules.bus_factor(schedule.collective, n)
+        algbw = schedule.size / mean if mean > 0 else math.inf
+        per_rank = [m["end"] - start for start, done in iterations for m in done.values()]
+        links = telemetry.link_utilization(self.lab.fabric, *window)
+        cpu = cpuload.between(window[0]["cpu"], window[1]["cpu"])
+        return {
+            "collective": schedule.collective, "algorithm": schedule.algorithm,
+            "size": schedule.size, "ranks": n, "iterations": len(times),
+            "time_s": {"mean": mean, "p50": _percentile(times, 50), "p99": _percentile(times, 99),
+                       "min": min(times), "max": max(times), "all": times},
+            "rank_time_s_mean": sum(per_rank) / len(per_rank),
+            "ideal_time_s": ideal,
+            "algbw_mbps": algbw * 8 / 1e6,
+            "busbw_mbps": algbw * factor * 8 / 1e6,
+            "bus_factor": factor,
+            "busbw_fraction_of_link": algbw * factor * 8 / 1e6 / self.rate_mbps,
+            "bytes_sent_per_rank": [schedule.sent_bytes(r) for r in range(n)],
+            "counters": counters,
+            "flows": _flow_summary(iterations),
+            "verify": verify,
+            # The window spans the measured iterations and the launcher's pauses between them,
+            # so utilizations are averages over it; the balance (max/mean) is what compares.
+            "window_s": round(window[1]["time"] - window[0]["time"], 4),
+            "links": links,
+            "balance": {"up": telemetry.balance(links, "up"),
+                        "down": telemetry.balance(links, "down")},
+            "cpu": cpu,
+            "valid": cpuload.valid(cpu),
+        }
+
+
+def _flow_summary(iterations):
+    """Per-QP throughput over the measured iterations: bytes / time from first send to last ACK
+    within each iteration, as a distribution across QPs (the ECMP-collision signature)."""
+    rates = []
+    for _start, done in iterations:
+        for message in done.values():
+            for flow in message.get("flows", []):
+                if flow["seconds"] > 0:
+                    rates.append(flow["bytes"] * 8 / flow["seconds"] / 1e6)
+    if not rates:
+        return None
+    return {"qps_measured": len(rates), "min_mbps": round(min(rates), 4),
+            "p50_mbps": round(_percentile(rates, 50), 4), "max_mbps": round(max(rates), 4),
+            "mean_mbps": round(sum(rates) / len(rates), 4)}
+
+
+def _percentile(values, q):
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    k = (len(ordered) - 1) * q / 100
+    low, high = math.floor(k), math.ceil(k)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def _stderr_line(proc):
+    try:
+        err = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    except (OSError, ValueError, AttributeError):
+        err = []
+    return err[-1] if err else ""
+
+
+def run_collective(lab, spec, progress=None):
+    """Run `spec` on a live lab; returns a CollectiveRun. LabError on any failure, nothing left
+    running."""
+    return Launcher(lab, spec, progress).run()

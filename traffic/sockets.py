@@ -1,0 +1,107 @@
+"""The OS plumbing a RoCEv2 agent needs in a lab host: raw IPv4 out, UDP 4791 in, and dying
+with the process that started it.
+
+Shared by the all-pairs generator and the collective agent so both fail the same clear way.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import socket
+import subprocess
+
+from fabriclab.errors import LabError
+from fabriclab.traffic import roce
+
+# Linux socket constants that Python's socket module does not always export.
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+
+RECEIVE_BUFFER_BYTES = 8 << 20
+SEND_BUFFER_BYTES = 4 << 20
+
+
+def host_addresses():
+    """The IPv4 addresses configured in this network namespace (loopback excluded)."""
+    try:
+        out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                             check=True, timeout=5).stdout
+        links = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    return [info["local"] for link in links for info in link.get("addr_info", [])
+            if info.get("local") and not info["local"].startswith("127.")]
+
+
+def set_buffer(sock, force_option, option, size):
+    """Ask for a big socket buffer; as root the FORCE variant goes past net.core.*mem_max."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force_option, size)
+    except OSError:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, size)
+        except OSError:
+            pass
+
+
+def open_raw_sender(src, what):
+    """A raw IPv4 socket with IP_HDRINCL bound to `src`, so `ip rule from <src>` picks the NIC.
+
+    `what` names the user of the address in errors (a flow, a rank's port).
+    """
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    except PermissionError:
+        raise LabError("raw sockets need root (or CAP_NET_RAW): run the agent as root") from None
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
+    # Without IP_RECVERR Linux hides a full qdisc from raw sockets (the packet is dropped and
+    # send() succeeds); with it the sender sees ENOBUFS and can back off and count.
+    sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+    set_buffer(sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    try:
+        sock.bind((src, 0))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRNOTAVAIL:
+            known = ", ".join(host_addresses()) or "none"
+            raise LabError(f"{what}: source address {src} is not configured on this host "
+                           f"(addresses: {known})") from None
+        raise LabError(f"{what}: cannot bind to {src}: {exc.strerror}") from None
+    return sock
+
+
+def open_roce_listener(address="0.0.0.0"):
+    """A UDP socket on port 4791 reporting each datagram's TOS byte (ECN CE marks).
+
+    Binding the port also keeps the kernel from answering RoCE packets with ICMP port unreachable.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind((address, roce.ROCEV2_UDP_PORT))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise LabError(f"UDP port {roce.ROCEV2_UDP_PORT} on {address} is already in use in "
+                           "this network namespace (another agent still running?)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise LabError(f"address {address} is not configured on this host "
+                           f"(addresses: {', '.join(host_addresses()) or 'none'})") from None
+        raise LabError(f"cannot listen on UDP port {roce.ROCEV2_UDP_PORT}: {exc.strerror}") from None
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    set_buffer(sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+    return sock
+
+
+def die_with_parent():
+    """Ask Linux to send SIGTERM to this process when its parent exits (PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

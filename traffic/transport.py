@@ -1,0 +1,315 @@
+"""The RC transport of one queue pair, as an RDMA NIC runs it: PSNs, ACKs, go-back-N, timeouts.
+
+Pure state machines with no sockets and no clock of their own (every call takes `now`), so the
+behaviour is unit-tested on crafted packet sequences and the agent only moves bytes.
+
+Requester (the side that posts RDMA WRITEs):
+- every packet gets the next 24-bit PSN; a message's last packet, and every `ack_every`-th
+  packet, asks for an ACK (the BTH A bit), so the responder can coalesce ACKs;
+- an ACK for PSN p acknowledges every packet up to p; a message completes (a CQE) when its last
+  packet is acknowledged;
+- a NAK (PSN sequence error) for p acknowledges everything before p and rewinds the send cursor
+  to p: go-back-N, the recovery RoCE NICs use;
+- if nothing is acknowledged for `timeout_s` while packets are outstanding, the requester
+  rewinds to the oldest unacknowledged packet (a local ACK timeout) and, after `retry_limit`
+  timeouts in a row without progress, fails the QP ("transport retry counter exceeded").
+
+Responder (the side whose memory is written):
+- accepts only the expected PSN; a packet ahead of it (loss or reordering) is out of sequence:
+  dropped, answered with one NAK per gap; a packet behind it is a duplicate: dropped and
+  re-acknowledged if it asks for an ACK;
+- in-order packets are placed at the RETH address plus their offset in the message; a WRITE
+  with immediate data completes a message towards the application (the collective).
+
+Counter names follow the RNIC counters operators read (mlx5 names): out_of_sequence,
+duplicate_request, packet_seq_err (NAKs sent), local_ack_timeout_err, ...
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from fabriclab.traffic import roce
+
+PSN_WINDOW = roce.PSN_MODULUS >> 1
+
+
+class TransportError(Exception):
+    """A QP failed: the retry counter ran out (the peer is unreachable or dead)."""
+
+
+@dataclass
+class WriteRequest:
+    """One RDMA WRITE (with immediate) posted to a QP: a work request."""
+
+    length: int
+    vaddr: int
+    rkey: int
+    immediate: int
+    data: object = None          # bytes-like of `length` bytes, or None to send zeros
+    context: object = None       # the poster's handle, returned on completion
+    first_seq: int = -1          # sequence number of the first packet, once started
+    npackets: int = 0
+
+
+@dataclass
+class RequesterCounters:
+    packets: int = 0
+    bytes: int = 0               # RDMA payload bytes, retransmissions included
+    retransmitted_packets: int = 0
+    acks: int = 0
+    naks: int = 0                # NAKs received (each triggers a go-back-N)
+    local_ack_timeout_err: int = 0
+    completed: int = 0           # messages completed (CQEs)
+
+
+class Requester:
+    """The sending half of a QP. Sequence numbers are unbounded ints; PSN = seq mod 2**24."""
+
+    def __init__(self, initial_psn, payload_bytes, *, ack_every=16, timeout_s=0.5, retry_limit=7):
+        if payload_bytes <= 0 or payload_bytes % 4:
+            raise ValueError(f"payload_bytes must be a positive multiple of 4, got {payload_bytes}")
+        self.payload_bytes = payload_bytes
+        self.ack_every = ack_every
+        self.timeout_s = timeout_s
+        self.retry_limit = retry_limit
+        self.base_psn = initial_psn & roce.PSN_MASK
+        self.next_seq = 0          # the next new packet
+        self.send_seq = 0          # the next packet to transmit (< next_seq after a rewind)
+        self.una_seq = 0           # the oldest unacknowledged packet
+        self.high_seq = 0          # one past the highest packet ever transmitted
+        self.queue = deque()       # posted, not started
+        self.inflight = deque()    # started, not completed, in sequence order
+        self.retries = 0
+        self.last_progress = None
+        self.counters = RequesterCounters()
+        self._cursor = None        # (index in inflight, packet index) for send_seq < next_seq
+
+    # -- posting and sending ----------------------------------------------------------------------
+
+    def post(self, request):
+        if request.length <= 0:
+            raise ValueError("an RDMA WRITE carries at least one byte")
+        self.queue.append(request)
+
+    @property
+    def idle(self):
+        """Nothing posted and nothing awaiting an ACK."""
+        return not self.queue and not self.inflight
+
+    def has_packet(self):
+        return self.send_seq < self.next_seq or bool(self.queue)
+
+    def outstanding_packets(self):
+        return self.next_seq - self.una_seq
+
+    def psn(self, seq):
+        return (self.base_psn + seq) & roce.PSN_MASK
+
+    def next_packet(self, now):
+        """The next packet to transmit: (opcode, psn, ack_req, reth, immediate, request, offset,
+        length). Assumes has_packet()."""
+        if self.send_seq < self.next_seq:
+            request, index = self._locate(self.send_seq)
+        else:
+            request = self.queue.popleft()
+            request.first_seq = self.next_seq
+            request.npackets = max(1, -(-request.length // self.payload_bytes))
+            self.inflight.append(request)
+            self.next_seq += request.npackets
+            index = 0
+        seq = self.send_seq
+        self.send_seq += 1
+        if seq < self.high_seq:
+            self.counters.retransmitted_packets += 1
+        else:
+            self.high_seq = seq + 1
+        if self.last_progress is None:       # the first packet outstanding starts the ACK timer
+            self.last_progress = now
+        last = index == request.npackets - 1
+        offset = index * self.payload_bytes
+        length = min(self.payload_bytes, request.length - offset)
+        if request.npackets == 1:
+            opcode = roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+        elif index == 0:
+            opcode = roce.OP_RC_RDMA_WRITE_FIRST
+        elif last:
+            opcode = roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE
+        else:
+            opcode = roce.OP_RC_RDMA_WRITE_MIDDLE
+        reth = (request.vaddr, request.rkey, request.length) if index == 0 else None
+        immediate = request.immediate if last else None
+        ack_req = last or (seq + 1) % self.ack_every == 0
+        self.counters.packets += 1
+        self.counters.bytes += length
+        return opcode, self.psn(seq), ack_req, reth, immediate, request, offset, length
+
+    def _locate(self, seq):
+        last = self.inflight[-1]
+        if last.first_seq <= seq:            # the message being sent: the common case
+            return last, seq - last.first_seq
+        for request in self.inflight:
+            if request.first_seq <= seq < request.first_seq + request.npackets:
+                return request, seq - request.first_seq
+        raise AssertionError(f"sequence {seq} is not in flight")
+
+    # -- acknowledgements and timers ----------------------------------------------------------------
+
+    def _seq_of(self, psn):
+        """The sequence number of an acknowledged PSN, or None if it is not outstanding."""
+        delta = (psn - self.psn(self.una_seq)) & roce.PSN_MASK
+        if delta >= PSN_WINDOW:
+            return None
+        seq = self.una_seq + delta
+        return seq if seq <= self.next_seq else None
+
+    def on_ack(self, psn, aeth, now):
+        """Process an ACK or NAK; returns the requests completed by it (in order)."""
+        if aeth.is_nak:
+            self.counters.naks += 1
+            if aeth.syndrome != roce.AETH_NAK_PSN_SEQUENCE_ERROR:
+                raise TransportError(f"remote NAK with syndrome {aeth.syndrome:#04x}")
+            seq = self._seq_of(psn)
+            if seq is None or seq > self.next_seq:
+                return []
+            completed = self._acknowledge(seq, now)   # everything before the NAK'd PSN
+            self.send_seq = seq                         # go back to it
+            return completed
+        self.counters.acks += 1
+        seq = self._seq_of(psn)
+        if seq is None or seq >= self.next_seq:
+            return []                                   # stale or bogus ACK
+        return self._acknowledge(seq + 1, now)
+
+    def _acknowledge(self, upto_seq, now):
+        """Everything before `upto_seq` is acknowledged."""
+        if upto_seq <= self.una_seq:
+            return []
+        self.una_seq = upto_seq
+        self.send_seq = max(self.send_seq, upto_seq)
+        self.retries = 0
+        self.last_progress = now if self.una_seq < self.next_seq else None
+        done = []
+        while self.inflight and self.inflight[0].first_seq + self.inflight[0].npackets <= upto_seq:
+            done.append(self.inflight.popleft())
+        self.counters.completed += len(done)
+        return done
+
+    def deadline(self):
+        """When the local ACK timer fires, or None when nothing is outstanding."""
+        if self.una_seq >= self.next_seq or self.last_progress is None:
+            return None
+        return self.last_progress + self.timeout_s
+
+    def check_timeout(self, now):
+        """Fire the local ACK timer if due: rewind to the oldest unacknowledged packet.
+
+        Raises TransportError once `retry_limit` retries went by without progress.
+        """
+        deadline = self.deadline()
+        if deadline is None or now < deadline:
+            return False
+        self.counters.local_ack_timeout_err += 1
+        self.retries += 1
+        if self.retries > self.retry_limit:
+            raise TransportError(f"transport retry counter exceeded: no ACK for PSN "
+                                 f"{self.psn(self.una_seq)} after {self.retry_limit} retries of "
+                                 f"{self.timeout_s:g} s")
+        self.send_seq = self.una_seq
+        self.last_progress = now
+        return True
+
+
+@dataclass
+class ResponderCounters:
+    packets: int = 0             # accepted in sequence
+    bytes: int = 0
+    out_of_sequence: int = 0     # ahead of the expected PSN: dropped (go-back-N)
+    duplicate_request: int = 0   # behind the expected PSN: dropped, re-acknowledged
+    packet_seq_err: int = 0      # NAKs sent
+    acks_sent: int = 0
+    completed: int = 0           # WRITE-with-immediate messages completed
+    ce: int = 0                  # packets that arrived ECN CE-marked
+
+
+@dataclass
+class Placement:
+    """An accepted packet's bytes go to `rkey` at `vaddr` (already offset within the message)."""
+
+    rkey: int
+    vaddr: int
+    offset_in_payload: int
+    length: int
+
+
+@dataclass
+class Completion:
+    """A message the responder finished: its immediate data and where it was written."""
+
+    immediate: int
+    rkey: int
+    vaddr: int
+    length: int
+
+
+@dataclass
+class ResponderAction:
+    placement: Placement | None = None
+    completion: Completion | None = None
+    reply: tuple | None = None           # (psn, syndrome) to send as ACK/NAK
+
+
+class Responder:
+    """The receiving half of a QP: in-order acceptance, NAK once per gap, ACK on request."""
+
+    def __init__(self, initial_psn):
+        self.expected = initial_psn & roce.PSN_MASK
+        self.nak_outstanding = False
+        self.msn = 0
+        self.counters = ResponderCounters()
+        self._message = None         # (rkey, vaddr, length, bytes placed) of the message underway
+
+    def on_packet(self, parsed):
+        """Process one RDMA WRITE packet (a `roce.ParsedRoce`); returns a ResponderAction."""
+        bth = parsed.bth
+        action = ResponderAction()
+        if bth.psn != self.expected:
+            if roce.psn_behind(bth.psn, self.expected):
+                self.counters.duplicate_request += 1
+                if bth.ack_req:
+                    action.reply = (roce.psn_add(self.expected, -1), roce.AETH_ACK)
+                    self.counters.acks_sent += 1
+            else:
+                self.counters.out_of_sequence += 1
+                if not self.nak_outstanding:
+                    self.nak_outstanding = True
+                    self.counters.packet_seq_err += 1
+                    action.reply = (self.expected, roce.AETH_NAK_PSN_SEQUENCE_ERROR)
+            return action
+        self.nak_outstanding = False
+        self.expected = roce.psn_add(self.expected)
+        opcode = bth.opcode
+        if parsed.reth is not None:
+            self._message = [parsed.reth.rkey, parsed.reth.vaddr, parsed.reth.dma_len, 0]
+        elif self._message is None:
+            # A MIDDLE/LAST without its FIRST cannot happen in sequence; treat as protocol error.
+            self.counters.out_of_sequence += 1
+            return action
+        rkey, vaddr, total, placed = self._message
+        length = parsed.payload_len
+        action.placement = Placement(rkey, vaddr + placed, parsed.payload_offset, length)
+        self._message[3] = placed + length
+        self.counters.packets += 1
+        self.counters.bytes += length
+        if opcode in (roce.OP_RC_RDMA_WRITE_LAST, roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                      roce.OP_RC_RDMA_WRITE_ONLY, roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE):
+            self.msn = (self.msn + 1) & 0xFFFFFF
+            if parsed.immediate is not None:
+                action.completion = Completion(parsed.immediate, rkey, vaddr, self._message[3])
+                self.counters.completed += 1
+            self._message = None
+        if bth.ack_req:
+            action.reply = (bth.psn, roce.AETH_ACK)
+            self.counters.acks_sent += 1
+        return action
