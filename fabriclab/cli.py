@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "fabriclab.provision",
     "fabriclab.doctor",
     "fabriclab.commands",
+    "fabriclab.collective_cmd",
     "fabriclab.clean",
     "fabriclab.benchmark",
     "fabriclab.model.cli",

@@ -9,7 +9,7 @@ import sys
 
 from fabriclab.controller import check_app
 from fabriclab.errors import LabError
-from fabriclab.table import format_table
+from fabriclab.table import format_table, progress_bar
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec, shipped_specs
 
@@ -157,7 +157,7 @@ def cmd_run(args):
                   flush=True)
         actions = [(at, _link_action(lab, a, b, member, up)) for at, a, b, member, up in faults]
         run = run_traffic(lab, plan, duration_s=args.duration, sport_mode=args.sport_mode,
-                          actions=actions, progress=_progress_bar if table and sys.stdout.isatty() else None)
+                          actions=actions, progress=progress_bar if table and sys.stdout.isatty() else None)
         doc = results.build_result(lab, workload, run)
     doc["timings_s"] = {k: round(v, 3) for k, v in lab.timings.items()}
     path = results.write_result(doc, args.out)
@@ -178,10 +178,3 @@ def _link_action(lab, a, b, member, up):
         return {"links": [link.label for link in links], "up": up}
     action.description = f"link {a}-{b}{'' if member is None else f'#{member + 1}'} {'up' if up else 'down'}"
     return action
-
-
-def _progress_bar(fraction):
-    width = 30
-    done = int(fraction * width)
-    sys.stdout.write(f"\r  traffic [{'#' * done}{'.' * (width - done)}] {100 * fraction:3.0f}%")
-    sys.stdout.flush()

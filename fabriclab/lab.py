@@ -127,6 +127,16 @@ class Lab:
                                                    f"{'up' if up else 'down'}")
         return links
 
+    def set_rate(self, node1, node2, rate_mbps, member=None):
+        """Shape the link(s) between two nodes to rate_mbps (a degraded link); None restores the
+        spec's rate. Routing does not change: a degraded link stays up, as a flaky optic does."""
+        links = self.resolve_link(node1, node2, member)
+        if rate_mbps is not None and (isinstance(rate_mbps, bool) or not rate_mbps > 0):
+            raise LabError(f"rate must be > 0 Mbit/s, got {rate_mbps!r}")
+        for link in links:
+            mininet_net.set_rate(self.net, link, rate_mbps or link.rate_mbps, self.fabric.spec.mtu)
+        return links
+
     def link_down(self, node1, node2, member=None, **kw):
         return self.set_link(node1, node2, False, member, **kw)
 

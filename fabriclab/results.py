@@ -17,11 +17,10 @@ import time
 from fabriclab import __version__, cpuload, telemetry
 from fabriclab.table import format_table
 
-def build_result(lab, workload, run, extra=None):
-    """The results document of one traffic run on a lab (CPU load over its steady state)."""
-    cpu = run.cpu()
+
+def run_header(lab, payload_bytes):
+    """What every results document of a lab run starts with: versions, scale, mechanisms, spec."""
     fabric = lab.fabric
-    links = telemetry.link_utilization(fabric, *run.window)
     spec = fabric.spec
     return {
         "fabriclab": __version__,
@@ -31,7 +30,7 @@ def build_result(lab, workload, run, extra=None):
             "host_rate_mbps": spec.host_rate_mbps,
             "fabric_rate_mbps": spec.fabric_rate_mbps,
             "mtu": spec.mtu,
-            "roce_payload_bytes": run.payload_bytes,
+            "roce_payload_bytes": payload_bytes,
             "buffers_bytes": fabric.summary()["buffers_bytes"],
             "real_host_rate_mbps": spec.real_host_rate_mbps,
             "time_scale": spec.time_scale,
@@ -41,10 +40,20 @@ def build_result(lab, workload, run, extra=None):
         "spec": spec.to_dict(),
         "fabric": fabric.summary(),
         "routing": lab.routing,
+        "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
+    }
+
+
+def build_result(lab, workload, run, extra=None):
+    """The results document of one traffic run on a lab (CPU load over its steady state)."""
+    cpu = run.cpu()
+    links = telemetry.link_utilization(lab.fabric, *run.window)
+    return {
+        **run_header(lab, run.payload_bytes),
+        "kind": "all-pairs",
         "workload": workload,
         "cpu": cpu,
         "valid": cpuload.valid(cpu),
-        "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
         "traffic": run.totals(),
         "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
         "links": links,

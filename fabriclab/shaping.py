@@ -33,6 +33,16 @@ def shaping_commands(intf, rate_mbps, buffer_bytes, mtu=1500):
     ]
 
 
+def rate_command(intf, rate_mbps, mtu=1500):
+    """The tc command that changes a shaped port's rate in place (a degraded link), buffer kept."""
+    if not rate_mbps > 0:
+        raise ValueError(f"{intf}: rate must be > 0 Mbit/s, got {rate_mbps}")
+    rate = f"{rate_mbps * 1000:.0f}kbit"
+    burst = str(burst_bytes(rate_mbps, mtu))
+    return ["tc", "class", "change", "dev", intf, "parent", "1:", "classid", "1:1", "htb",
+            "rate", rate, "ceil", rate, "burst", burst, "cburst", burst]
+
+
 def as_script(commands):
     """One shell line per command, for running many in a single round trip to a node's shell."""
     return "\n".join(" ".join(cmd) for cmd in commands)

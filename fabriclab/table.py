@@ -33,3 +33,14 @@ def format_table(header, rows, title=None):
     out.append("  ".join("-" * w for w in widths))
     out.extend(line(r) for r in cells)
     return "\n".join(out)
+
+
+def progress_bar(fraction, label="traffic", stream=None):
+    """Redraw a one-line progress bar (callers print a newline when done)."""
+    import sys
+
+    stream = stream or sys.stdout
+    width = 30
+    done = int(max(0.0, min(1.0, fraction)) * width)
+    stream.write(f"\r  {label:<18} [{'#' * done}{'.' * (width - done)}] {100 * fraction:3.0f}%")
+    stream.flush()

@@ -17,7 +17,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import LabError
 from fabriclab.runstate import OVS_RUN_KEY
-from fabriclab.shaping import as_script, shaping_commands
+from fabriclab.shaping import as_script, rate_command, shaping_commands
 from fabriclab.teardown import delete_bridges, delete_interfaces, delete_link_group
 
 
@@ -192,6 +192,13 @@ def set_link(net, link, up):
     state = "up" if up else "down"
     for node_name, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
         net.get(node_name).cmd(f"ip link set {intf} {state}")
+
+
+def set_rate(net, link, rate_mbps, mtu):
+    """Reshape both ends of a cable to `rate_mbps` (a degraded or restored link)."""
+    for node_name, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+        out = net.get(node_name).cmd(" ".join(rate_command(intf, rate_mbps, mtu)) + "; echo __rc=$?")
+        _check_output(net.get(node_name), out, f"changing the rate of {intf}")
 
 
 def stop(net, link_group):

@@ -101,6 +101,11 @@ class QueuePair:
         self.peer_address = spec["peer_address"]
         self.channel = spec["channel"]
         self.sport = spec["sport"]
+        # Packet spraying: a multipath NIC varies the source port per packet so ECMP spreads one
+        # QP over paths; the RC transport here does not tolerate the reordering that follows.
+        spray = transport.get("spray", 1)
+        self.sports = [roce.ROCE_UDP_SPORT_MIN | ((self.sport + i * 0x1111) & 0x3FFF)
+                       for i in range(spray)]
         self.port = port
         self.requester = Requester(spec["send_psn"], transport["payload_bytes"],
                                    ack_every=transport["ack_every"],
@@ -110,6 +115,7 @@ class QueuePair:
         self.rp = dcqcn.ReactionPoint(rp_params) if rp_params else None
         self.np = dcqcn.NotificationPoint(rp_params) if rp_params else None
         self.next_allowed = 0.0        # DCQCN's per-QP pacing
+        self.min_rate = port.rate_mbps  # the lowest rate DCQCN cut this QP to
         self.queued = False            # in its port's active ring
         self.cnp_received = 0
         self.cnp_sent = 0
@@ -132,7 +138,8 @@ class QueuePair:
                "cnp_sent": self.cnp_sent, "cnp_handled": self.cnp_received,
                "first_send": self.first_send, "last_ack": self.last_ack}
         if self.rp is not None:
-            out["dcqcn"] = {**self.rp.counters, "rate_mbps": round(self.rp.rate_mbps, 6)}
+            out["dcqcn"] = {**self.rp.counters, "rate_mbps": round(self.rp.rate_mbps, 6),
+                            "min_rate_mbps": round(self.min_rate, 6)}
         return out
 
 
@@ -334,7 +341,7 @@ class Agent:
                              "seconds": round(qp.it_last - qp.it_first, 6)}
                             for qp in self.qps.values()
                             if qp.it_bytes and qp.it_last is not None]}
-        if self.reference is not None:
+        if self.verify:
             report["verify"] = self.check_output()
         self.tell(report)
 
@@ -434,8 +441,9 @@ class Agent:
             payload = self.zero[:length]
         if immediate is not None:
             payload = immediate.to_bytes(4, "big") + bytes(payload)
+        sport = qp.sports[psn % len(qp.sports)]
         return roce.build_ipv4_udp_roce_packet(
-            qp.port.address, qp.peer_address, qp.sport, opcode, qp.peer_qpn, psn, payload,
+            qp.port.address, qp.peer_address, sport, opcode, qp.peer_qpn, psn, payload,
             reth=reth, ack_req=ack_req, dscp=self.transport["dscp"], ecn=self.transport["ecn"],
             ip_id=qp.port.next_ip_id())
 
@@ -471,6 +479,7 @@ class Agent:
             qp.cnp_received += 1
             if qp.rp is not None:
                 qp.rp.on_cnp(now)
+                qp.min_rate = min(qp.min_rate, qp.rp.rate_mbps)
             return
         if opcode == roce.OP_UC_SEND_ONLY:
             granted = roce.parse_cts_payload(data)

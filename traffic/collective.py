@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import selectors
 import socket
@@ -60,6 +59,7 @@ class CollectiveSpec:
     imbalance: float = 4.0              # AlltoAllv: max/min block size ratio
     root: int = 0                       # Gather's root rank
     sport_mode: str = "qp"
+    spray: int = 1                      # source ports per QP, varied per packet (1: no spraying)
     dscp: int = roce.DEFAULT_DSCP
     control_dscp: int = roce.DEFAULT_DSCP
     cnp_dscp: int = 48
@@ -85,7 +85,7 @@ class CollectiveSpec:
             bad("algorithm", f"for {self.collective} must be one of {', '.join(algorithms)}")
         if not self.sizes or any(_not_int(s) or s < 4 for s in self.sizes):
             bad("sizes", "must be whole byte counts >= 4")
-        for name, low in (("channels", 1), ("qps", 1), ("chunk_bytes", 4), ("piece_bytes", 4),
+        for name, low in (("channels", 1), ("qps", 1), ("spray", 1), ("chunk_bytes", 4), ("piece_bytes", 4),
                           ("iterations", 1), ("warmup", 0), ("ack_every", 1), ("retry_limit", 0),
                           ("cts_buffers", 1)):
             value = getattr(self, name)
@@ -270,7 +270,7 @@ class Launcher:
         rank_table = [{"rank": r.rank, "host": r.host, "nic": r.nic,
                        "addresses": [p.ip for p in r.ports]} for r in self.ranks]
         transport = {"payload_bytes": self.payload_bytes, "chunk_bytes": spec.chunk_bytes,
-                     "qp_method": spec.qp_method, "ack_every": spec.ack_every,
+                     "qp_method": spec.qp_method, "ack_every": spec.ack_every, "spray": spec.spray,
                      "ack_timeout_s": self.ack_timeout, "retry_limit": spec.retry_limit,
                      "dscp": spec.dscp, "control_dscp": spec.control_dscp,
                      "cnp_dscp": spec.cnp_dscp, "ecn": spec.ecn,

@@ -62,21 +62,16 @@ import random
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from fabriclab.errors import LabError
-from fabriclab.traffic import roce
+from fabriclab.traffic import roce, sockets
 
-# Linux socket constants that Python's socket module does not always export.
-IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
-IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
-SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+IP_PKTINFO = sockets.IP_PKTINFO
+SO_TIMESTAMPNS = sockets.SO_TIMESTAMPNS
 
 CONFIG_DEFAULTS = {
     "listen": False,
@@ -111,8 +106,6 @@ SEND_AHEAD_S = 0.0005
 """A packet due within this much is sent now: one wake-up serves nearby deadlines (Python's
 sleep costs more than the early send distorts pacing at lab rates)."""
 RECEIVE_POLL_S = 0.1
-RECEIVE_BUFFER_BYTES = 8 << 20
-SEND_BUFFER_BYTES = 4 << 20
 LATE_START_WARNING_S = 0.05
 
 _BUSY_ERRNOS = frozenset({errno.ENOBUFS, errno.EAGAIN})
@@ -289,16 +282,7 @@ def load_config(path):
     return parse_config(data)
 
 
-def host_addresses():
-    """The IPv4 addresses configured in this network namespace (loopback excluded)."""
-    try:
-        out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
-                             check=True, timeout=5).stdout
-        links = json.loads(out or "[]")
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return []
-    return [info["local"] for link in links for info in link.get("addr_info", [])
-            if info.get("local") and not info["local"].startswith("127.")]
+host_addresses = sockets.host_addresses
 
 
 # -- sending --------------------------------------------------------------------------------------
@@ -391,26 +375,7 @@ class Sender:
             src = flow.spec.src
             if src in self.sockets:
                 continue
-            try:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-            except PermissionError:
-                raise LabError("raw sockets need root (or CAP_NET_RAW): run the agent as root"
-                               ) from None
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
-            # Without IP_RECVERR Linux hides a full qdisc from raw sockets (the packet is dropped
-            # and send() succeeds); with it the sender sees ENOBUFS and can back off and count.
-            sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
-            _set_buffer(sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-            try:
-                sock.bind((src, 0))
-            except OSError as exc:
-                sock.close()
-                if exc.errno == errno.EADDRNOTAVAIL:
-                    known = ", ".join(host_addresses()) or "none"
-                    raise LabError(f"flow {flow.spec.id!r}: source address {src} is not "
-                                   f"configured on this host (addresses: {known})") from None
-                raise LabError(f"flow {flow.spec.id!r}: cannot bind to {src}: "
-                               f"{exc.strerror}") from None
+            sock = sockets.open_raw_sender(src, f"flow {flow.spec.id!r}")
             self.sockets[src] = sock
 
     def close(self):
@@ -543,17 +508,6 @@ class Sender:
         return out
 
 
-def _set_buffer(sock, force_option, option, size):
-    """Ask for a big socket buffer; as root the FORCE variant goes past net.core.*mem_max."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, force_option, size)
-    except OSError:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, option, size)
-        except OSError:
-            pass
-
-
 # -- receiving ------------------------------------------------------------------------------------
 
 class _FlowCounter:
@@ -633,23 +587,12 @@ class Receiver:
 
     def __init__(self):
         self.counts = ReceiveCounters()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            self.sock.bind(("0.0.0.0", roce.ROCEV2_UDP_PORT))
-        except OSError as exc:
-            self.sock.close()
-            if exc.errno == errno.EADDRINUSE:
-                raise LabError(f"UDP port {roce.ROCEV2_UDP_PORT} is already in use in this network "
-                               "namespace (another agent still running?)") from None
-            raise LabError(f"cannot listen on UDP port {roce.ROCEV2_UDP_PORT}: "
-                           f"{exc.strerror}") from None
+        self.sock = sockets.open_roce_listener()
         self.sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         except OSError:
             pass
-        _set_buffer(self.sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
         self.sock.settimeout(RECEIVE_POLL_S)
 
     def close(self):
@@ -720,7 +663,7 @@ class ReceiverProcess:
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
-            _die_with_parent()
+            sockets.die_with_parent()
             if os.getppid() != parent:         # the parent died before prctl took effect
                 stop.set()
             try:
@@ -757,16 +700,6 @@ class ReceiverProcess:
             return json.loads(b"".join(chunks))
         except ValueError:
             return {"error": "receiver process ended without a report"}
-
-
-def _die_with_parent():
-    """Ask Linux to send SIGTERM to this process when its parent exits (PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 # -- the agent ------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 import os
 import subprocess
 
-LAB_PROCESS_MARKS = ("mininet:", "fabriclab.apps.runner", "fabriclab.traffic.generator")
+LAB_PROCESS_MARKS = ("mininet:", "fabriclab.apps.runner", "fabriclab.traffic.generator",
+                     "fabriclab.traffic.agent")
 
 
 def bridges():
