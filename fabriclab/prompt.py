@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from mininet.cli import CLI
@@ -25,6 +26,9 @@ LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2
   ports SWITCH                port counters of a switch (bytes, packets, drops, link state)
   uplinks [SECONDS]           fabric link utilization over SECONDS (default 2) and max/mean
   traffic [SECONDS [LOAD [FLOWS]]]   run all-pairs RoCEv2 traffic and show the balance
+  collective [OPTIONS]        run a collective nccl-tests style (`collective -h` for options), e.g.
+                              collective -c alltoall --sizes 64K,1M --qps 4 --verify
+  rate A B MBPS|default       degrade link A-B to MBPS (it stays up), or restore the spec's rate
   ctl                         controller status: generation, links it sees down, recent events"""
 
 
@@ -148,6 +152,30 @@ class LabPrompt(CLI):
         print(f"{t['flows']} flows: delivered {t['delivered_mbps']} Mbit/s, loss "
               f"{100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}; uplink max/mean "
               f"{telemetry.balance(rows, 'up').get('max_mean_ratio')}")
+
+    def do_collective(self, line):
+        """collective [OPTIONS]: a collective on this fabric; `collective -h` lists the options."""
+        import shlex
+
+        from fabriclab import collective_cmd
+        from fabriclab.traffic.collective import run_collective
+
+        try:
+            args = collective_cmd.prompt_parser().parse_args(shlex.split(line))
+        except SystemExit:          # argparse printed the usage or the problem
+            return
+        except argparse.ArgumentError as exc:
+            raise LabError(str(exc)) from None
+        run = run_collective(self.lab, collective_cmd.spec_from_args(args))
+        print(collective_cmd.collective_table(collective_cmd.collective_result(self.lab, run)))
+
+    def do_rate(self, line):
+        """rate A B MBPS|default: shape the link(s) A-B to MBPS, or back to the spec's rate."""
+        a, b, value = self._args(line, 3, "rate A B MBPS|default")[:3]
+        rate = None if value == "default" else float(value)
+        links = self.lab.set_rate(a, b, rate)
+        print(f"{', '.join(link.label for link in links)}: "
+              f"{'spec rate' if rate is None else f'{rate:g} Mbit/s'}")
 
     def do_ctl(self, _line):
         """ctl: what the controller sees."""
