@@ -3,8 +3,10 @@
 1. Bring-up (Mininet + OVS built), programmed (controller finished) and teardown times for
    leaf/spine fabrics of growing size.
 2. Throughput of one host pair across leaf-spine-leaf (three userspace switches): the lab's RoCEv2
-   agent next to iperf3 (TCP and UDP) on the same path, with links shaped far above what the CPU
-   can forward, so the number is the software data path's ceiling on this machine.
+   agent and the collective agent (an RC sender with ACKs) next to iperf3 (TCP and UDP) on the
+   same path, with links shaped far above what the CPU can forward, so the number is the software
+   data path's ceiling on this machine.
+3. Ring AllReduce bus bandwidth on the idle default fabric, as a fraction of the link rate.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fabriclab.cpuload import CpuMeter
 from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.table import format_table
 from fabriclab.topologies.spec import FabricSpec
+from fabriclab.units import human_size
 
 DEFAULT_SIZES = "2x2x1,4x2x2,4x4x4,8x4x4,12x8x4"
 PAIR_RATE_MBPS = 10000.0
@@ -95,6 +98,51 @@ def bench_pair(seconds=5.0):
     return rows
 
 
+COLLECTIVE_PAIR_RATE_MBPS = 300.0
+
+
+def bench_collective_pair():
+    """h2 writes to h1 (a 2-rank Gather) over links at 300 Mbit/s, below this machine's software
+    switch ceiling: an RC sender with ACKs and go-back-N has no congestion control (RoCE relies
+    on PFC), so it is measured where the path keeps up, and its CPU cost is per core."""
+    from fabriclab.lab import Lab
+    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+    spec = FabricSpec(name="bench-rc-pair", leaves=2, spines=1, hosts_per_leaf=1,
+                      host_rate_mbps=COLLECTIVE_PAIR_RATE_MBPS,
+                      fabric_rate_mbps=COLLECTIVE_PAIR_RATE_MBPS)
+    with Lab(spec) as lab:
+        meter = CpuMeter()
+        run = run_collective(lab, CollectiveSpec("gather", sizes=(32 << 20,), hosts=("h1", "h2"),
+                                                 iterations=1, warmup=0, chunk_bytes=1 << 20))
+        load = meter.read()
+    row = run.sizes[0]
+    seconds = row["time_s"]["mean"]
+    busy = row["agent_cpu_s"][1] / seconds        # the sending agent's share of one core
+    mbps = row["counters"]["tx_bytes"] * 8 / seconds / 1e6
+    return {"tool": f"collective agent, RC WRITE ({run.payload_bytes} B)",
+            "line_mbps": COLLECTIVE_PAIR_RATE_MBPS, "delivered_mbps": round(mbps, 1),
+            "packets_per_s": round(row["counters"]["tx_packets"] / seconds),
+            "retransmitted": row["counters"]["retransmitted_packets"],
+            "sender_core_busy": round(busy, 3),
+            "mbps_per_sender_core": round(mbps / busy, 1) if busy else None,
+            **_cpu_columns(load)}
+
+
+def bench_collective(sizes=(256 << 10, 1 << 20, 4 << 20)):
+    """Ring AllReduce on the shipped default fabric, idle: busbw against the link rate."""
+    from fabriclab.lab import Lab
+    from fabriclab.topologies.spec import load_spec
+    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+    with Lab(load_spec("default")) as lab:
+        run = run_collective(lab, CollectiveSpec("allreduce", sizes=tuple(sizes), iterations=3))
+    return [{"size": r["size"], "ranks": r["ranks"], "cct_ms": round(r["time_s"]["mean"] * 1e3, 1),
+             "ideal_ms": round(r["ideal_time_s"] * 1e3, 1), "busbw_mbps": round(r["busbw_mbps"], 2),
+             "busbw_fraction": round(r["busbw_fraction_of_link"], 3),
+             "machine_busy": r["cpu"]["machine"]} for r in run.sizes]
+
+
 def _cpu_columns(load):
     return {"machine_busy": load["machine"], "ovs_thread_busy": load["ovs_forwarding"]}
 
@@ -119,7 +167,8 @@ def register(subparsers):
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"fabrics as LEAVESxSPINESxHOSTS_PER_LEAF, comma separated (default {DEFAULT_SIZES})")
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per throughput measurement")
-    p.add_argument("--skip-pair", action="store_true", help="only the bring-up table")
+    p.add_argument("--skip-pair", action="store_true", help="leave out the host-pair throughput")
+    p.add_argument("--skip-collective", action="store_true", help="leave out the AllReduce busbw")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run_benchmark)
 
@@ -130,8 +179,11 @@ def run_benchmark(args):
         raise LabError(f"--seconds must be > 0, got {args.seconds}")
     bring = bench_bringup(sizes)
     pair = [] if args.skip_pair else bench_pair(args.seconds)
+    coll = [] if args.skip_collective else bench_collective()
+    rc_pair = [] if args.skip_collective else [bench_collective_pair()]
     if args.format == "json":
-        print(json.dumps({"bringup": bring, "pair": pair}, indent=1))
+        print(json.dumps({"bringup": bring, "pair": pair, "rc_pair": rc_pair, "allreduce": coll},
+                         indent=1))
         return 0
     print(format_table(("fabric", "switches", "hosts", "links", "build s", "then programmed s",
                         "teardown s"),
@@ -142,4 +194,18 @@ def run_benchmark(args):
                             "OVS thread busy"),
                            [tuple(r.values()) for r in pair],
                            title="One host pair, leaf-spine-leaf (3 userspace OVS switches)"))
+    if rc_pair:
+        print()
+        print(format_table(("sender", "line Mbit/s", "delivered Mbit/s", "packets/s", "retransmitted",
+                            "sender core busy", "Mbit/s per sender core", "machine busy",
+                            "OVS thread busy"),
+                           [tuple(r.values()) for r in rc_pair],
+                           title="Collective agent, one host pair (RC with ACKs, links below the "
+                                 "switch ceiling)"))
+    if coll:
+        print()
+        print(format_table(("size", "ranks", "CCT ms", "ideal ms", "busbw Mbit/s", "busbw / link",
+                            "machine busy"),
+                           [(human_size(r["size"]), *list(r.values())[1:]) for r in coll],
+                           title="Ring AllReduce on the idle default fabric (20 Mbit/s links)"))
     return 0

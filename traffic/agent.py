@@ -185,6 +185,7 @@ class Agent:
         self.iteration = None
         self.iteration_start = None
         self.counter_mark = None
+        self.cpu_mark = 0.0
         self.zero = bytes(self.transport["chunk_bytes"])
         self.control_buffer = b""
         self.stopping = False
@@ -273,6 +274,7 @@ class Agent:
                 if name in self.memory.bytes:
                     self.memory.arrays[name][:] = 0
         self.counter_mark = self.totals()
+        self.cpu_mark = time.process_time()
         for qp in self.qps.values():
             qp.it_first = qp.it_last = None
             qp.it_bytes = 0
@@ -336,6 +338,7 @@ class Agent:
                   "start": self.iteration_start + self.clock_offset,
                   "end": now + self.clock_offset,
                   "counters": _delta(self.totals(), self.counter_mark),
+                  "cpu_s": round(time.process_time() - self.cpu_mark, 4),
                   "flows": [{"qpn": qp.qpn, "peer": qp.peer, "channel": qp.channel,
                              "plane": qp.port.index + 1, "bytes": qp.it_bytes,
                              "seconds": round(qp.it_last - qp.it_first, 6)}
@@ -578,7 +581,7 @@ class Agent:
         return total
 
     def final(self):
-        return {"final": self.rank, "totals": self.totals(),
+        return {"final": self.rank, "totals": self.totals(), "cpu_s": round(time.process_time(), 3),
                 "qps": [qp.counters() for qp in self.qps.values()],
                 "ports": [{"address": p.address, "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes,
                            "enobufs": p.enobufs, "send_errors": p.send_errors} for p in self.ports]}

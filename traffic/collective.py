@@ -500,6 +500,9 @@ class Launcher:
         factor = schedules.bus_factor(schedule.collective, n)
         algbw = schedule.size / mean if mean > 0 else math.inf
         per_rank = [m["end"] - start for start, done in iterations for m in done.values()]
+        # CPU seconds each rank's agent used per iteration: the cost of the emulated RNIC.
+        agent_cpu = [sum(done[r]["cpu_s"] for _s, done in iterations) / len(iterations)
+                     for r in range(n)]
         links = telemetry.link_utilization(self.lab.fabric, *window)
         cpu = cpuload.between(window[0]["cpu"], window[1]["cpu"])
         return {
@@ -515,6 +518,7 @@ class Launcher:
             "busbw_fraction_of_link": algbw * factor * 8 / 1e6 / self.rate_mbps,
             "bytes_sent_per_rank": [schedule.sent_bytes(r) for r in range(n)],
             "counters": counters,
+            "agent_cpu_s": agent_cpu,
             "flows": _flow_summary(iterations),
             "verify": verify,
             # The window spans the measured iterations and the launcher's pauses between them,
