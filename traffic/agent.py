@@ -52,7 +52,9 @@ SEND_AHEAD_S = 0.0003        # a packet due this soon is sent now (one wake-up s
 BACKOFF_S = 0.0005           # after the local qdisc refused a packet
 UNREACHABLE_BACKOFF_S = 0.01  # after a routing error (link down, route being replaced)
 RECEIVE_BATCH = 64
-TIMER_PERIOD_S = 0.005
+TIMER_PERIOD_S = 0.02
+"""How often ACK timeouts and DCQCN timers are checked: well inside the shortest sensible ACK
+timeout, and rare enough that an idle agent costs little CPU (it wakes for packets anyway)."""
 MAX_IDLE_WAIT_S = 0.05
 QP_METHODS = ("round-robin", "split")
 _BUSY = frozenset({errno.ENOBUFS, errno.EAGAIN})
@@ -190,6 +192,7 @@ class Agent:
         self.control_buffer = b""
         self.stopping = False
         self.next_timer = 0.0
+        self.timer_period = min(TIMER_PERIOD_S, self.transport["ack_timeout_s"] / 5)
         self.clock_offset = time.time() - time.monotonic()
 
     # -- set-up ------------------------------------------------------------------------------------
@@ -596,7 +599,7 @@ class Agent:
                 self.begin(now)
             if now >= self.next_timer:
                 self.timers(now)
-                self.next_timer = now + TIMER_PERIOD_S
+                self.next_timer = now + self.timer_period
             if self.cts.get("enabled"):
                 self.send_cts(now)
             wake = [self.next_timer]
