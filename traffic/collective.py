@@ -164,7 +164,9 @@ def plan_qps(ranks, schedules_, spec, rng):
     """Per rank: the QP descriptions the agent needs, for every connection any size uses."""
     connections = sorted({c for s in schedules_ for c in s.connections()})
     planes = len(ranks[0].ports)
-    next_qpn = [FIRST_QPN] * len(ranks)
+    # Each NIC numbers its QPs from its own counter, which starts anywhere on a real device; the
+    # same start everywhere would give every ring connection the same QP pair (and source port).
+    next_qpn = [rng.randrange(FIRST_QPN, 1 << 23) for _ in ranks]
     out = [[] for _ in ranks]
     for a, b, channel in connections:
         for plane in range(planes):

@@ -22,6 +22,16 @@ def test_ecmp_failover_example_moves_the_load_and_brings_it_back(capsys):
     assert run.totals()["loss"] < 0.05
 
 
+def test_allreduce_qp_scaling_example_adds_source_ports_unless_shared(capsys):
+    rows = runpy.run_path(str(EXAMPLES / "allreduce_qp_scaling.py"))["main"]("default", 256 * 1024)
+    assert "uplink max/mean" in capsys.readouterr().out
+    one, four, shared = rows
+    assert all(row["verified"] for row in rows)
+    assert four["sports_in_use"] > one["sports_in_use"]
+    # shared: one source port per NIC pair, and the ring has 8 NIC pairs
+    assert shared["sports_in_use"] <= 8 < four["sports_in_use"]
+
+
 def test_failover_session_example_runs_at_the_prompt():
     proc = subprocess.run([sys.executable, "-m", "fabriclab.cli", "up", "tiny", "--script",
                            str(EXAMPLES / "failover_session.txt")], stdin=subprocess.DEVNULL,
