@@ -31,9 +31,9 @@ def parse_sizes(text):
     sizes = []
     for item in text.split(","):
         m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", item)
-        if not m:
+        if not m or 0 in (values := tuple(int(v) for v in m.groups())):
             raise LabError(f"bad size {item!r}: expected LEAVESxSPINESxHOSTS_PER_LEAF, e.g. 4x2x2")
-        sizes.append(tuple(int(v) for v in m.groups()))
+        sizes.append(values)
     return sizes
 
 

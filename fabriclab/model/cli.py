@@ -1,10 +1,10 @@
-"""`fabriclab model`: collective predictions from a hardware profile (no network is built)."""
+"""`fabriclab model`: collective predictions from a hardware profile, and the flow-level fabric model
+(`flowcli`); no network is built."""
 
 from __future__ import annotations
 
 import json
 import pathlib
-import re
 import time
 from dataclasses import asdict
 
@@ -12,21 +12,10 @@ from fabriclab.errors import LabError
 from fabriclab.model import collectives
 from fabriclab.model.hardware import load_profile, shipped_profiles
 from fabriclab.table import format_table
+from fabriclab.units import human_size, parse_sizes
 
 DEFAULT_SIZES = "1K,64K,1M,16M,256M,1G"
-_SIZE = re.compile(r"^\s*([0-9]+)\s*([KMG]?)B?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 COLLECTIVE_ALGORITHMS = sorted({f"{c}/{a}" for c, a in collectives.ALGORITHMS} | {"allreduce/hierarchical"})
-
-
-def parse_sizes(text):
-    sizes = []
-    for item in text.split(","):
-        m = _SIZE.match(item)
-        if not m or int(m.group(1)) <= 0:
-            raise LabError(f"bad message size {item!r}: expected e.g. 64K, 1M, 1G (powers of 2)")
-        sizes.append(int(m.group(1)) * _UNITS[m.group(2).upper()])
-    return sizes
 
 
 def predict(profile, collective, algorithm, nodes, size):
@@ -46,15 +35,9 @@ def predict(profile, collective, algorithm, nodes, size):
     return fn(size, ranks, tier.alpha, tier.bw)
 
 
-def _human(size):
-    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale}{unit}"
-    return str(size)
-
-
 def register(subparsers):
-    p = subparsers.add_parser("model", help="analytical predictions: collective times from a hardware profile")
+    p = subparsers.add_parser("model", help="analytical predictions: collective times from a hardware profile, "
+                                            "flow-level fabric model (no network is built)")
     sub = p.add_subparsers(dest="model_command", metavar="WHAT")
     sub.required = True
     q = sub.add_parser("profiles", help="list the shipped hardware profiles")
@@ -70,6 +53,9 @@ def register(subparsers):
     q.add_argument("--format", choices=("table", "json"), default="table")
     q.add_argument("--out", help="also write results.json into this folder")
     q.set_defaults(func=cmd_collective)
+    # The flow-level fabric model (fabric, failures, benchmark) imports this module's parse_sizes.
+    from fabriclab.model import flowcli
+    flowcli.register(sub)
 
 
 def cmd_profiles(_args):
@@ -106,6 +92,6 @@ def cmd_collective(args):
     title = (f"{args.collective}/{args.algorithm}, {args.nodes} x {profile.name} "
              f"({doc['ranks']} ranks; scale-out {profile.scale_out_bandwidth() / 1e9:.1f} GB/s per rank)")
     print(format_table(("size", "time us", "algbw GB/s", "busbw GB/s", "dominant term"),
-                       [(_human(r["size"]), f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}",
+                       [(human_size(r["size"]), f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}",
                          f"{r['busbw_GBps']:.2f}", r["dominant"]) for r in rows], title=title))
     return 0

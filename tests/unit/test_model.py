@@ -9,7 +9,8 @@ from fabriclab.cli import main
 from fabriclab.errors import LabError
 from fabriclab.model import collectives as c
 from fabriclab.model.hardware import Hop, Profile, load_profile, parse_bandwidth, shipped_profiles
-from fabriclab.model.cli import parse_sizes, predict
+from fabriclab.model.cli import predict
+from fabriclab.units import parse_sizes
 
 US = 1e-6
 
