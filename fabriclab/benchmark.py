@@ -139,7 +139,7 @@ def bench_collective(sizes=(256 << 10, 1 << 20, 4 << 20)):
         run = run_collective(lab, CollectiveSpec("allreduce", sizes=tuple(sizes), iterations=3))
     return [{"size": r["size"], "ranks": r["ranks"], "cct_ms": round(r["time_s"]["mean"] * 1e3, 1),
              "ideal_ms": round(r["ideal_time_s"] * 1e3, 1), "busbw_mbps": round(r["busbw_mbps"], 2),
-             "busbw_fraction": round(r["busbw_fraction_of_link"], 3),
+             "busbw_fraction": round(r["busbw_fraction_of_nic"], 3),
              "machine_busy": r["cpu"]["machine"]} for r in run.sizes]
 
 
@@ -204,7 +204,7 @@ def run_benchmark(args):
                                  "switch ceiling)"))
     if coll:
         print()
-        print(format_table(("size", "ranks", "CCT ms", "ideal ms", "busbw Mbit/s", "busbw / link",
+        print(format_table(("size", "ranks", "CCT ms", "ideal ms", "busbw Mbit/s", "busbw / NIC",
                             "machine busy"),
                            [(human_size(r["size"]), *list(r.values())[1:]) for r in coll],
                            title="Ring AllReduce on the idle default fabric (20 Mbit/s links)"))

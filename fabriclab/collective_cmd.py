@@ -165,7 +165,7 @@ def collective_table(doc):
         verify = "-" if row["verify"] is None else ("ok" if row["verify"]["ok"] else "FAILED")
         rows.append((human_size(row["size"]), f"{t['mean'] * 1e3:.1f}", f"{t['p50'] * 1e3:.1f}",
                      f"{t['p99'] * 1e3:.1f}", f"{row['algbw_mbps']:.2f}", f"{row['busbw_mbps']:.2f}",
-                     f"{100 * row['busbw_fraction_of_link']:.0f}",
+                     f"{100 * row['busbw_fraction_of_nic']:.0f}",
                      row["balance"]["up"].get("max_mean_ratio"),
                      c["out_of_sequence"], c["retransmitted_packets"], c["local_ack_timeout_err"],
                      c["cnp_sent"], verify + ("" if row["valid"] else " (CPU SATURATED)")))
@@ -177,7 +177,7 @@ def collective_table(doc):
              f"({w['qp_method']}), links {scale['host_rate_mbps']:g} Mbit/s"
              + (f" (time scale x{scale['time_scale']:.0f})" if scale["time_scale"] else ""))
     return format_table(("size", "CCT mean ms", "p50 ms", "p99 ms", "algbw Mbit/s", "busbw Mbit/s",
-                         "busbw % link", "uplink max/mean", "OOS", "retrans", "timeouts", "CNPs",
+                         "busbw % NIC", "uplink max/mean", "OOS", "retrans", "timeouts", "CNPs",
                          "verify"), rows, title=title)
 
 

@@ -517,7 +517,9 @@ class Launcher:
             "algbw_mbps": algbw * 8 / 1e6,
             "busbw_mbps": algbw * factor * 8 / 1e6,
             "bus_factor": factor,
-            "busbw_fraction_of_link": algbw * factor * 8 / 1e6 / self.rate_mbps,
+            # A rank's NIC has one port per plane: busbw compares with all of them together.
+            "nic_rate_mbps": self.rate_mbps * len(self.ranks[0].ports),
+            "busbw_fraction_of_nic": algbw * factor * 8 / 1e6 / (self.rate_mbps * len(self.ranks[0].ports)),
             "bytes_sent_per_rank": [schedule.sent_bytes(r) for r in range(n)],
             "counters": counters,
             "agent_cpu_s": agent_cpu,

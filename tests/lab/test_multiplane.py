@@ -71,3 +71,18 @@ def test_every_plane_carries_its_own_share(lab):
     # The same traffic matrix runs in each plane, so each plane's fabric carries about the same.
     assert low > 0.6 * high, per_plane
     assert run.totals()["loss"] < 0.02, run.totals()
+
+
+def test_a_collective_spreads_each_connection_over_every_plane(lab):
+    """A rank is a NIC with one port per plane: its QPs go out on all four, the per-plane packets
+    stay in their plane, and the AllReduce is still exact."""
+    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+    run = run_collective(lab, CollectiveSpec("allreduce", sizes=(96 * 1024,), qps=1,
+                                             iterations=1, warmup=0, verify=True))
+    row = run.sizes[0]
+    assert row["verify"]["ok"] and row["ranks"] == 12
+    assert row["nic_rate_mbps"] == 4 * lab.fabric.spec.host_rate_mbps
+    planes = {q["plane"] for f in run.finals.values() for q in f["qps"] if q["tx_packets"]}
+    assert planes == {1, 2, 3, 4}
+    assert row["counters"]["out_of_sequence"] == 0
