@@ -33,7 +33,6 @@ import argparse
 import errno
 import json
 import os
-import random
 import selectors
 import signal
 import socket
@@ -685,7 +684,6 @@ def main(argv=None):
     except (OSError, ValueError) as exc:
         print(f"{prog}: error: cannot read config {args.config}: {exc}", file=sys.stderr)
         return 2
-    random.seed(config.get("data_seed"))
     agent = Agent(config)
     try:
         agent.open()
