@@ -123,6 +123,7 @@ def cmd_collective(args):
         run = launcher.run()
         doc = collective_result(lab, run)
     path = results.write_result(doc, args.out)
+    plot_result(doc, path.parent)
     if table:
         if sys.stdout.isatty():
             print()
@@ -156,6 +157,22 @@ def collective_result(lab, run):
         "valid": all(row["valid"] for row in run.sizes),
         "elapsed_s": round(run.elapsed_s, 3),
     }
+
+
+def plot_result(doc, folder):
+    """busbw against message size (with the NIC rate), and each size's CCT distribution."""
+    from fabriclab import plots
+
+    rows = doc["sizes"]
+    w = doc["workload"]
+    name = f"{w['collective']}/{rows[0]['algorithm']} over {rows[0]['ranks']} ranks on {doc['fabric']['name']}"
+    plots.lines(folder / "busbw.png", name, [r["size"] for r in rows],
+                {"busbw": [r["busbw_mbps"] for r in rows], "algbw": [r["algbw_mbps"] for r in rows]},
+                "message size (bytes)", "Mbit/s",
+                reference=(rows[0]["nic_rate_mbps"], "NIC rate"))
+    plots.cdfs(folder / "cct.png", f"{name}: completion time per iteration",
+               {human_size(r["size"]): [t * 1e3 for t in r["time_s"]["all"]] for r in rows},
+               "CCT (ms)")
 
 
 def collective_table(doc):

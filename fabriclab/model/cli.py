@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 
 from fabriclab.errors import LabError
-from fabriclab.model import collectives
+from fabriclab.model import calibrate, collectives
 from fabriclab.model.hardware import load_profile, shipped_profiles
 from fabriclab.table import format_table
 from fabriclab.units import human_size, parse_sizes
@@ -56,6 +56,7 @@ def register(subparsers):
     # The flow-level fabric model (fabric, failures, benchmark) imports this module's parse_sizes.
     from fabriclab.model import flowcli
     flowcli.register(sub)
+    calibrate.register(sub)
 
 
 def cmd_profiles(_args):
@@ -86,6 +87,11 @@ def cmd_collective(args):
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(doc, indent=1))
+        from fabriclab import plots
+        plots.lines(out / "plot.png", f"{args.collective}/{args.algorithm}, {args.nodes} x {profile.name}",
+                    [r["size"] for r in rows], {"busbw": [r["busbw_GBps"] for r in rows]},
+                    "message size (bytes)", "busbw (GB/s)",
+                    reference=(profile.scale_out_bandwidth() / 1e9, "scale-out bandwidth per rank"))
     if args.format == "json":
         print(json.dumps(doc, indent=1))
         return 0

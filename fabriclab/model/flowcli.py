@@ -167,11 +167,30 @@ def emit(doc, args, text):
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(_plain(doc), indent=1))
+        _plot(doc, out)
     if args.format == "json":
         print(json.dumps(_plain(doc), indent=1))
     else:
         print(text)
     return 0
+
+
+def _plot(doc, out):
+    """The chart of a results document, next to it (benchmarks have none)."""
+    from fabriclab import plots
+
+    name = doc["fabric"].get("name", "") if isinstance(doc.get("fabric"), dict) else ""
+    if doc["model"] == "fabric":
+        rows = doc["results"]
+        cct = [r["cct_s"] if r["cct_s"] is not None and math.isfinite(r["cct_s"]) else None
+               for r in rows]
+        plots.bars(out / "plot.png", f"{doc['workload']['collective']} on {name}: flow model",
+                   [r["routing"] for r in rows],
+                   [("CCT (s)", cct), ("uplink max/mean", [r["balance"]["up"]["max_mean"] for r in rows])])
+    elif doc["model"] == "failures":
+        plots.cdfs(out / "plot.png", f"leaf-pair capacity under random link failures, {name}",
+                   {f"{100 * r['fraction']:g} % failed": r["capacity"]["cdf"] for r in doc["rows"]},
+                   "share of the failure-free max-flow")
 
 
 def _plain(value):

@@ -67,3 +67,24 @@ def test_up_prompt_runs_lab_commands(tmp_path):
     assert "max/mean" in out
     assert "fabric torn down" in out
     assert labutil.leaked(before, labutil.resources()) == {}
+
+
+def test_collective_command_writes_results_and_charts(tmp_path):
+    proc = subprocess.run(FABRICLAB + ["collective", "tiny", "--sizes", "64K,128K", "-n", "2",
+                                       "--verify", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "allreduce/ring over 2 ranks on tiny" in proc.stdout and "ok" in proc.stdout
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["kind"] == "collective" and doc["scale"]["time_scale"] == 40000
+    assert [row["size"] for row in doc["sizes"]] == [65536, 131072]
+    assert all(row["verify"]["ok"] for row in doc["sizes"])
+    for chart in ("busbw.png", "cct.png"):
+        assert (tmp_path / chart).read_bytes().startswith(b"\x89PNG")
+
+
+def test_collective_command_rejects_bad_input_in_one_line():
+    proc = subprocess.run(FABRICLAB + ["collective", "tiny", "--qps", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fabriclab: error: collective: qps must be a whole number >= 1, got 0"

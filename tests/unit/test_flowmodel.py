@@ -352,3 +352,27 @@ def test_the_python_example_in_docs_model_md_runs(capsys):
     for block in blocks:
         exec(compile(block, "docs/model.md", "exec"), {})
     assert "CCT" in capsys.readouterr().out
+
+
+def test_calibration_refuses_what_the_model_ranks_differently():
+    from fabriclab.errors import LabError
+    from fabriclab.model.calibrate import check_calibratable
+    from fabriclab.topologies.spec import load_spec
+
+    check_calibratable(load_spec("default"))
+    with pytest.raises(LabError, match="one NIC per host on one plane"):
+        check_calibratable(load_spec("meta_ai_zone"))
+    with pytest.raises(LabError, match="4 plane"):
+        check_calibratable(load_spec("spectrumx_fig16"))
+
+
+def test_calibration_error_is_relative_to_the_emulation():
+    from fabriclab.model.calibrate import compare
+
+    emulated = [{"size": 1024, "time_s": {"mean": 0.2}, "busbw_mbps": 10.0, "valid": True,
+                 "balance": {"up": {"max_mean_ratio": 2.0}}}]
+    modelled = {(1024, "ecmp"): {"cct_s": 0.18, "uplink_max_mean": 4.0},
+                (1024, "ideal"): {"cct_s": 0.15, "uplink_max_mean": 1.0}}
+    (row,) = compare(emulated, modelled)
+    assert row["ecmp_error"] == pytest.approx(-0.1) and row["ideal_error"] == pytest.approx(-0.25)
+    assert row["ecmp_uplink_max_mean"] == 4.0 and row["emulated_uplink_max_mean"] == 2.0

@@ -1,0 +1,90 @@
+"""PNG charts a person reads at a glance, written next to a results.json.
+
+Three shapes cover the lab's results: a bar per alternative (routing schemes), lines over message
+size (busbw per size), and cumulative distributions (capacity under failures, completion times).
+matplotlib runs headless (Agg) and is imported only when a chart is drawn.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path):
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def bars(path, title, labels, panels):
+    """One panel per (ylabel, values) in `panels`, a bar per label."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (ylabel, values) in zip(axes[0], panels):
+        shown = [v if v is not None else 0.0 for v in values]
+        bars_ = ax.bar(labels, shown, color="#4C72B0")
+        ax.bar_label(bars_, labels=[f"{v:.3g}" if v is not None else "-" for v in values], fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def lines(path, title, xs, series, xlabel, ylabel, log_x=True, reference=None):
+    """A line per name in `series` ({name: ys}) over `xs`; `reference` draws a dashed limit."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, ys in series.items():
+        ax.plot(xs, ys, marker="o", label=name)
+    if reference is not None:
+        value, label = reference
+        ax.axhline(value, linestyle="--", color="grey", label=label)
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def cdfs(path, title, series, xlabel):
+    """Empirical CDFs: `series` is {name: [[x, cumulative share], ...]} or {name: [values]}."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, data in series.items():
+        if data and isinstance(data[0], (list, tuple)):
+            xs, ys = [p[0] for p in data], [p[1] for p in data]
+        else:
+            xs = sorted(data)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
