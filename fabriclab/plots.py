@@ -27,6 +27,19 @@ def _save(fig, path):
     return path
 
 
+def _finish(plt, fig, ax, path, title, xlabel, ylabel):
+    """Labels, grid, legend and title of a one-panel chart, then write it and free the figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def bars(path, title, labels, panels):
     """One panel per (ylabel, values) in `panels`, a bar per label."""
     plt = _pyplot()
@@ -55,16 +68,8 @@ def lines(path, title, xs, series, xlabel, ylabel, log_x=True, reference=None):
         ax.axhline(value, linestyle="--", color="grey", label=label)
     if log_x:
         ax.set_xscale("log", base=2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _finish(plt, fig, ax, path, title, xlabel, ylabel)
 
 
 def cdfs(path, title, series, xlabel):
@@ -78,13 +83,5 @@ def cdfs(path, title, series, xlabel):
             xs = sorted(data)
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
         ax.step(xs, ys, where="post", label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("share")
     ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _finish(plt, fig, ax, path, title, xlabel, "share")
