@@ -20,6 +20,7 @@ from fabriclab.doctor import require_environment
 from fabriclab.apps.paths import all_paths
 from fabriclab.controller import Controller, check_app
 from fabriclab.errors import LabError
+from fabriclab.queues.model import QueueModel
 from fabriclab.runstate import RunState
 from fabriclab.topologies import mininet_net
 from fabriclab.topologies.fabric import Fabric
@@ -42,6 +43,7 @@ class Lab:
         self.run = None
         self.net = None
         self.controller = None
+        self.queues = None           # the QueueModel when the spec has a queues: section
         self.timings = {}
         self._old_sigterm = None
 
@@ -60,6 +62,8 @@ class Lab:
             self.controller.start()
             self.net = mininet_net.new_network(self.controller.port, self.verbose)
             mininet_net.populate(self.net, self.fabric, self.run, self.datapath)
+            if self.fabric.spec.queues is not None:
+                self.queues = QueueModel(self.fabric, self.net, self.run.id).start()
             self.timings["build_s"] = time.monotonic() - t0
             self.controller.wait_programmed(timeout=timeout)
             self.timings["up_s"] = time.monotonic() - t0
@@ -71,6 +75,9 @@ class Lab:
     def stop(self):
         t0 = time.monotonic()
         try:
+            if self.queues is not None:
+                self.queues.stop()
+                self.queues = None
             if self.net is not None:
                 mininet_net.stop(self.net, self.run.data["link_group"])
                 self.net = None

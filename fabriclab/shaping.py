@@ -46,3 +46,47 @@ def rate_command(intf, rate_mbps, mtu=1500):
 def as_script(commands):
     """One shell line per command, for running many in a single round trip to a node's shell."""
     return "\n".join(" ".join(cmd) for cmd in commands)
+
+
+# -- the queue model's tree ---------------------------------------------------------------------
+# htb classes (minor numbers are what the eBPF classifier writes into skb->priority):
+#   1:1  the link rate
+#   1:20 control   prio 0: strict priority for CNP/CTS/ACK
+#   1:10 lossless  prio 1, behind a tbf pause gate (10:)
+#   1:30 lossy     prio 1, shares with lossless by DRR; htb's default for what is not IPv4
+# The classes' ceilings sit above the link so that changing 1:1 (rate_command) is enough.
+# Each class is guaranteed 1% of the link and borrows the rest in priority order. The fifos are
+# backstops sized above what the model admits: the eBPF program does the tail drop and PFC.
+GATE_LIMIT_BYTES = 64 * 2**20
+
+
+def gate_settings(rate_mbps, mtu=1500):
+    """(open rate in bytes/s, open burst, closed burst, fifo limit) of a port's pause gate. Open, the
+    gate is far faster than the link so htb alone shapes; closed, it lets one frame finish."""
+    frame = mtu + ETH_HEADER
+    return int(rate_mbps * 1e6 / 8 * 10), max(64 * 1024, 8 * frame), frame, GATE_LIMIT_BYTES
+
+
+def queued_commands(intf, rate_mbps, buffer_bytes, mtu=1500):
+    """tc commands building the queue model's per-port tree on `intf` (see above)."""
+    base = shaping_commands(intf, rate_mbps, buffer_bytes, mtu)[:2]
+    base[0][-1] = "30"                                   # htb default: the lossy class
+    frame = mtu + ETH_HEADER
+    burst = str(burst_bytes(rate_mbps, mtu))
+    floor = f"{max(8, rate_mbps * 10):.0f}kbit"           # 1% of the link, in kbit
+    ceil = f"{rate_mbps * 10000:.0f}kbit"                 
+    open_rate, open_burst, _, limit = gate_settings(rate_mbps, mtu)
+    cmds = list(base)
+    for minor, prio in (("20", "0"), ("10", "1"), ("30", "1")):
+        cmds.append(["tc", "class", "replace", "dev", intf, "parent", "1:1", "classid", f"1:{minor}", "htb",
+                     "rate", floor, "ceil", ceil, "burst", burst, "cburst", burst, "prio", prio,
+                     "quantum", str(frame)])
+    cmds += [
+        ["tc", "qdisc", "replace", "dev", intf, "parent", "1:10", "handle", "10:", "tbf",
+         "rate", f"{open_rate * 8}bit", "burst", str(open_burst), "limit", str(limit)],
+        ["tc", "qdisc", "replace", "dev", intf, "parent", "1:20", "handle", "20:", "bfifo",
+         "limit", str(buffer_bytes + 2 * frame)],
+        ["tc", "qdisc", "replace", "dev", intf, "parent", "1:30", "handle", "30:", "bfifo",
+         "limit", str(buffer_bytes + 2 * frame)],
+    ]
+    return cmds

@@ -17,6 +17,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from fabriclab.topologies.spec import Buffers, FabricSpec
+from fabriclab.queues.config import QueueSpec
 
 ROLE_TIER = {"leaf": 0, "spine": 1}
 
@@ -215,4 +216,6 @@ class Fabric:
     @classmethod
     def from_json(cls, text):
         data = json.loads(text)["spec"]
-        return cls(FabricSpec(**{**data, "buffers": Buffers(**data["buffers"])}))
+        queues = data.get("queues")
+        return cls(FabricSpec(**{**data, "buffers": Buffers(**data["buffers"]),
+                                 "queues": QueueSpec.from_dict(queues) if queues else None}))

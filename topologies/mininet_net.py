@@ -17,7 +17,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import LabError
 from fabriclab.runstate import OVS_RUN_KEY
-from fabriclab.shaping import as_script, rate_command, shaping_commands
+from fabriclab.shaping import as_script, queued_commands, rate_command, shaping_commands
 from fabriclab.teardown import delete_bridges, delete_interfaces, delete_link_group
 
 
@@ -123,12 +123,14 @@ def populate(net, fabric, run, datapath="user"):
     # Switch side: offloads off (the userspace datapath forwards what AF_PACKET hands it, so a
     # partial checksum would reach the far end unfinished), the MTU, and shaping on every port.
     # One `ip` and one `tc` process for all ports (-batch); the ethtool calls run in parallel.
+    # With the queue model on, every port gets its class tree with a pause gate instead.
+    shape = queued_commands if fabric.spec.queues is not None else shaping_commands
     ip_lines, tc_lines, intfs = [], [], []
     for switch in fabric.switches:
         for intf in fabric.switch_ports(switch).values():
             intfs.append(intf)
             ip_lines.append(f"link set {intf} mtu {fabric.spec.mtu} group {run.data['link_group']}")
-            tc_lines += [" ".join(cmd[1:]) for cmd in shaping_commands(
+            tc_lines += [" ".join(cmd[1:]) for cmd in shape(
                 intf, _rate_of(fabric, intf), fabric.buffer_bytes(switch), fabric.spec.mtu)]
     _batch(["ip", "-batch", "-"], ip_lines, "switch port MTU")
     _batch(["tc", "-batch", "-"], tc_lines, "switch port shaping")
@@ -142,8 +144,8 @@ def populate(net, fabric, run, datapath="user"):
         node = net.get(host.name)
         script = host_setup_script(host, fabric.spec.mtu)
         for port in host.ports:
-            script += "\n" + as_script(shaping_commands(port.intf, fabric.spec.host_rate_mbps,
-                                                        fabric.buffer_bytes(host.name), fabric.spec.mtu))
+            script += "\n" + as_script(shape(port.intf, fabric.spec.host_rate_mbps,
+                                             fabric.buffer_bytes(host.name), fabric.spec.mtu))
         node.sendCmd("(set -e\n" + script + "\n) 2>&1; echo __rc=$?")
         started.append((host, node))
     for host, node in started:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from fabriclab.errors import SpecError
+from fabriclab.queues.config import QueueSpec, check_against_fabric, queues_from_dict
 
 KINDS = ("leafspine", "multiplane")
 MIN_MTU, MAX_MTU = 1500, 9216
@@ -105,6 +106,8 @@ class FabricSpec:
     # ratio so nobody mistakes a 20 Mbit/s emulation for a 400G measurement.
     real_host_rate_mbps: float | None = None
     description: str = ""
+    # The queue model (traffic classes, ECN, PFC; fabriclab/queues/). None: plain shaping only.
+    queues: QueueSpec | None = None
 
     def __post_init__(self):
         problems = validate(self)
@@ -196,6 +199,14 @@ def validate(spec):
         if len(longest) > MAX_INTERFACE_NAME:
             problems.append(f"{where}: interface {longest!r} would exceed Linux's "
                             f"{MAX_INTERFACE_NAME}-character limit; use fewer planes, leaves or ports")
+    queues = getattr(spec, "queues", None)
+    if not problems and queues is not None:
+        if not isinstance(queues, QueueSpec):
+            problems.append(f"{where}: queues must be a QueueSpec, got {queues!r}")
+        else:
+            rates = {"leaf": max(spec.host_rate_mbps, spec.fabric_rate_mbps), "spine": spec.fabric_rate_mbps}
+            problems += check_against_fabric(queues, dataclasses.asdict(spec.buffers), rates, spec.mtu,
+                                             f"{where}: queues")
     return problems
 
 
@@ -228,6 +239,7 @@ _YAML_FIELDS = {
     "real_host_rate": ("real_host_rate_mbps", parse_rate_mbps),
     "buffers": ("buffers", None),
     "mtu": ("mtu", None),
+    "queues": ("queues", queues_from_dict),
 }
 
 

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fabriclab queue model: the per-packet half, on the clsact hooks of every lab port.
+ *
+ * egress (a port about to queue a packet on its htb tree):
+ *   - classify by DSCP and steer into the class's htb leaf (skb->priority = 1:<minor>);
+ *   - account the egress queue of (port, class); tail-drop lossy traffic above the buffer;
+ *     drop lossless traffic only when its ingress port overran XOFF + headroom;
+ *   - at switch ports, mark CE on ECN-capable packets by the RED or step profile.
+ * ingress (a packet arrived from the other end of the cable):
+ *   - the packet has left the peer port's queue: the peer's egress occupancy falls, and so do the
+ *     bytes the peer's switch holds for the port that packet had entered by (XON when low enough);
+ *   - at a switch, the packet now counts against this ingress port (XOFF when high enough) and
+ *     the flow is remembered so its departure can be charged back to this port.
+ * XOFF and XON go to user space over a ring buffer; the user-space PFC agent closes or opens the
+ * upstream port's tbf gate for the class. Occupancies are exact: a packet counts from its enqueue
+ * until the far end of the cable sees it, so the htb queue itself is what is measured.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define NCLASS 3
+#define CLASS_LOSSLESS 0
+#define CLASS_CONTROL 1
+#define CLASS_LOSSY 2
+#define PROB_BITS 20
+#define HTB_MAJOR 0x00010000u
+
+#define EV_XOFF 1
+#define EV_XON 2
+
+struct port {
+	__u32 idx;            /* this port's row (rows are idx * NCLASS + class) */
+	__u32 peer;           /* row base of the port at the other end of the cable */
+	__u32 node;           /* owning node id */
+	__u32 peer_node;
+	__u32 is_switch;
+	__u32 peer_is_switch;
+};
+
+struct qcfg {
+	__u32 ecn_mode;       /* 0 off, 1 RED, 2 step */
+	__u32 kmin;
+	__u32 kmax;
+	__u32 pmax;           /* probability in 1/2^20 */
+	__u32 limit;          /* egress tail drop, bytes */
+	__u32 pfc;            /* lossless with PFC */
+	__u32 xoff;
+	__u32 xon;
+	__u32 headroom_limit;
+	__u32 pad;
+};
+
+struct qstat {
+	__u64 tx_pkts;
+	__u64 tx_bytes;
+	__u64 marks;
+	__u64 drops;
+	__u64 lossless_drops;
+	__u64 wd_drops;
+	__s64 occ;
+	__u64 occ_hwm;
+	__s64 held;           /* ingress accounting: bytes in this switch that entered here */
+	__u64 held_hwm;
+	__u64 pause_tx;       /* XOFFs this ingress port sent upstream */
+	__u64 xon_tx;
+	__u64 pause_rx;       /* XOFFs this port received (its egress gate closed) */
+	__u64 pause_ns;       /* total time this ingress port held its upstream paused */
+	__u64 xoff_ts;
+	__u64 rx_pkts;
+	__u64 rx_bytes;
+	__u32 paused;
+	__u32 pad;
+};
+
+struct ctl {
+	__u64 wd_drop_until;  /* watchdog: drop this (port, class) until this time (ns) */
+};
+
+struct event {
+	__u32 kind;
+	__u32 port;           /* the ingress port that sent XOFF/XON (row base) */
+	__u32 target;         /* its upstream peer, whose gate closes or opens (row base) */
+	__u32 cls;
+	__u64 ts;
+	__s64 held;
+};
+
+struct flow_key {
+	__u32 node;
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u32 proto;
+};
+
+/* Indexed by port row base. A port is known by the classid of its tc filter (fab:<idx+1>): tc
+ * hands its minor number to the program in skb->tc_classid (16 bits). ifindex cannot serve, since
+ * every host's namespace numbers its own interfaces from 2. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct port);
+} ports SEC(".maps");
+
+static __always_inline struct port *port_of(struct __sk_buff *skb)
+{
+	__u32 id = skb->tc_classid & 0xffff;
+	if (!id)
+		return 0;
+	__u32 key = id - 1;
+	return bpf_map_lookup_elem(&ports, &key);
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3072);
+	__type(key, __u32);
+	__type(value, struct qcfg);
+} qcfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3072);
+	__type(key, __u32);
+	__type(value, struct qstat);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3072);
+	__type(key, __u32);
+	__type(value, struct ctl);
+} ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} dscp_class SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flow_key);
+	__type(value, __u32);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} events SEC(".maps");
+
+struct pkt {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u32 proto;
+	__u32 tos;
+};
+
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	if (skb->data + ETH_HLEN + 20 + 4 > skb->data_end)
+		bpf_skb_pull_data(skb, ETH_HLEN + 60 + 4);
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	struct iphdr *ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end)
+		return 0;
+	p->saddr = ip->saddr;
+	p->daddr = ip->daddr;
+	p->proto = ip->protocol;
+	p->tos = ip->tos;
+	p->sport = 0;
+	p->dport = 0;
+	__u32 ihl = (ip->ihl & 0xf) * 4;
+	if ((p->proto == IPPROTO_UDP || p->proto == IPPROTO_TCP) && ihl >= 20 &&
+	    !(ip->frag_off & bpf_htons(0x1fff))) {
+		__u16 *l4 = (void *)ip + ihl;
+		if ((void *)(l4 + 2) <= end) {
+			p->sport = l4[0];
+			p->dport = l4[1];
+		}
+	}
+	return 1;
+}
+
+static __always_inline __u32 class_of(struct pkt *p)
+{
+	__u32 dscp = p->tos >> 2;
+	__u32 *c = bpf_map_lookup_elem(&dscp_class, &dscp);
+	return (c && *c < NCLASS) ? *c : CLASS_LOSSY;
+}
+
+static __always_inline void emit(__u32 kind, __u32 port, __u32 target, __u32 cls, __u64 now, __s64 held)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return;
+	e->kind = kind;
+	e->port = port;
+	e->target = target;
+	e->cls = cls;
+	e->ts = now;
+	e->held = held;
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void hwm(__u64 *mark, __s64 value)
+{
+	if (value > 0 && (__u64)value > *mark)
+		*mark = value;
+}
+
+/* The bytes a switch holds for the ingress port a flow entered by fall by len (the packet left
+ * the switch, or was dropped in it); XON when they reach the port's XON threshold. */
+static __always_inline void release(__u32 node, struct pkt *p, __u32 cls, __u32 len, __u64 now)
+{
+	struct flow_key k = {.node = node, .saddr = p->saddr, .daddr = p->daddr,
+			     .sport = p->sport, .dport = p->dport, .proto = p->proto};
+	__u32 *in = bpf_map_lookup_elem(&flows, &k);
+	if (!in)
+		return;
+	__u32 row = *in * NCLASS + cls;
+	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
+	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
+	if (!st || !cf)
+		return;
+	__s64 held = __sync_fetch_and_add(&st->held, -(__s64)len) - len;
+	if (cf->pfc && st->paused && held <= (__s64)cf->xon &&
+	    __sync_val_compare_and_swap(&st->paused, 1, 0) == 1) {
+		__u64 since = st->xoff_ts;
+		if (since && now > since)
+			__sync_fetch_and_add(&st->pause_ns, now - since);
+		__sync_fetch_and_add(&st->xon_tx, 1);
+		emit(EV_XON, *in, 0, cls, now, held);
+	}
+}
+
+/* A packet entered a switch by ingress port `pt`: count it against the port; XOFF at the
+ * port's XOFF threshold (the upstream peer's gate for this class closes). */
+static __always_inline void admit(struct port *pt, __u32 cls, __u32 len, __u64 now)
+{
+	__u32 row = pt->idx * NCLASS + cls;
+	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
+	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
+	if (!st || !cf)
+		return;
+	__s64 held = __sync_fetch_and_add(&st->held, (__s64)len) + len;
+	hwm(&st->held_hwm, held);
+	if (cf->pfc && !st->paused && held >= (__s64)cf->xoff &&
+	    __sync_val_compare_and_swap(&st->paused, 0, 1) == 0) {
+		st->xoff_ts = now;
+		__sync_fetch_and_add(&st->pause_tx, 1);
+		__u32 prow = pt->peer * NCLASS + cls;
+		struct qstat *up = bpf_map_lookup_elem(&stats, &prow);
+		if (up)
+			__sync_fetch_and_add(&up->pause_rx, 1);
+		emit(EV_XOFF, pt->idx, pt->peer, cls, now, held);
+	}
+}
+
+static __always_inline int should_mark(struct qcfg *cf, __s64 occ)
+{
+	if (!cf->ecn_mode || occ < (__s64)cf->kmin)
+		return 0;
+	if (cf->ecn_mode == 2 || occ >= (__s64)cf->kmax || cf->kmax <= cf->kmin)
+		return 1;
+	__u64 threshold = (__u64)cf->pmax * (__u64)(occ - cf->kmin) / (cf->kmax - cf->kmin);
+	return (bpf_get_prandom_u32() & ((1u << PROB_BITS) - 1)) < threshold;
+}
+
+/* Set ECN to CE (11) in the IPv4 header and patch its checksum. The RoCE ICRC masks these bits. */
+static __always_inline void mark_ce(struct __sk_buff *skb, __u32 tos)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (data + ETH_HLEN + sizeof(struct iphdr) > end)
+		return;
+	__u16 *word = data + ETH_HLEN;            /* version/IHL and TOS, network order */
+	__u16 old = *word;
+	__u8 bytes[2] = {*(__u8 *)word, (__u8)(tos | 3)};
+	__u16 new = *(__u16 *)bytes;
+	bpf_l3_csum_replace(skb, ETH_HLEN + __builtin_offsetof(struct iphdr, check), old, new, 2);
+	bpf_skb_store_bytes(skb, ETH_HLEN + 1, &bytes[1], 1, 0);
+}
+
+SEC("tc")
+int fq_egress(struct __sk_buff *skb)
+{
+	struct port *pt = port_of(skb);
+	struct pkt p;
+	if (!pt || !parse(skb, &p))
+		return TC_ACT_OK;       /* not a lab port, or not IPv4: htb's default (lossy) class */
+	__u32 cls = class_of(&p);
+	skb->priority = HTB_MAJOR | ((cls + 1) << 4);
+	__u32 row = pt->idx * NCLASS + cls;
+	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
+	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
+	struct ctl *ct = bpf_map_lookup_elem(&ctl, &row);
+	if (!st || !cf || !ct)
+		return TC_ACT_OK;
+	__u32 len = skb->len;
+	__u64 now = bpf_ktime_get_ns();
+
+	if (ct->wd_drop_until > now) {
+		__sync_fetch_and_add(&st->wd_drops, 1);
+		goto drop;
+	}
+	__s64 occ = st->occ;
+	if (cf->pfc) {
+		if (pt->is_switch) {
+			struct flow_key k = {.node = pt->node, .saddr = p.saddr, .daddr = p.daddr,
+					     .sport = p.sport, .dport = p.dport, .proto = p.proto};
+			__u32 *in = bpf_map_lookup_elem(&flows, &k);
+			if (in) {
+				__u32 irow = *in * NCLASS + cls;
+				struct qstat *ist = bpf_map_lookup_elem(&stats, &irow);
+				struct qcfg *icf = bpf_map_lookup_elem(&qcfg, &irow);
+				if (ist && icf && ist->held > (__s64)icf->headroom_limit) {
+					__sync_fetch_and_add(&st->lossless_drops, 1);
+					goto drop;
+				}
+			}
+		}
+	} else if (occ + len > cf->limit) {
+		__sync_fetch_and_add(&st->drops, 1);
+		goto drop;
+	}
+	__sync_fetch_and_add(&st->tx_pkts, 1);
+	__sync_fetch_and_add(&st->tx_bytes, len);
+	occ = __sync_fetch_and_add(&st->occ, (__s64)len) + len;
+	hwm(&st->occ_hwm, occ);
+	__u32 ecn = p.tos & 3;
+	if (pt->is_switch && ecn && ecn != 3 && should_mark(cf, occ - len)) {
+		__sync_fetch_and_add(&st->marks, 1);
+		mark_ce(skb, p.tos);
+	}
+	return TC_ACT_OK;
+drop:
+	if (pt->is_switch)
+		release(pt->node, &p, cls, len, now);
+	return TC_ACT_SHOT;
+}
+
+SEC("tc")
+int fq_ingress(struct __sk_buff *skb)
+{
+	struct port *pt = port_of(skb);
+	struct pkt p;
+	if (!pt || !parse(skb, &p))
+		return TC_ACT_OK;
+	__u32 cls = class_of(&p);
+	__u32 len = skb->len;
+	__u64 now = bpf_ktime_get_ns();
+
+	/* The packet has left the far end's egress queue, and with it the far switch. */
+	__u32 prow = pt->peer * NCLASS + cls;
+	struct qstat *up = bpf_map_lookup_elem(&stats, &prow);
+	if (up)
+		__sync_fetch_and_add(&up->occ, -(__s64)len);
+	if (pt->peer_is_switch)
+		release(pt->peer_node, &p, cls, len, now);
+
+	__u32 row = pt->idx * NCLASS + cls;
+	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
+	if (st) {
+		__sync_fetch_and_add(&st->rx_pkts, 1);
+		__sync_fetch_and_add(&st->rx_bytes, len);
+	}
+	if (pt->is_switch) {
+		struct flow_key k = {.node = pt->node, .saddr = p.saddr, .daddr = p.daddr,
+				     .sport = p.sport, .dport = p.dport, .proto = p.proto};
+		__u32 idx = pt->idx;
+		bpf_map_update_elem(&flows, &k, &idx, BPF_ANY);
+		admit(pt, cls, len, now);
+	}
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,258 @@
+"""The queue model of a running fabric: one owner for its data path, gates, PFC agent and counters.
+
+    model = QueueModel(fabric, net, run_id)   # after Mininet built the fabric with queue trees
+    model.start()
+    model.counters()                          # per port and class
+    model.set_ecn("spine", kmin=..., kmax=..., pmax=..., mode=...)
+    model.storm("h1", seconds=2)              # h1's NIC streams pauses at its leaf
+    model.stop()
+
+Every cabled interface is a port (switch ports and host NICs alike). A port's egress tree is
+`shaping.queued_commands`: htb at the link rate with a strict-priority control class and the
+lossless and lossy classes sharing the rest, a tbf pause gate under the lossless class. The eBPF
+programs on clsact (egress and ingress) classify, account, mark and signal pauses; the PFC agent
+(a thread) closes and opens gates.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import subprocess
+
+from fabriclab.errors import LabError
+from fabriclab.queues import config
+from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg
+from fabriclab.queues.gate import Gates
+from fabriclab.queues.pfc import PfcAgent
+from fabriclab.shaping import gate_settings
+
+MECHANISM = "ebpf-clsact+tbf-gates"
+
+
+@dataclasses.dataclass
+class PortInfo:
+    idx: int
+    name: str            # interface name
+    node: str
+    role: str            # host | leaf | spine
+    peer: int
+    peer_node: str
+    rate_mbps: float
+    buffer: int
+    ns_pid: int | None   # None: the root namespace (switch ports)
+    ifindex: int = 0
+    open_rate_bytes: int = 0
+    open_burst: int = 0
+    closed_burst: int = 0
+    gate_limit: int = 0
+
+
+def port_table(fabric):
+    """PortInfo per cabled interface, both ends of every link, peers cross-referenced."""
+    ports = []
+    for link in fabric.links:
+        a, b = len(ports), len(ports) + 1
+        for idx, node, intf, peer, peer_node in ((a, link.a, link.a_intf, b, link.b),
+                                                 (b, link.b, link.b_intf, a, link.a)):
+            role = "host" if node in fabric.hosts else fabric.switches[node].role
+            rate, burst, closed, limit = gate_settings(link.rate_mbps, fabric.spec.mtu)
+            ports.append(PortInfo(idx, intf, node, role, peer, peer_node, link.rate_mbps,
+                                  fabric.buffer_bytes(node), None, 0, rate, burst, closed, limit))
+    return ports
+
+
+class QueueModel:
+    def __init__(self, fabric, net, run_id, spec=None):
+        self.fabric, self.net, self.run_id = fabric, net, run_id
+        self.spec = spec or fabric.spec.queues
+        if self.spec is None:
+            raise LabError(f"fabric {fabric.spec.name!r} has no queues: section (the queue model is off)")
+        self.ports = port_table(fabric)
+        self.by_name = {p.name: p for p in self.ports}
+        self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
+        self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
+        self.datapath = None
+        self.agent = None
+        self.gates = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self):
+        try:
+            self._find_interfaces()
+            self.datapath = DataPath(self.run_id, len(self.ports)).load()
+            self._write_config()
+            self._attach()
+            self.gates = Gates()
+            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.spec.pfc)
+            self.agent.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self):
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent = None
+        if self.gates is not None:
+            self.gates.close()
+            self.gates = None
+        if self.datapath is not None:
+            self.datapath.close()
+            self.datapath = None
+
+    def _find_interfaces(self):
+        for node_name in {p.node for p in self.ports}:
+            node = self.net.get(node_name)
+            mine = [p for p in self.ports if p.node == node_name]
+            in_host = node_name in self.fabric.hosts
+            out = (node.cmd if in_host else _root_cmd)(
+                " ".join(f"cat /sys/class/net/{p.name}/ifindex;" for p in mine))
+            numbers = [int(x) for x in out.split() if x.strip().isdigit()]
+            if len(numbers) != len(mine):
+                raise LabError(f"queue model: cannot read the interface indexes of {node_name}: {out.strip()}")
+            for port, ifindex in zip(mine, numbers):
+                port.ifindex = ifindex
+                port.ns_pid = node.pid if in_host else None
+
+    def _write_config(self):
+        dp = self.datapath
+        for d, cls in enumerate(self.spec.dscp_classes()):
+            dp.dscp_class.update(d, ctypes.c_uint32(cls))
+        for p in self.ports:
+            peer = self.ports[p.peer]
+            dp.ports.update(p.idx, Port(p.idx, peer.idx, self.node_ids[p.node], self.node_ids[peer.node],
+                                            p.role != "host", peer.role != "host"))
+            self._write_thresholds(p)
+
+    def _write_thresholds(self, p):
+        for cls in range(NCLASS):
+            t = config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu,
+                                  self.ecn_override.get(p.idx))
+            self.datapath.qcfg.update(p.idx * NCLASS + cls, QCfg(
+                t.ecn_mode if p.role != "host" else 0, t.kmin, t.kmax, t.pmax, t.limit,
+                # hosts do not account ingress bytes (they are sinks), so never send XOFF
+                int(t.pfc), t.xoff, t.xon, t.headroom_limit, 0))
+
+    def _attach(self):
+        pins = self.datapath
+        lines = []
+        for p in self.ports:
+            lines.append((p, [f"qdisc replace dev {p.name} clsact",
+                              f"filter replace dev {p.name} egress prio 1 handle 1 bpf da pinned "
+                              f"{pins.program_pin('fq_egress')} classid {port_classid(p.idx)}",
+                              f"filter replace dev {p.name} ingress prio 1 handle 1 bpf da pinned "
+                              f"{pins.program_pin('fq_ingress')} classid {port_classid(p.idx)}"]))
+        # tc runs in each port's network namespace but in the lab's mount namespace, where the
+        # programs are pinned (a Mininet host's shell may see a /sys of its own).
+        by_ns = {}
+        for p, cmds in lines:
+            by_ns.setdefault(p.ns_pid, []).extend(cmds)
+        for ns_pid, cmds in by_ns.items():
+            argv = ["tc", "-batch", "-"] if ns_pid is None else \
+                ["nsenter", f"--net=/proc/{ns_pid}/ns/net", "tc", "-batch", "-"]
+            proc = subprocess.run(argv, input="\n".join(cmds) + "\n", capture_output=True, text=True)
+            if proc.returncode != 0:
+                where = "switch ports" if ns_pid is None else self._ns_owner(ns_pid)
+                raise LabError(f"attaching the queue model on {where} failed: "
+                               f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
+
+    def _ns_owner(self, ns_pid):
+        return next((p.node for p in self.ports if p.ns_pid == ns_pid), f"pid {ns_pid}")
+
+    # -- runtime control ------------------------------------------------------------------------
+    def set_ecn(self, target, mode=None, kmin=None, kmax=None, pmax=None):
+        """Change ECN marking on a running fabric: target is a role (leaf, spine), a switch name or
+        a port (interface) name. Unset fields keep each port's current values. Returns the ports."""
+        ports = [p for p in self._ports_of(target) if p.role != "host"]
+        if not ports:
+            raise LabError(f"no switch port matches {target!r} (a role leaf/spine, a switch or an interface)")
+        if mode is not None and mode not in config.ECN_MODES:
+            raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {mode!r}")
+        if pmax is not None and not 0 < pmax <= 1:
+            raise LabError(f"pmax must be in (0, 1], got {pmax}")
+        changes = {k: v for k, v in (("mode", mode), ("kmin", kmin), ("kmax", kmax), ("pmax", pmax))
+                   if v is not None}
+        updated = {}
+        for p in ports:
+            current = self.ecn_override.get(p.idx) or self.spec.ecn_for(p.role)
+            profile = dataclasses.replace(current, **changes)
+            lo, hi = config.ecn_thresholds(p.buffer, profile)
+            if hi < lo:
+                raise LabError(f"{p.name}: kmax ({hi}) must be >= kmin ({lo})")
+            updated[p.idx] = profile
+        self.ecn_override.update(updated)
+        for p in ports:
+            self._write_thresholds(p)
+        return [p.name for p in ports]
+
+    def _ports_of(self, target):
+        if target in config.SWITCH_ROLES:
+            return [p for p in self.ports if p.role == target]
+        if target in self.by_name:
+            return [self.by_name[target]]
+        return [p for p in self.ports if p.node == target]
+
+    def storm(self, host_port, seconds):
+        """A PFC storm: the NIC `host_port` (a host or interface name) pauses its leaf port for
+        `seconds` (0 stops a storm). Returns the leaf port's name."""
+        ref = self.fabric.host_port(host_port)
+        if ref is None:
+            raise LabError(f"no host or host port {host_port!r} in fabric {self.fabric.spec.name!r}")
+        if not seconds >= 0:
+            raise LabError(f"storm duration must be >= 0 seconds, got {seconds!r}")
+        leaf_port = self.ports[self.by_name[ref.intf].peer]
+        self.agent.storm(leaf_port.idx, seconds)
+        return leaf_port.name
+
+    # -- reading --------------------------------------------------------------------------------
+    def counters(self, nonzero=False):
+        """One row per port and class: the data path's counters plus the gate's."""
+        gates = self.agent.snapshot() if self.agent else {}
+        rows = []
+        for p in self.ports:
+            for cls in range(NCLASS):
+                st = self.datapath.stats.lookup(p.idx * NCLASS + cls)
+                values = {f: getattr(st, f) for f in STAT_FIELDS if f != "xoff_ts"} if st else {}
+                values["paused"] = bool(st.paused) if st else False
+                values["pause_ms"] = round(values.pop("pause_ns", 0) / 1e6, 3)
+                row = {"port": p.name, "node": p.node, "role": p.role, "peer": self.ports[p.peer].name,
+                       "class": config.CLASSES[cls], **values}
+                if cls == config.LOSSLESS:
+                    row.update(gates.get(p.idx, {}))
+                if nonzero and not any(row.get(k) for k in ("tx_pkts", "rx_pkts", "drops", "pause_tx",
+                                                             "pause_rx", "gate_closes")):
+                    continue
+                rows.append(row)
+        return rows
+
+    def alarms(self):
+        return list(self.agent.alarms) if self.agent else []
+
+    def errors(self):
+        return list(self.agent.errors) if self.agent else []
+
+    def describe(self):
+        """What results record about the model: mechanism, classes and the thresholds in force."""
+        mtu = self.fabric.spec.mtu
+        per_role = {}
+        for p in self.ports:
+            if p.role in per_role:
+                continue
+            t = config.thresholds(self.spec, p.role, config.LOSSLESS, p.buffer, p.rate_mbps, mtu)
+            per_role[p.role] = {"buffer_bytes": p.buffer, "rate_mbps": p.rate_mbps,
+                                "ecn": {"mode": ("off", "red", "step")[t.ecn_mode] if p.role != "host" else "off",
+                                        "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE},
+                                "pfc": {"xoff": t.xoff, "xon": t.xon,
+                                        "headroom": t.headroom_limit - t.xoff} if t.pfc else None}
+        return {"mechanism": MECHANISM, "spec": self.spec.to_dict(), "ports_by_role": per_role}
+
+
+def port_classid(idx):
+    """The tc classid that tells the eBPF program which port it runs on (PORT_MAJOR there)."""
+    return f"fab:{idx + 1:x}"
+
+
+def _root_cmd(script):
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout

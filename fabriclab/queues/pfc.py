@@ -1,0 +1,154 @@
+"""The PFC agent: turns the data path's XOFF/XON events into closed and open gates, runs the PFC
+watchdog, and injects pause storms.
+
+It is a thread of the lab process. It sleeps in the ring buffer's epoll until an event arrives, so
+an idle fabric costs nothing; a pause takes effect in well under a millisecond of wall time (the
+netlink change), which the default headroom (`reaction_ms`) covers with margin.
+
+Watchdog (seed 000 section 6.3.2): a gate closed for longer than `watchdog_ms` raises an alarm; the
+gate opens, pauses aimed at that port are ignored for `restore_ms`, and with action `drop` the data
+path drops new packets of that class at that port for the same time (the stuck queue drains onto
+the wire first). After the restoration period a port still asked to pause is paused again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from fabriclab.queues.datapath import EV_XOFF, EV_XON, Ctl, RingBuffer
+from fabriclab.queues.gate import CLOSED_RATE
+
+LOSSLESS = 0
+
+
+class GateState:
+    __slots__ = ("wanted", "storm_until", "closed", "closed_since", "restore_until", "closes", "closed_ns",
+                 "watchdog_fires")
+
+    def __init__(self):
+        self.wanted = False          # the peer's XOFF is in force
+        self.storm_until = 0         # an injected pause storm holds the gate closed until then (ns)
+        self.closed = False
+        self.closed_since = 0
+        self.restore_until = 0
+        self.closes = 0
+        self.closed_ns = 0
+        self.watchdog_fires = 0
+
+
+class PfcAgent:
+    def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns):
+        """`ports` maps a port index to an object with ns_pid, ifindex, name, open_rate_bytes,
+        open_burst, gate_limit and closed_burst."""
+        self.datapath, self.ports, self.gates, self.pfc = datapath, ports, gates, pfc
+        self.clock = clock
+        self.state = {idx: GateState() for idx in ports}
+        self.alarms = []
+        self.errors = []
+        self.events = 0
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        self._ring = None
+
+    # -- thread ---------------------------------------------------------------------------------
+    def start(self):
+        self._ring = RingBuffer(self.datapath.events_fd(), self._on_event)
+        self._thread = threading.Thread(target=self._run, name="fabriclab-pfc", daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+
+    def _run(self):
+        tick_ms = 20
+        if self.pfc.watchdog_ms:
+            tick_ms = max(1, min(tick_ms, int(self.pfc.watchdog_ms / 4)))
+        while not self._stop.is_set():
+            try:
+                self._ring.poll(tick_ms)
+                self.tick()
+            except Exception as exc:           # a broken gate must not kill the agent silently
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(0.05)
+
+    def _on_event(self, event):
+        if event.cls != LOSSLESS or event.target not in self.state:
+            return
+        self.events += 1
+        try:
+            with self.lock:
+                st = self.state[event.target]
+                if event.kind == EV_XOFF:
+                    st.wanted = True
+                elif event.kind == EV_XON:
+                    st.wanted = False
+                self._apply(event.target, st, self.clock())
+        except Exception as exc:               # raised inside libbpf's callback: keep it, don't lose it
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    # -- decisions ----------------------------------------------------------------------------
+    def _apply(self, idx, st, now):
+        restoring = st.restore_until > now
+        close = (st.wanted or st.storm_until > now) and not restoring
+        if close == st.closed:
+            return
+        port = self.ports[idx]
+        if close:
+            self.gates.set(port.ns_pid, port.ifindex, CLOSED_RATE, port.closed_burst, port.gate_limit, port.name)
+            st.closed, st.closed_since = True, now
+            st.closes += 1
+        else:
+            self.gates.set(port.ns_pid, port.ifindex, port.open_rate_bytes, port.open_burst, port.gate_limit,
+                           port.name)
+            st.closed = False
+            st.closed_ns += now - st.closed_since
+
+    def tick(self):
+        """Watchdog, restoration and storm expiry; runs at least every tick of the poll loop."""
+        now = self.clock()
+        with self.lock:
+            for idx, st in self.state.items():
+                if (st.closed and self.pfc.watchdog_ms
+                        and now - st.closed_since > self.pfc.watchdog_ms * 1e6):
+                    self._fire_watchdog(idx, st, now)
+                elif st.restore_until and st.restore_until <= now:
+                    st.restore_until = 0
+                self._apply(idx, st, now)
+
+    def _fire_watchdog(self, idx, st, now):
+        st.watchdog_fires += 1
+        st.restore_until = now + int(self.pfc.restore_ms * 1e6)
+        self.alarms.append({"port": self.ports[idx].name, "class": "lossless", "t_ns": now,
+                            "paused_ms": round((now - st.closed_since) / 1e6, 1),
+                            "action": self.pfc.watchdog_action})
+        if self.pfc.watchdog_action == "drop":
+            self.datapath.ctl.update(idx * 3 + LOSSLESS, Ctl(st.restore_until))
+
+    # -- injection ------------------------------------------------------------------------------
+    def storm(self, idx, seconds):
+        """Hold port idx's lossless gate closed for `seconds`, as a NIC streaming pause frames
+        at it would (0 ends a storm)."""
+        now = self.clock()
+        with self.lock:
+            st = self.state[idx]
+            st.storm_until = now + int(seconds * 1e9) if seconds > 0 else 0
+            self._apply(idx, st, now)
+
+    def snapshot(self):
+        """Per port: closes, time closed (ms, including a pause in progress), watchdog fires."""
+        now = self.clock()
+        with self.lock:
+            return {idx: {"gate_closes": st.closes,
+                          "gate_closed_ms": round((st.closed_ns + (now - st.closed_since if st.closed else 0))
+                                                  / 1e6, 3),
+                          "gate_closed": st.closed,
+                          "watchdog_fires": st.watchdog_fires}
+                    for idx, st in self.state.items()}
