@@ -66,6 +66,8 @@ class Lab:
                 self.queues = QueueModel(self.fabric, self.net, self.run.id).start()
             self.timings["build_s"] = time.monotonic() - t0
             self.controller.wait_programmed(timeout=timeout)
+            if self.queues is not None:
+                self.queues.ensure_ovs_send_buffer()
             self.timings["up_s"] = time.monotonic() - t0
         except BaseException:
             self.stop()

@@ -64,12 +64,12 @@ _UNREACHABLE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
 class Port:
     """One NIC port (a plane): its sockets, its pacer and its QP round-robin."""
 
-    def __init__(self, index, address, rate_mbps):
+    def __init__(self, index, address, rate_mbps, send_buffer=None):
         self.index = index
         self.address = address
         self.seconds_per_byte = 8 / (rate_mbps * 1e6)
         self.rate_mbps = rate_mbps
-        self.sender = sockets.open_raw_sender(address, f"port {address}")
+        self.sender = sockets.open_raw_sender(address, f"port {address}", send_buffer)
         self.listener = sockets.open_roce_listener(address)
         self.listener.setblocking(False)
         self.next_free = 0.0
@@ -199,7 +199,8 @@ class Agent:
     def open(self):
         config = self.config
         for index, port in enumerate(config["ports"]):
-            self.ports.append(Port(index, port["address"], port["rate_mbps"]))
+            self.ports.append(Port(index, port["address"], port["rate_mbps"],
+                                   self.transport.get("nic_queue_bytes")))
         params = None
         if self.transport.get("dcqcn"):
             params = dcqcn.DcqcnParams(**self.transport["dcqcn"])

@@ -187,11 +187,25 @@ def plan_qps(ranks, schedules_, spec, rng):
     return out
 
 
+def nic_queue_bytes(fabric):
+    """The NIC transmit queue under the queue model: its host buffer (a real NIC fetches work only
+    as fast as it can send, so a pause must not find megabytes queued behind it). The kernel
+    charges a jumbo frame's truesize, about 1.5x its length, hence the factor. None: no model."""
+    if fabric.spec.queues is None:
+        return None
+    return int(1.5 * max(fabric.spec.buffers.host, 4 * (fabric.spec.mtu + 14)))
+
+
 def default_ack_timeout(fabric):
     """Long enough for a packet to wait behind full buffers on every hop of a path and its ACK
-    to come back: 2 x (host + 2 leaf + spine buffers) at the host rate, plus 50 ms."""
+    to come back: 2 x (host + 2 leaf + spine buffers) at the host rate, plus 50 ms (with PFC on,
+    4 times the buffers' drain time)."""
     b = fabric.spec.buffers
     drain_s = (b.host + 2 * b.leaf + b.spine) * 8 / (fabric.spec.host_rate_mbps * 1e6)
+    if fabric.spec.queues is not None and fabric.spec.queues.pfc.enabled:
+        # Lossless: nothing is dropped, but a flow sharing a paused path waits behind the others'
+        # bytes and the pauses themselves; a premature timeout would only add duplicates.
+        drain_s *= 4
     return round(2 * drain_s + 0.05, 3)
 
 
@@ -278,7 +292,7 @@ class Launcher:
                      "cnp_dscp": spec.cnp_dscp, "ecn": spec.ecn,
                      "cts": {"enabled": spec.cts, "buffers": spec.cts_buffers,
                              "refresh_s": max(0.01, self.ack_timeout / 4)},
-                     "dcqcn": dcqcn}
+                     "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric)}
         collective = {"collective": spec.collective, "algorithm": self.schedules[0].algorithm,
                       "channels": spec.channels, "piece_bytes": spec.piece_bytes,
                       "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root}

@@ -49,10 +49,12 @@ def set_buffer(sock, force_option, option, size):
             pass
 
 
-def open_raw_sender(src, what):
+def open_raw_sender(src, what, send_buffer=None):
     """A raw IPv4 socket with IP_HDRINCL bound to `src`, so `ip rule from <src>` picks the NIC.
 
-    `what` names the user of the address in errors (a flow, a rank's port).
+    `what` names the user of the address in errors (a flow, a rank's port). `send_buffer` bounds
+    the bytes the kernel queues for this socket (default SEND_BUFFER_BYTES): under the queue model
+    it is the NIC's own transmit queue, which a PFC pause fills and stops.
     """
     try:
         sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
@@ -62,7 +64,7 @@ def open_raw_sender(src, what):
     # Without IP_RECVERR Linux hides a full qdisc from raw sockets (the packet is dropped and
     # send() succeeds); with it the sender sees ENOBUFS and can back off and count.
     sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
-    set_buffer(sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    set_buffer(sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, send_buffer or SEND_BUFFER_BYTES)
     try:
         sock.bind((src, 0))
     except OSError as exc:

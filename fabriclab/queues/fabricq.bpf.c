@@ -246,7 +246,10 @@ static __always_inline void release(__u32 node, struct pkt *p, __u32 cls, __u32 
 		if (since && now > since)
 			__sync_fetch_and_add(&st->pause_ns, now - since);
 		__sync_fetch_and_add(&st->xon_tx, 1);
-		emit(EV_XON, *in, 0, cls, now, held);
+		__u32 key = *in;
+		struct port *ip = bpf_map_lookup_elem(&ports, &key);
+		if (ip)
+			emit(EV_XON, key, ip->peer, cls, now, held);
 	}
 }
 

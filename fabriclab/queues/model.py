@@ -24,6 +24,7 @@ from fabriclab.errors import LabError
 from fabriclab.queues import config
 from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg
 from fabriclab.queues.gate import Gates
+from fabriclab.queues.ovsbuf import enlarge_ovs_send_buffer
 from fabriclab.queues.pfc import PfcAgent
 from fabriclab.shaping import gate_settings
 
@@ -72,6 +73,7 @@ class QueueModel:
         self.by_name = {p.name: p for p in self.ports}
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
+        self.ovs_send_buffer = None
         self.datapath = None
         self.agent = None
         self.gates = None
@@ -157,6 +159,20 @@ class QueueModel:
                 where = "switch ports" if ns_pid is None else self._ns_owner(ns_pid)
                 raise LabError(f"attaching the queue model on {where} failed: "
                                f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
+
+    def ensure_ovs_send_buffer(self):
+        """Make room in OVS's transmit socket (see ovsbuf); OVS opens it on its first forwarded
+        packet, so one ping goes through the fabric first when it is not there yet."""
+        size = enlarge_ovs_send_buffer()
+        if size is None and len(self.fabric.hosts) > 1:
+            first, second = sorted(self.fabric.hosts, key=lambda h: int(h[1:]))[:2]
+            self.net.get(first).cmd(f"ping -c 1 -W 1 {self.fabric.hosts[second].ports[0].ip}")
+            size = enlarge_ovs_send_buffer()
+        if size is None:
+            raise LabError("queue model: could not find Open vSwitch's transmit socket to enlarge its "
+                           "send buffer; queues deeper than 208 KiB in total would be dropped by OVS")
+        self.ovs_send_buffer = size
+        return size
 
     def _ns_owner(self, ns_pid):
         return next((p.node for p in self.ports if p.ns_pid == ns_pid), f"pid {ns_pid}")
@@ -246,7 +262,7 @@ class QueueModel:
                                         "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE},
                                 "pfc": {"xoff": t.xoff, "xon": t.xon,
                                         "headroom": t.headroom_limit - t.xoff} if t.pfc else None}
-        return {"mechanism": MECHANISM, "spec": self.spec.to_dict(), "ports_by_role": per_role}
+        return {"mechanism": MECHANISM, "ovs_send_buffer_bytes": self.ovs_send_buffer, "spec": self.spec.to_dict(), "ports_by_role": per_role}
 
 
 def port_classid(idx):
