@@ -4,7 +4,8 @@ For each run whose owning process is gone: stop the processes it recorded (only 
 runs the recorded command), delete its OVS bridges and its root-namespace interfaces, and drop
 the record. Bridges tagged with a run id that has no live run are deleted too, so a record lost
 mid-write still gets repaired. Killing the Mininet shells is what frees the hosts' namespaces.
-Network namespaces left by a killed `doctor` probe (flprobe-<pid>, pid gone) go too.
+Network namespaces left by a killed `doctor` probe (flprobe-<pid>, pid gone) go too, and so do the
+queue model's pinned eBPF programs (/sys/fs/bpf/fabriclab/<run id>) of runs that are gone.
 Nothing is matched by name alone, and live runs are left alone unless --all is given.
 """
 
@@ -15,6 +16,7 @@ import signal
 import time
 
 from fabriclab.doctor import cleanup_stale_probes, require_environment
+from fabriclab.queues.datapath import pinned_runs, remove_pins
 from fabriclab.runstate import RunState, pid_alive, pid_cmdline
 from fabriclab.teardown import (delete_bridges, delete_interfaces, delete_link_group, existing_bridges,
                                 tagged_bridges)
@@ -56,6 +58,7 @@ def clean(all_runs=False):
         delete_bridges(bridges)
         delete_interfaces(listed)
         intfs = len(present_before)
+        remove_pins(run.id)
         run.remove()
         report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
                       f"and {intfs} interfaces")
@@ -63,6 +66,10 @@ def clean(all_runs=False):
         if run_id not in live_ids:
             delete_bridges([bridge])
             report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
+    for run_id in pinned_runs():
+        if run_id not in live_ids:
+            remove_pins(run_id)
+            report.append(f"queue model programs of vanished run {run_id}: unpinned")
     for name in cleanup_stale_probes():
         report.append(f"namespace {name} of a killed `doctor` probe: deleted")
     return report

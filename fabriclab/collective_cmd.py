@@ -154,6 +154,7 @@ def collective_result(lab, run):
         "rank_counters": {str(rank): final["totals"] for rank, final in sorted(run.finals.items())},
         "qps": [qp for rank, final in sorted(run.finals.items()) for qp in
                 [{**q, "rank": rank} for q in final["qps"]]],
+        "queues": run.queues,
         "valid": all(row["valid"] for row in run.sizes),
         "elapsed_s": round(run.elapsed_s, 3),
     }

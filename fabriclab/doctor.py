@@ -152,12 +152,13 @@ def mechanisms(caps):
                                  required=True)
 
     bpf_ok = bool(caps.clsact and caps.bpf_classifier)
-    if caps.red:
-        m["ecn"] = Mechanism("ECN marking", True, "red", "RED qdisc with ecn")
-    elif bpf_ok:
+    if bpf_ok:
+        # The queue model marks in its eBPF program on every kernel, so both tiers run one path.
+        why = "RED qdisc present, unused" if caps.red else "no RED qdisc (" + _not_probed(caps, "red") + ")"
         m["ecn"] = Mechanism("ECN marking", True, "bpf-clsact",
-                             "no RED qdisc (" + _not_probed(caps, "red")
-                             + "): BPF program on port egress marks CE")
+                             why + ": the queue model's BPF program on port egress marks CE")
+    elif caps.red:
+        m["ecn"] = Mechanism("ECN marking", True, "red", "RED qdisc with ecn")
     else:
         m["ecn"] = Mechanism("ECN marking", False, "unavailable",
                              "no RED qdisc and no BPF classifier: " + _bpf_reason(caps))
@@ -170,7 +171,8 @@ def mechanisms(caps):
 
     if bpf_ok:
         m["queue_model"] = Mechanism("PFC/queue model", True, "bpf-clsact",
-                                     "BPF program on port egress keeps queue state")
+                                     "BPF on port clsact accounts queues, marks, signals PFC; "
+                                     "tbf gates pause")
     else:
         m["queue_model"] = Mechanism("PFC/queue model", False, "unavailable", _bpf_reason(caps))
 
@@ -200,9 +202,8 @@ def mechanisms(caps):
 
 # Mechanisms doctor can choose that the lab does not run yet (queueing model, soft-RoCE backend).
 PLANNED = {
-    "ecn": {"red", "bpf-clsact"},
+    "ecn": {"red"},
     "delay": {"netem"},
-    "queue_model": {"bpf-clsact"},
     "roce": {"rdma_rxe"},
 }
 

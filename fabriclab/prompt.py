@@ -29,7 +29,12 @@ LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2
   collective [OPTIONS]        run a collective nccl-tests style (`collective -h` for options), e.g.
                               collective -c alltoall --sizes 64K,1M --qps 4 --verify
   rate A B MBPS|default       degrade link A-B to MBPS (it stays up), or restore the spec's rate
-  ctl                         controller status: generation, links it sees down, recent events"""
+  ctl                         controller status: generation, links it sees down, recent events
+  queues [NODE|PORT] [all]    queue model counters per port and class (occupancy, marks, drops,
+                              pauses); `all` also lists idle ports. Needs a spec with queues:
+  ecn TARGET MODE [KMIN KMAX [PMAX]]   change ECN marking live: TARGET leaf|spine|SWITCH|PORT,
+                              MODE red|step|off (default: back to the spec), sizes like 20K
+  storm HOST SECONDS          HOST's NIC streams PFC pauses at its leaf for SECONDS (0 stops it)"""
 
 
 class LabPrompt(CLI):
@@ -190,6 +195,56 @@ class LabPrompt(CLI):
         for event in status.get("events", [])[-8:]:
             print(f"  {time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']} "
                   f"{event['subject']}")
+
+
+    def _queues(self):
+        if self.lab.queues is None:
+            raise LabError("this fabric runs without the queue model; add a queues: section to its spec")
+        return self.lab.queues
+
+    def do_queues(self, line):
+        """queues [NODE|PORT] [all]: the queue model's counters."""
+        args = line.split()
+        show_all = "all" in args
+        target = next((a for a in args if a != "all"), None)
+        model = self._queues()
+        rows = model.counters(nonzero=not show_all)
+        if target:
+            rows = [r for r in rows if target in (r["node"], r["port"])]
+            if not rows and target not in model.by_name and target not in {p.node for p in model.ports}:
+                raise LabError(f"no node or port {target!r}")
+        print(format_table(
+            ("port", "class", "tx pkts", "queue B", "max queue B", "held B", "marks", "drops",
+             "XOFF sent", "paused ms", "XOFF rcvd", "gate"),
+            [(r["port"], r["class"], r["tx_pkts"], r["occ"], r["occ_hwm"], r["held"], r["marks"],
+              r["drops"] + r["lossless_drops"] + r["wd_drops"], r["pause_tx"], r["pause_ms"], r["pause_rx"],
+              ("closed" if r.get("gate_closed") else "open") if r["class"] == "lossless" else "")
+             for r in rows]))
+        for alarm in model.alarms()[-5:]:
+            print(f"  watchdog: {alarm['port']} paused {alarm['paused_ms']} ms -> {alarm['action']}")
+        for error in model.errors()[-3:]:
+            print(f"  PFC agent error: {error}")
+
+    def do_ecn(self, line):
+        """ecn TARGET MODE [KMIN KMAX [PMAX]]: change ECN marking on a running fabric."""
+        from fabriclab.units import parse_size
+
+        args = self._args(line, 2, "ecn TARGET red|step|off|default [KMIN KMAX [PMAX]]")
+        if args[1] == "default":
+            ports = self._queues().set_ecn(args[0], reset=True)
+            print(f"ECN as the spec says on {len(ports)} port(s)")
+            return
+        kmin = parse_size(args[2]) if len(args) > 2 else None
+        kmax = parse_size(args[3]) if len(args) > 3 else None
+        pmax = float(args[4]) if len(args) > 4 else None
+        ports = self._queues().set_ecn(args[0], mode=args[1], kmin=kmin, kmax=kmax, pmax=pmax)
+        print(f"ECN {args[1]} on {len(ports)} port(s): {', '.join(ports[:8])}{' ...' if len(ports) > 8 else ''}")
+
+    def do_storm(self, line):
+        """storm HOST SECONDS: a PFC pause storm from HOST's NIC at its leaf port."""
+        host, seconds = self._args(line, 2, "storm HOST SECONDS")[:2]
+        port = self._queues().storm(host, float(seconds))
+        print(f"{port}: paused by {host} for {float(seconds):g} s" if float(seconds) else f"{port}: storm over")
 
 
 def run_prompt(lab, script=None):

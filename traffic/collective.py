@@ -219,6 +219,7 @@ class CollectiveRun:
     sizes: list = field(default_factory=list)        # per size: a result row (dict)
     finals: dict = field(default_factory=dict)       # rank -> final counters
     elapsed_s: float = 0.0
+    queues: dict | None = None                       # the queue model's counters over the run
 
 
 class _AgentLink:
@@ -586,4 +587,8 @@ def _stderr_line(proc):
 def run_collective(lab, spec, progress=None):
     """Run `spec` on a live lab; returns a CollectiveRun. LabError on any failure, nothing left
     running."""
-    return Launcher(lab, spec, progress).run()
+    before = lab.queues.counters() if getattr(lab, "queues", None) else None
+    run = Launcher(lab, spec, progress).run()
+    if before is not None:
+        run.queues = lab.queues.report(before)
+    return run

@@ -155,6 +155,11 @@ def remove_pins(fabric_name=None):
         target.rmdir()
 
 
+def pinned_runs():
+    """Run ids that have programs pinned (a killed run leaves its pins behind)."""
+    return sorted(p.name for p in PIN_ROOT.iterdir()) if PIN_ROOT.is_dir() else []
+
+
 class Map:
     def __init__(self, fd, key_type, value_type):
         self.fd, self.key_type, self.value_type = fd, key_type, value_type

@@ -178,12 +178,18 @@ class QueueModel:
         return next((p.node for p in self.ports if p.ns_pid == ns_pid), f"pid {ns_pid}")
 
     # -- runtime control ------------------------------------------------------------------------
-    def set_ecn(self, target, mode=None, kmin=None, kmax=None, pmax=None):
+    def set_ecn(self, target, mode=None, kmin=None, kmax=None, pmax=None, reset=False):
         """Change ECN marking on a running fabric: target is a role (leaf, spine), a switch name or
-        a port (interface) name. Unset fields keep each port's current values. Returns the ports."""
+        a port (interface) name. Unset fields keep each port's current values; reset=True goes back
+        to the spec's profile. Returns the ports changed."""
         ports = [p for p in self._ports_of(target) if p.role != "host"]
         if not ports:
             raise LabError(f"no switch port matches {target!r} (a role leaf/spine, a switch or an interface)")
+        if reset:
+            for p in ports:
+                self.ecn_override.pop(p.idx, None)
+                self._write_thresholds(p)
+            return [p.name for p in ports]
         if mode is not None and mode not in config.ECN_MODES:
             raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {mode!r}")
         if pmax is not None and not 0 < pmax <= 1:
@@ -242,6 +248,24 @@ class QueueModel:
                     continue
                 rows.append(row)
         return rows
+
+    def report(self, before):
+        """What changed since `before` (a counters() list): per port and class, the counters that
+        moved (high-water marks as they are now), plus totals and the watchdog's alarms."""
+        old = {(r["port"], r["class"]): r for r in before}
+        rows, totals = [], {}
+        for row in self.counters():
+            prev = old.get((row["port"], row["class"]), {})
+            moved = {k: (v if k.endswith("_hwm") else round(v - prev.get(k, 0), 3))
+                     for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                     and k not in ("occ", "held")}
+            if not any(moved.get(k) for k in ("tx_pkts", "rx_pkts", "drops", "pause_tx", "pause_rx", "gate_closes")):
+                continue
+            rows.append({"port": row["port"], "node": row["node"], "role": row["role"], "class": row["class"],
+                         **moved})
+            for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms"):
+                totals[key] = round(totals.get(key, 0) + moved.get(key, 0), 3)
+        return {"mechanism": MECHANISM, "totals": totals, "ports": rows, "alarms": self.alarms()}
 
     def alarms(self):
         return list(self.agent.alarms) if self.agent else []

@@ -118,8 +118,9 @@ def test_ecn_marks_above_the_threshold_and_not_below(lab):
     assert run.sizes[0]["counters"]["ce_marked"] > 0
     # Host NICs never mark; only switch ports do.
     assert all(after[key]["role"] != "host" for key in marks)
-    lab.queues.set_ecn("leaf", mode="red", kmin=None, kmax=None)
-    lab.queues.set_ecn("spine", mode="red", kmin=None, kmax=None)
+    lab.queues.set_ecn("leaf", reset=True)
+    lab.queues.set_ecn("spine", reset=True)
+    assert lab.queues.datapath.qcfg.lookup(lab.queues.by_name["s1-eth1"].idx * 3).kmin == SPEC.buffers.spine // 5
 
 
 def test_lossless_incast_pauses_upstream_and_loses_nothing(lab):
@@ -139,6 +140,9 @@ def test_lossless_incast_pauses_upstream_and_loses_nothing(lab):
         assert pause_rx[(after[(port, cls)]["peer"], cls)] == n
     # h1 shares l1 with h2: its NIC is paused directly.
     assert pause_rx.get(("h1-n0", "lossless"), 0) > 0
+    # The run's result carries the same counters (what `collective` writes to results.json).
+    assert run.queues["totals"]["pause_tx"] == sum(pause_tx.values())
+    assert run.queues["totals"]["lossless_drops"] == 0
     assert delta(after, before, "gate_closes").get(("h1-n0", "lossless"), 0) > 0
     assert delta(after, before, "lossless_drops") == {} and delta(after, before, "drops") == {}
     assert delta(after, before, "pause_ms").get((port_towards(lab, "h1"), "lossless"), 0) > 0
@@ -194,3 +198,34 @@ def test_bad_runtime_changes_are_refused(lab):
         lab.queues.set_ecn("l1", kmin=2000, kmax=1000)
     with pytest.raises(LabError, match="no host or host port 'h9'"):
         lab.queues.storm("h9", 1)
+
+
+def test_prompt_commands_show_and_change_the_model(lab, capsys):
+    from fabriclab.prompt import LabPrompt
+
+    prompt = LabPrompt.__new__(LabPrompt)        # the commands only need the lab (no Mininet CLI loop)
+    prompt.lab = lab
+    lab.host("h1").cmd(f"ping -n -q -c 2 -i 0.1 -Q 0x68 {lab.fabric.hosts['h3'].ports[0].ip}")
+    prompt.onecmd("queues h1")
+    out = capsys.readouterr().out
+    assert "h1-n0" in out and "lossless" in out and "XOFF sent" in out
+    prompt.onecmd("ecn spine step 30K")
+    assert "ECN step on 4 port(s)" in capsys.readouterr().out
+    assert lab.queues.datapath.qcfg.lookup(lab.queues.by_name["s1-eth1"].idx * 3).kmin == 30 * 1024
+    prompt.onecmd("ecn spine default")
+    assert "ECN as the spec says on 4 port(s)" in capsys.readouterr().out
+    prompt.onecmd("storm h9 1")
+    assert capsys.readouterr().out.strip() == "error: no host or host port 'h9' in fabric 't-queue'"
+    prompt.onecmd("queues nowhere")
+    assert "error: no node or port 'nowhere'" in capsys.readouterr().out
+
+
+def test_clean_unpins_what_a_killed_run_left_and_keeps_live_runs(lab):
+    from fabriclab.clean import clean
+
+    stale = datapath.PIN_ROOT / "20000101-000000-dead00"
+    stale.mkdir(parents=True)
+    report = clean()
+    assert not stale.exists()
+    assert any("dead00" in line and "unpinned" in line for line in report)
+    assert (datapath.pin_dir(lab.run.id) / "fq_ingress").exists()

@@ -47,7 +47,7 @@ def test_minimal_kernel_uses_userspace_and_bpf():
 def test_full_kernel_uses_kernel_mechanisms():
     mech = chosen(FULL)
     assert mech["ovs_datapath"] == "kernel"
-    assert mech["ecn"] == "red"
+    assert mech["ecn"] == "bpf-clsact"
     assert mech["delay"] == "netem"
     assert mech["queue_model"] == "bpf-clsact"
     assert mech["roce"] == "rdma_rxe"
@@ -70,8 +70,9 @@ def test_shaping_falls_back_to_tbf_then_fails():
     assert [m.feature for m in doctor.missing_required(mechs)] == ["link shaping"]
 
 
-def test_ecn_prefers_red_and_needs_bpf_otherwise():
-    assert chosen(dataclasses.replace(MINIMAL, red=True))["ecn"] == "red"
+def test_ecn_marks_in_bpf_and_falls_back_to_red_only_without_bpf():
+    assert chosen(dataclasses.replace(MINIMAL, red=True))["ecn"] == "bpf-clsact"
+    assert chosen(dataclasses.replace(MINIMAL, red=True, clsact=False))["ecn"] == "red"
     no_bpf = dataclasses.replace(MINIMAL, bpf_classifier=False)
     mechs = doctor.mechanisms(no_bpf)
     assert mechs["ecn"].mechanism == "unavailable" and not mechs["ecn"].available
@@ -131,7 +132,7 @@ def test_table_has_a_row_per_feature():
     assert len(lines) == 2 + len(mechs)
     row = next(line for line in lines if line.startswith("ECN marking"))
     # The queueing model is chosen but not built yet: the table says so.
-    assert [c.strip() for c in row.split(" | ")][:3] == ["ECN marking", "yes", "bpf-clsact (planned)"]
+    assert [c.strip() for c in row.split(" | ")][:3] == ["ECN marking", "yes", "bpf-clsact"]
 
 
 def test_json_is_machine_readable():
@@ -139,7 +140,7 @@ def test_json_is_machine_readable():
     assert doc["ok"] is True and doc["missing"] == []
     assert doc["ovs_datapath_type"] == "netdev"
     assert doc["features"]["ecn"]["mechanism"] == "bpf-clsact"
-    assert doc["features"]["ecn"]["planned"] is True and doc["features"]["shaping"]["planned"] is False
+    assert doc["features"]["ecn"]["planned"] is False and doc["features"]["shaping"]["planned"] is False
     assert doc["capabilities"]["htb"] is True
     assert doc["capabilities"]["notes"]["red"] == "Specified qdisc kind is unknown."
 
