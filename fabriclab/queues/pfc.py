@@ -16,10 +16,9 @@ from __future__ import annotations
 import threading
 import time
 
-from fabriclab.queues.datapath import EV_XOFF, EV_XON, Ctl, RingBuffer
+from fabriclab.queues.config import LOSSLESS
+from fabriclab.queues.datapath import EV_XOFF, EV_XON, NCLASS, Ctl, RingBuffer
 from fabriclab.queues.gate import CLOSED_RATE
-
-LOSSLESS = 0
 
 
 class GateState:
@@ -130,7 +129,7 @@ class PfcAgent:
                             "paused_ms": round((now - st.closed_since) / 1e6, 1),
                             "action": self.pfc.watchdog_action})
         if self.pfc.watchdog_action == "drop":
-            self.datapath.ctl.update(idx * 3 + LOSSLESS, Ctl(st.restore_until))
+            self.datapath.ctl.update(idx * NCLASS + LOSSLESS, Ctl(st.restore_until))
 
     # -- injection ------------------------------------------------------------------------------
     def storm(self, idx, seconds):
