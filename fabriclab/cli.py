@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "fabriclab.clean",
     "fabriclab.benchmark",
     "fabriclab.model.cli",
+    "fabriclab.experiments.cli",
 ]
 
 

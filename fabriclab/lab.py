@@ -67,7 +67,7 @@ class Lab:
             self.timings["build_s"] = time.monotonic() - t0
             self.controller.wait_programmed(timeout=timeout)
             if self.queues is not None:
-                self.queues.ensure_ovs_send_buffer()
+                self.queues.ensure_ovs_buffers()
             self.timings["up_s"] = time.monotonic() - t0
         except BaseException:
             self.stop()

@@ -85,3 +85,25 @@ def cdfs(path, title, series, xlabel):
         ax.step(xs, ys, where="post", label=name)
     ax.set_ylim(0, 1.02)
     return _finish(plt, fig, ax, path, title, xlabel, "share")
+
+
+def timeseries(path, title, panels, xlabel="time (s)"):
+    """Stacked panels over a shared time axis: `panels` is a list of (ylabel, {name: (ts, ys)}).
+    Step lines, because every value is a sample held until the next one."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.6, 2.3 * len(panels) + 0.6), sharex=True,
+                             squeeze=False)
+    for ax, (ylabel, series) in zip(axes[:, 0], panels):
+        for name, (ts, ys) in series.items():
+            ax.step(ts, ys, where="post", label=name, linewidth=1.0)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if series:
+            ax.legend(fontsize=7, loc="upper right", ncol=2 if len(series) > 4 else 1)
+    axes[-1, 0].set_xlabel(xlabel)
+    fig.suptitle(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)

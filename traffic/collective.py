@@ -220,6 +220,7 @@ class CollectiveRun:
     finals: dict = field(default_factory=dict)       # rank -> final counters
     elapsed_s: float = 0.0
     queues: dict | None = None                       # the queue model's counters over the run
+    traffic_window: tuple | None = None              # wall clock: first measured start, last end
 
 
 class _AgentLink:
@@ -246,9 +247,14 @@ class _AgentLink:
 
 
 class Launcher:
-    def __init__(self, lab, spec, progress=None):
+    """Runs one collective job. Several can run at once on disjoint hosts (a victim beside a
+    noise job): each needs its own `name` (its control folder); `stop`, a threading.Event, ends
+    a job after its current iteration (at least one measured) instead of its last."""
+
+    def __init__(self, lab, spec, progress=None, name="collective", stop=None):
         spec.check()
         self.lab, self.spec, self.progress = lab, spec, progress
+        self.name, self.stop = name, stop
         fabric = lab.fabric
         self.ranks = place_ranks(fabric, spec)
         n = len(self.ranks)
@@ -305,7 +311,7 @@ class Launcher:
                       "control": str(self.folder / "control.sock")}
 
     def start_agents(self):
-        self.folder = self.lab.run.path("collective")
+        self.folder = self.lab.run.path(self.name)
         self.folder.mkdir(exist_ok=True)
         control = self.folder / "control.sock"
         control.unlink(missing_ok=True)
@@ -475,6 +481,8 @@ class Launcher:
                 iterations = []
                 before = None
                 for it in range(spec.warmup + spec.iterations):
+                    if self.stop is not None and self.stop.is_set() and it > spec.warmup:
+                        break
                     if it == spec.warmup:
                         before = telemetry.snapshot(self.lab.fabric)
                     start_at = time.time() + START_MARGIN_S
@@ -488,6 +496,9 @@ class Launcher:
                     if self.progress:
                         self.progress(done_steps / total_steps, label)
                 window = (before, telemetry.snapshot(self.lab.fabric))
+                first, last = iterations[0][0], max(m["end"] for m in iterations[-1][1].values())
+                old = result.traffic_window
+                result.traffic_window = (min(first, old[0]), max(last, old[1])) if old else (first, last)
                 result.sizes.append(self._summarise(schedule, ideal, iterations, window))
             finals = self.stop_agents()
             result.finals = {rank: msg for rank, msg in finals.items()}
@@ -584,11 +595,11 @@ def _stderr_line(proc):
     return err[-1] if err else ""
 
 
-def run_collective(lab, spec, progress=None):
+def run_collective(lab, spec, progress=None, name="collective", stop=None):
     """Run `spec` on a live lab; returns a CollectiveRun. LabError on any failure, nothing left
-    running."""
+    running. `name` and `stop`: see Launcher."""
     before = lab.queues.counters() if getattr(lab, "queues", None) else None
-    run = Launcher(lab, spec, progress).run()
+    run = Launcher(lab, spec, progress, name=name, stop=stop).run()
     if before is not None:
         run.queues = lab.queues.report(before)
     return run

@@ -237,6 +237,8 @@ def _ecn_from_dict(value, where, base=None):
     kwargs = dataclasses.asdict(base) if base else {}
     for key, item in value.items():
         if key == "mode":
+            if item is False:             # YAML 1.1 reads a bare `off` as false
+                item = "off"
             if item not in ECN_MODES:
                 raise SpecError(f"{where}.mode: must be one of {', '.join(ECN_MODES)}, got {item!r}")
             kwargs["mode"] = item

@@ -85,6 +85,7 @@ def libbpf():
             ("bpf_obj_get", i, [cp]),
             ("bpf_map_lookup_elem", i, [i, vp, vp]),
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
+            ("bpf_map_lookup_batch", i, [i, vp, vp, vp, vp, ctypes.POINTER(u32), vp]),
             ("ring_buffer__new", vp, [i, _SAMPLE_CB, vp, vp]),
             ("ring_buffer__poll", i, [vp, i]),
             ("ring_buffer__free", None, [vp])):
@@ -169,6 +170,19 @@ class Map:
         if libbpf().bpf_map_lookup_elem(self.fd, ctypes.byref(k), ctypes.byref(v)) != 0:
             return None
         return v
+
+    def lookup_all(self, count):
+        """Entries 0..count-1 of an array map as a ctypes array, in one bpf(2) call where the
+        kernel has batch lookups (5.6+), else key by key."""
+        values = (self.value_type * count)()
+        keys = (ctypes.c_uint32 * count)()
+        n, out = ctypes.c_uint32(count), ctypes.c_uint32()
+        if libbpf().bpf_map_lookup_batch(self.fd, None, ctypes.byref(out), keys, values,
+                                         ctypes.byref(n), None) == 0 or n.value == count:
+            return values
+        for i in range(count):
+            libbpf().bpf_map_lookup_elem(self.fd, ctypes.byref(ctypes.c_uint32(i)), ctypes.byref(values[i]))
+        return values
 
     def update(self, key, value):
         k = self.key_type(key) if not isinstance(key, ctypes.Structure) else key

@@ -24,7 +24,8 @@ from fabriclab.errors import LabError
 from fabriclab.queues import config
 from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg
 from fabriclab.queues.gate import Gates
-from fabriclab.queues.ovsbuf import enlarge_ovs_send_buffer
+from fabriclab.queues.ovsbuf import (RECEIVE_BUFFER_BYTES, enlarge_ovs_receive_buffers,
+                                     enlarge_ovs_send_buffer, ovs_receive_drops)
 from fabriclab.queues.pfc import PfcAgent
 from fabriclab.shaping import gate_settings
 
@@ -74,6 +75,7 @@ class QueueModel:
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
         self.ovs_send_buffer = None
+        self.ovs_receive_sockets = 0
         self.datapath = None
         self.agent = None
         self.gates = None
@@ -160,9 +162,10 @@ class QueueModel:
                 raise LabError(f"attaching the queue model on {where} failed: "
                                f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
 
-    def ensure_ovs_send_buffer(self):
-        """Make room in OVS's transmit socket (see ovsbuf); OVS opens it on its first forwarded
-        packet, so one ping goes through the fabric first when it is not there yet."""
+    def ensure_ovs_buffers(self):
+        """Make room in OVS's transmit socket and its ports' receive sockets (see ovsbuf); OVS
+        opens the transmit socket on its first forwarded packet, so one ping goes through the
+        fabric first when it is not there yet."""
         size = enlarge_ovs_send_buffer()
         if size is None and len(self.fabric.hosts) > 1:
             first, second = sorted(self.fabric.hosts, key=lambda h: int(h[1:]))[:2]
@@ -172,6 +175,8 @@ class QueueModel:
             raise LabError("queue model: could not find Open vSwitch's transmit socket to enlarge its "
                            "send buffer; queues deeper than 208 KiB in total would be dropped by OVS")
         self.ovs_send_buffer = size
+        self.ovs_receive_sockets = enlarge_ovs_receive_buffers()
+        ovs_receive_drops()           # zero the kernel's counters: reports count from here
         return size
 
     def _ns_owner(self, ns_pid):
@@ -265,6 +270,9 @@ class QueueModel:
                          **moved})
             for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms"):
                 totals[key] = round(totals.get(key, 0) + moved.get(key, 0), 3)
+        # A frame OVS dropped on receive was counted into its switch and never leaves it: its
+        # bytes stay held (a port may stay paused). Not zero means the run is suspect.
+        totals["ovs_receive_drops"] = ovs_receive_drops()
         return {"mechanism": MECHANISM, "totals": totals, "ports": rows, "alarms": self.alarms()}
 
     def alarms(self):
@@ -286,7 +294,9 @@ class QueueModel:
                                         "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE},
                                 "pfc": {"xoff": t.xoff, "xon": t.xon,
                                         "headroom": t.headroom_limit - t.xoff} if t.pfc else None}
-        return {"mechanism": MECHANISM, "ovs_send_buffer_bytes": self.ovs_send_buffer, "spec": self.spec.to_dict(), "ports_by_role": per_role}
+        return {"mechanism": MECHANISM, "ovs_send_buffer_bytes": self.ovs_send_buffer,
+                "ovs_receive_buffer_bytes": RECEIVE_BUFFER_BYTES if self.ovs_receive_sockets else None,
+                "spec": self.spec.to_dict(), "ports_by_role": per_role}
 
 
 def port_classid(idx):
