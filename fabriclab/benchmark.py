@@ -7,6 +7,7 @@
    same path, with links shaped far above what the CPU can forward, so the number is the software
    data path's ceiling on this machine.
 3. Ring AllReduce bus bandwidth on the idle default fabric, as a fraction of the link rate.
+4. The queue model's overhead: the same host pair with the model off and on.
 """
 
 from __future__ import annotations
@@ -58,24 +59,15 @@ def bench_bringup(sizes, routing="ecmp"):
 def bench_pair(seconds=5.0):
     """One host pair through l1-spine-l2: the RoCEv2 agent, then iperf3 TCP and UDP."""
     from fabriclab.lab import Lab
-    from fabriclab.traffic.launcher import run_traffic
 
     if shutil.which("iperf3") is None:
         raise EnvironmentProblem("iperf3 is not installed: run `sudo ./lab.sh bootstrap`")
     spec = FabricSpec(name="bench-pair", leaves=2, spines=1, hosts_per_leaf=1,
                       host_rate_mbps=PAIR_RATE_MBPS, fabric_rate_mbps=PAIR_RATE_MBPS)
-    rows = []
     with Lab(spec) as lab:
         src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
         h1, h2 = lab.host("h1"), lab.host("h2")
-        for offered in (200.0, 400.0, 800.0):
-            flow = {"id": "bench", "src": src.ip, "dst": dst.ip, "src_qpn": 0x11, "dst_qpn": 0x12,
-                    "sport": None, "rate_mbps": offered}
-            run = run_traffic(lab, {"h1": [flow]}, duration_s=seconds)
-            t = run.totals()
-            rows.append({"tool": f"fabriclab RoCEv2 agent (1 QP, {run.payload_bytes} B)",
-                         "offered_mbps": offered, "delivered_mbps": t["delivered_mbps"],
-                         "loss": t["loss"], **_cpu_columns(run.cpu())})
+        rows = _agent_pair_rows(lab, seconds)
         server = h2.popen(["iperf3", "-s", "-1", "-B", dst.ip], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
         lab.run.add_process(server.pid, "iperf3", "iperf3")
@@ -95,6 +87,43 @@ def bench_pair(seconds=5.0):
             if server.poll() is None:
                 server.kill()
                 server.wait()
+    return rows
+
+
+def _agent_pair_rows(lab, seconds, offered=(200.0, 400.0, 800.0)):
+    """h1 -> h2 with the RoCEv2 agent (one QP) at each offered rate: delivered, loss, CPU."""
+    from fabriclab.traffic.launcher import run_traffic
+
+    src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
+    rows = []
+    for rate in offered:
+        flow = {"id": "bench", "src": src.ip, "dst": dst.ip, "src_qpn": 0x11, "dst_qpn": 0x12,
+                "sport": None, "rate_mbps": rate}
+        run = run_traffic(lab, {"h1": [flow]}, duration_s=seconds)
+        t = run.totals()
+        rows.append({"tool": f"fabriclab RoCEv2 agent (1 QP, {run.payload_bytes} B)",
+                     "offered_mbps": rate, "delivered_mbps": t["delivered_mbps"],
+                     "loss": t["loss"], **_cpu_columns(run.cpu())})
+    return rows
+
+
+def bench_queue_overhead(seconds=5.0):
+    """The queue model's cost on the data path: the same host pair and offered rates with the
+    model off (htb + fifo per port) and on (classes, pause gate, eBPF on every port's egress and
+    ingress). Buffers are deep and the links far faster than the offered load, so nothing queues
+    or pauses: what differs is the per-packet work, visible as delivered rate and CPU."""
+    from fabriclab.lab import Lab
+    from fabriclab.queues.config import PfcSettings, QueueSpec
+    from fabriclab.topologies.spec import Buffers
+
+    rows = []
+    buffers = Buffers(host=4 << 20, leaf=4 << 20, spine=4 << 20)
+    for model, queues in (("off", None), ("on", QueueSpec(pfc=PfcSettings(reaction_ms=0.1, watchdog_ms=0)))):
+        spec = FabricSpec(name="bench-queues", leaves=2, spines=1, hosts_per_leaf=1, buffers=buffers,
+                          host_rate_mbps=PAIR_RATE_MBPS, fabric_rate_mbps=PAIR_RATE_MBPS, queues=queues)
+        with Lab(spec) as lab:
+            for row in _agent_pair_rows(lab, seconds):
+                rows.append({"model": model, **row})
     return rows
 
 
@@ -169,6 +198,8 @@ def register(subparsers):
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per throughput measurement")
     p.add_argument("--skip-pair", action="store_true", help="leave out the host-pair throughput")
     p.add_argument("--skip-collective", action="store_true", help="leave out the AllReduce busbw")
+    p.add_argument("--skip-queues", action="store_true",
+                   help="leave out the queue model's overhead (host pair, model off vs on)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run_benchmark)
 
@@ -181,9 +212,10 @@ def run_benchmark(args):
     pair = [] if args.skip_pair else bench_pair(args.seconds)
     coll = [] if args.skip_collective else bench_collective()
     rc_pair = [] if args.skip_collective else [bench_collective_pair()]
+    queues = [] if args.skip_queues else bench_queue_overhead(args.seconds)
     if args.format == "json":
-        print(json.dumps({"bringup": bring, "pair": pair, "rc_pair": rc_pair, "allreduce": coll},
-                         indent=1))
+        print(json.dumps({"bringup": bring, "pair": pair, "rc_pair": rc_pair, "allreduce": coll,
+                          "queue_model": queues}, indent=1))
         return 0
     print(format_table(("fabric", "switches", "hosts", "links", "build s", "then programmed s",
                         "teardown s"),
@@ -208,4 +240,9 @@ def run_benchmark(args):
                             "machine busy"),
                            [(human_size(r["size"]), *list(r.values())[1:]) for r in coll],
                            title="Ring AllReduce on the idle default fabric (20 Mbit/s links)"))
+    if queues:
+        print()
+        print(format_table(("queue model", "tool", "offered Mbit/s", "delivered Mbit/s", "loss",
+                            "machine busy", "OVS thread busy"), [tuple(r.values()) for r in queues],
+                           title="Queue model overhead: one host pair, leaf-spine-leaf, model off vs on"))
     return 0

@@ -599,7 +599,8 @@ def run_collective(lab, spec, progress=None, name="collective", stop=None):
     """Run `spec` on a live lab; returns a CollectiveRun. LabError on any failure, nothing left
     running. `name` and `stop`: see Launcher."""
     before = lab.queues.counters() if getattr(lab, "queues", None) else None
+    since = time.monotonic_ns()
     run = Launcher(lab, spec, progress, name=name, stop=stop).run()
     if before is not None:
-        run.queues = lab.queues.report(before)
+        run.queues = lab.queues.report(before, since)
     return run

@@ -50,13 +50,13 @@ def run_cases(lab, cases, sample_s=0.005, folder=None, progress=None):
         _apply(lab, case)
         try:
             wait_drained(lab)
-            before = lab.queues.counters()
+            before, since = lab.queues.counters(), time.monotonic_ns()
             sampler = QueueSampler(lab.queues, sample_s).start()
             try:
                 runs = _run_jobs(lab, case)
             finally:
                 series = sampler.stop()
-            report = lab.queues.report(before)
+            report = lab.queues.report(before, since)
         finally:
             _restore(lab, case)
         # Hops are measured over the measured job's iterations only (not agent start-up).

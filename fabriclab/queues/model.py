@@ -254,9 +254,10 @@ class QueueModel:
                 rows.append(row)
         return rows
 
-    def report(self, before):
+    def report(self, before, since_ns=0):
         """What changed since `before` (a counters() list): per port and class, the counters that
-        moved (high-water marks as they are now), plus totals and the watchdog's alarms."""
+        moved (high-water marks as they are now), plus totals, the watchdog's alarms and the PFC
+        agent's reaction times since `since_ns` (time.monotonic_ns())."""
         old = {(r["port"], r["class"]): r for r in before}
         rows, totals = [], {}
         for row in self.counters():
@@ -273,7 +274,8 @@ class QueueModel:
         # A frame OVS dropped on receive was counted into its switch and never leaves it: its
         # bytes stay held (a port may stay paused). Not zero means the run is suspect.
         totals["ovs_receive_drops"] = ovs_receive_drops()
-        return {"mechanism": MECHANISM, "totals": totals, "ports": rows, "alarms": self.alarms()}
+        return {"mechanism": MECHANISM, "totals": totals, "ports": rows, "alarms": self.alarms(),
+                "pfc_reaction": self.agent.reaction_stats(since_ns) if self.agent else None}
 
     def alarms(self):
         return list(self.agent.alarms) if self.agent else []

@@ -13,6 +13,8 @@ the wire first). After the restoration period a port still asked to pause is pau
 
 from __future__ import annotations
 
+import collections
+import sys
 import threading
 import time
 
@@ -36,6 +38,10 @@ class GateState:
         self.watchdog_fires = 0
 
 
+REACTIONS_KEPT = 10_000
+SWITCH_INTERVAL_S = 0.0005
+
+
 class PfcAgent:
     def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns):
         """`ports` maps a port index to an object with ns_pid, ifindex, name, open_rate_bytes,
@@ -46,6 +52,9 @@ class PfcAgent:
         self.alarms = []
         self.errors = []
         self.events = 0
+        # ns from the eBPF program's XOFF to the gate closed: the lab's PFC reaction time, which
+        # the headroom (reaction_ms) must cover. Bounded: the most recent ones.
+        self.reactions = collections.deque(maxlen=REACTIONS_KEPT)
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -53,6 +62,10 @@ class PfcAgent:
 
     # -- thread ---------------------------------------------------------------------------------
     def start(self):
+        # The agent shares the lab process with the launcher and the sampler; with Python's
+        # default 5 ms switch interval an XOFF could wait that long for the GIL, the whole
+        # headroom of a port at lab rates. 0.5 ms keeps the reaction well inside it.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._ring = RingBuffer(self.datapath.events_fd(), self._on_event)
         self._thread = threading.Thread(target=self._run, name="fabriclab-pfc", daemon=True)
         self._thread.start()
@@ -90,6 +103,8 @@ class PfcAgent:
                 elif event.kind == EV_XON:
                     st.wanted = False
                 self._apply(event.target, st, self.clock())
+                if event.kind == EV_XOFF and event.ts:
+                    self.reactions.append((event.ts, self.clock() - event.ts))
         except Exception as exc:               # raised inside libbpf's callback: keep it, don't lose it
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -140,6 +155,17 @@ class PfcAgent:
             st = self.state[idx]
             st.storm_until = now + int(seconds * 1e9) if seconds > 0 else 0
             self._apply(idx, st, now)
+
+    def reaction_stats(self, since_ns=0):
+        """The XOFF-to-gate-closed delay (ms) over the pauses since `since_ns` (the clock's time):
+        median, p99 and worst."""
+        with self.lock:
+            values = sorted(delay for ts, delay in self.reactions if ts >= since_ns)
+        if not values:
+            return {"pauses": 0}
+        pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))] / 1e6, 3)   # noqa: E731
+        return {"pauses": len(values), "p50_ms": pick(0.5), "p99_ms": pick(0.99),
+                "max_ms": round(values[-1] / 1e6, 3)}
 
     def snapshot(self):
         """Per port: closes, time closed (ms, including a pause in progress), watchdog fires."""

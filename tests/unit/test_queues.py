@@ -187,3 +187,24 @@ def test_port_table_pairs_both_ends_of_every_cable():
     host = next(p for p in ports if p.role == "host")
     assert ports[host.peer].role == "leaf" and host.buffer == fabric.spec.buffers.host
     assert port_classid(0) == "fab:1" and port_classid(30) == "fab:1f"
+
+
+def test_pfc_reaction_time_is_measured_from_the_xoff():
+    from fabriclab.queues.datapath import EV_XOFF, EV_XON, Event
+    from fabriclab.queues.pfc import PfcAgent
+
+    class FakeGates:
+        def set(self, *args, **kw):
+            pass
+
+    now = [50_000_000]
+    ports = {0: object()}
+    agent = PfcAgent(None, ports, FakeGates(), PfcSettings(watchdog_ms=0), clock=lambda: now[0])
+    agent._apply = lambda idx, st, t: None
+    for ts in (49_000_000, 47_000_000, 45_000_000):        # 1, 3 and 5 ms before "now"
+        agent._on_event(Event(EV_XOFF, 1, 0, 0, ts, 0))
+    agent._on_event(Event(EV_XON, 1, 0, 0, 1, 0))            # XONs are not reactions
+    assert agent.reaction_stats() == {"pauses": 3, "p50_ms": 3.0, "p99_ms": 5.0, "max_ms": 5.0}
+    assert agent.reaction_stats(since_ns=46_000_000) == {"pauses": 2, "p50_ms": 3.0, "p99_ms": 3.0,
+                                                         "max_ms": 3.0}
+    assert agent.reaction_stats(since_ns=60_000_000) == {"pauses": 0}
