@@ -18,7 +18,7 @@ import dataclasses
 
 from fabriclab.errors import LabError
 from fabriclab.experiments import figures
-from fabriclab.experiments.runner import Case, Job
+from fabriclab.experiments.runner import Case, Job, case_label
 from fabriclab.table import format_table
 from fabriclab.units import human_size
 
@@ -90,7 +90,7 @@ def table(doc):
         t = case["queues"]["totals"]
         nic = case["hops"].get("leaf->NIC", {})
         uplink = case["hops"].get("leaf->spine", {})
-        rows.append((case["case"], f"{job['cct_ms']['mean']:.0f}", f"{job['cct_ms']['p50']:.0f}",
+        rows.append((case_label(case), f"{job['cct_ms']['mean']:.0f}", f"{job['cct_ms']['p50']:.0f}",
                      f"{job['cct_ms']['p99']:.0f}", f"{job['busbw_mbps']:.2f}", t.get("marks", 0),
                      job["counters"]["cnp_sent"], _pauses(case), f"{100 * nic.get('paused_share', 0):.1f}",
                      f"{uplink.get('occ_max', 0) / 1024:.0f}", job["counters"]["retransmitted_packets"]))

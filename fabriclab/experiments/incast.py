@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from fabriclab.errors import LabError
 from fabriclab.experiments import figures
-from fabriclab.experiments.runner import Case, Job
+from fabriclab.experiments.runner import Case, Job, case_label
 from fabriclab.table import format_table
 from fabriclab.units import human_size
 
@@ -104,7 +104,7 @@ def table(doc):
     rows = []
     for case in doc["cases"]:
         job = case["jobs"]["incast"]
-        cells = [case["case"], f"{job['cct_ms']['p50']:.0f}", f"{job['busbw_mbps']:.2f}"]
+        cells = [case_label(case), f"{job['cct_ms']['p50']:.0f}", f"{job['busbw_mbps']:.2f}"]
         for hop, _what in HOPS:
             h = _hop(case, hop)
             cells += [h.get("pauses_per_s") or 0, f"{100 * h.get('paused_share', 0):.1f}"]

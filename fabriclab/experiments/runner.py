@@ -80,6 +80,13 @@ def run_cases(lab, cases, sample_s=0.005, folder=None, progress=None):
     return results
 
 
+def case_label(case):
+    """A case's name for a table, flagged when the CPU was saturated during it (then the software
+    switches, not the modelled fabric, may have set its numbers)."""
+    ok = all(job["valid"] for job in case["jobs"].values())
+    return case["case"] if ok else case["case"] + " (CPU SATURATED)"
+
+
 def case_slug(name):
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
@@ -144,10 +151,16 @@ def _run_jobs(lab, case):
         if not failures:
             measured = case.measured()
             runs[measured.name] = run_collective(lab, measured.spec, name=f"job-{measured.name}")
-    finally:
+    except BaseException:
+        # Ctrl-C or a failed job: do not wait out the noise's iteration; the lab's teardown
+        # ends its agents and the (daemon) thread with them.
         stop.set()
         for thread in threads:
-            thread.join()
+            thread.join(2)
+        raise
+    stop.set()
+    for thread in threads:
+        thread.join()
     if failures:
         name, exc = failures[0]
         raise LabError(f"{case.name}: noise job {name!r} failed: {exc}") from None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from fabriclab.errors import LabError
 from fabriclab.experiments import figures
 from fabriclab.experiments.incast import incast_ack_timeout
-from fabriclab.experiments.runner import Case, Job
+from fabriclab.experiments.runner import Case, Job, case_label
 from fabriclab.table import format_table
 from fabriclab.units import human_size
 
@@ -96,7 +96,7 @@ def table(doc):
     for case in doc["cases"]:
         v = case["jobs"]["victim"]
         n = case["jobs"].get("noise")
-        rows.append((case["case"], f"{v['cct_ms']['p50']:.0f}", f"{v['cct_ms']['p99']:.0f}",
+        rows.append((case_label(case), f"{v['cct_ms']['p50']:.0f}", f"{v['cct_ms']['p99']:.0f}",
                      f"{v['busbw_mbps']:.2f}", f"{100 * v['busbw_mbps'] / alone:.0f}" if alone else "-",
                      f"{n['busbw_mbps']:.2f}" if n else "-",
                      _pauses(case, "leaf->spine"), _pauses(case, "spine->leaf"), _pauses(case, "leaf->NIC"),

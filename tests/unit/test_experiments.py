@@ -91,3 +91,20 @@ def test_victim_shares_no_host_with_the_noise():
 def test_yaml_off_is_the_off_mode():
     # YAML 1.1 reads a bare `off` as false.
     assert queues_from_dict({"ecn": {"mode": False}}).ecn.mode == "off"
+
+
+def test_cli_lists_and_refuses_bad_input_in_one_line(capsys, tmp_path):
+    from fabriclab.cli import main
+
+    assert main(["experiment", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in EXPERIMENTS) and "seed 000 Table 3" in out
+    # Refused before anything is built: no results folder appears.
+    assert main(["experiment", "pfc-incast", "--spec", "tiny", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fabriclab: error: pfc-incast needs a spec with a queues: section")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+    assert main(["experiment", "victim-noise", "--sample-ms", "0.1"]) == 2
+    assert "--sample-ms must be >= 1 ms" in capsys.readouterr().err
+    assert main(["experiment", "ecn-dcqcn", "--routing", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
