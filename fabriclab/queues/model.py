@@ -16,9 +16,12 @@ programs on clsact (egress and ingress) classify, account, mark and signal pause
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import subprocess
+import threading
+import time
 
 from fabriclab.errors import LabError
 from fabriclab.queues import config
@@ -76,6 +79,11 @@ class QueueModel:
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
         self.ovs_send_buffer = None
         self.ovs_receive_sockets = 0
+        # The kernel's socket drop counters reset when read, so the model keeps their sum, and
+        # when it read it, for every reader (concurrent jobs each report).
+        self._ovs_drops = 0
+        self._ovs_readings = collections.deque(maxlen=1024)    # (time.monotonic_ns(), sum)
+        self._ovs_lock = threading.Lock()
         self.datapath = None
         self.agent = None
         self.gates = None
@@ -176,8 +184,16 @@ class QueueModel:
                            "send buffer; queues deeper than 208 KiB in total would be dropped by OVS")
         self.ovs_send_buffer = size
         self.ovs_receive_sockets = enlarge_ovs_receive_buffers()
-        ovs_receive_drops()           # zero the kernel's counters: reports count from here
+        ovs_receive_drops()           # zero the kernel's counters: the sum starts here
         return size
+
+    def ovs_drops_total(self):
+        """Frames OVS's port sockets dropped since the model enlarged them."""
+        with self._ovs_lock:
+            if self.ovs_receive_sockets:
+                self._ovs_drops += ovs_receive_drops()
+            self._ovs_readings.append((time.monotonic_ns(), self._ovs_drops))
+            return self._ovs_drops
 
     def _ns_owner(self, ns_pid):
         return next((p.node for p in self.ports if p.ns_pid == ns_pid), f"pid {ns_pid}")
@@ -236,6 +252,7 @@ class QueueModel:
     # -- reading --------------------------------------------------------------------------------
     def counters(self, nonzero=False):
         """One row per port and class: the data path's counters plus the gate's."""
+        self.ovs_drops_total()        # a reading for report(since_ns) to start from
         gates = self.agent.snapshot() if self.agent else {}
         rows = []
         for p in self.ports:
@@ -273,7 +290,9 @@ class QueueModel:
                 totals[key] = round(totals.get(key, 0) + moved.get(key, 0), 3)
         # A frame OVS dropped on receive was counted into its switch and never leaves it: its
         # bytes stay held (a port may stay paused). Not zero means the run is suspect.
-        totals["ovs_receive_drops"] = ovs_receive_drops()
+        now = self.ovs_drops_total()
+        totals["ovs_receive_drops"] = now - next(
+            (total for ns, total in reversed(self._ovs_readings) if ns <= since_ns), 0)
         return {"mechanism": MECHANISM, "totals": totals, "ports": rows, "alarms": self.alarms(),
                 "pfc_reaction": self.agent.reaction_stats(since_ns) if self.agent else None}
 

@@ -108,10 +108,6 @@ class RowInfo:
         """The row of the same class at the other end of the cable."""
         return f"{self.peer_port}/{self.cls}"
 
-    @property
-    def label(self):
-        return f"{self.node}->{self.peer} {self.cls}"
-
 
 class QueueSeries:
     """Samples x rows x FIELDS. Counters are cumulative since the model started; `delta` gives
