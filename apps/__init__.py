@@ -1,9 +1,111 @@
-"""os-ken controller apps. APPS maps the name a user gives (`--routing NAME`) to its module.
+"""os-ken controller apps: the catalogue of routing schemes a user can name, and their options.
+
+A routing choice is a string, `NAME` or `NAME:option=value,option=value`, e.g. `flowlet:gap_us=500`
+or `te:period_s=2`. `parse_routing` checks it (one-line errors) without importing os-ken, so the
+lab can refuse a bad choice before it builds anything.
 
 To add an app: write a routing class (desired state as data, see ecmp.py), a module with a
-FabricApp subclass that sets `routing_class`, and register it here.
+FabricApp subclass that sets `routing_class` (and `stage` for a per-packet data-plane stage, see
+stage_app.py), and register it in APPS with its options.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class RoutingError(ValueError):
+    """A routing choice that names no app or gives a bad option (the message is one line)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    kind: type                 # float, int or bool
+    default: object
+    help: str
+    low: float | None = None   # values must be > low (None: no bound)
+
+    def parse(self, app, text):
+        if self.kind is bool:
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise RoutingError(f"routing {app}: option {self.name} must be on or off, got {text!r}")
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise RoutingError(f"routing {app}: option {self.name} must be a number, got {text!r}") from None
+        if self.low is not None and not value > self.low:
+            raise RoutingError(f"routing {app}: option {self.name} must be > {self.low:g}, got {text}")
+        return value
+
+
+@dataclass(frozen=True)
+class AppInfo:
+    module: str
+    summary: str
+    options: tuple = field(default_factory=tuple)
+
+    def defaults(self):
+        return {o.name: o.default for o in self.options}
+
+
+_SEED = Option("seed", int, 0, "hash seed (the same seed gives the same choices)", low=-1)
+_LOAD_WINDOW = Option("load_window_us", float, 2000.0,
+                      "window of the per-port load estimate (bytes sent in the last 1-2 windows)", low=0)
+
 APPS = {
-    "ecmp": "fabriclab.apps.ecmp_app",
+    "ecmp": AppInfo("fabriclab.apps.ecmp_app",
+                    "ECMP: select groups hashing the 5-tuple, one per destination leaf"),
+    "eecmp": AppInfo("fabriclab.apps.eecmp_app",
+                     "E-ECMP: the 5-tuple plus the RoCE BTH destination QP, hashed per packet at "
+                     "the switch's egress stage", (_SEED,)),
+    "flowlet": AppInfo("fabriclab.apps.flowlet_app",
+                       "flowlet switching: a flow idle longer than the gap moves to the least-loaded "
+                       "member; new flows start there",
+                       (Option("gap_us", float, 10000.0, "flowlet interval (lab time; at 10-20 Mbit/s a packet takes 0.5-1 ms)", low=0),
+                        _LOAD_WINDOW,
+                        Option("qp", bool, False, "flows are 5-tuple + destination QP (default: 5-tuple)"),
+                        _SEED)),
+    "te": AppInfo("fabriclab.apps.te_app",
+                  "centralized TE: CSPF places <source port, destination prefix> entries at the "
+                  "leaves above the ECMP defaults",
+                  (Option("period_s", float, 1.0, "recompute period", low=0),
+                   Option("max_utilization", float, 1.0,
+                          "share of a link's rate CSPF may allocate", low=0),
+                   Option("min_mbps", float, 0.1,
+                          "measured rate below which an unannounced flow is not a demand", low=-1))),
 }
+
+
+def parse_routing(text):
+    """'name[:opt=value,...]' -> (name, {option: value}) with every option of the app filled in."""
+    if not isinstance(text, str) or not text.strip():
+        raise RoutingError(f"routing must be an app name, got {text!r}")
+    name, _, rest = text.strip().partition(":")
+    info = APPS.get(name)
+    if info is None:
+        raise RoutingError(f"unknown routing app {name!r} (available: {', '.join(sorted(APPS))})")
+    options = info.defaults()
+    known = {o.name: o for o in info.options}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if key not in known:
+            have = ", ".join(sorted(known)) or "none"
+            raise RoutingError(f"routing {name}: unknown option {key!r} (options: {have})")
+        if not eq:
+            raise RoutingError(f"routing {name}: option {key} needs a value ({key}=...)")
+        options[key] = known[key].parse(name, value)
+    return name, options
+
+
+def routing_label(text):
+    """The canonical form of a routing choice: the name plus the options that differ from defaults."""
+    name, options = parse_routing(text)
+    defaults = APPS[name].defaults()
+    changed = [f"{k}={v}" for k, v in options.items() if v != defaults[k]]
+    return name + (":" + ",".join(changed) if changed else "")

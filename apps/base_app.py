@@ -11,6 +11,7 @@ Subclasses set `routing_class`; the routing logic itself lives in plain classes 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -22,7 +23,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib.packet import arp, ethernet, packet
 from os_ken.ofproto import ofproto_v1_5
 
-from fabriclab.apps.ecmp import diff
+from fabriclab.apps.ecmp import FailoverGroup, diff
 from fabriclab.apps.linkstate import LinkState
 from fabriclab.apps.ovs_groups import SelectionMethodProperty
 from fabriclab.topologies.fabric import Fabric
@@ -30,6 +31,25 @@ from fabriclab.topologies.fabric import Fabric
 # Set by the lab's controller runner (fabriclab.apps.runner) for the process it starts.
 ENV_FABRIC = "FABRICLAB_FABRIC"
 ENV_STATUS = "FABRICLAB_STATUS"
+ENV_OPTIONS = "FABRICLAB_APP_OPTIONS"
+ENV_RUN_ID = "FABRICLAB_RUN_ID"
+ENV_APP = "FABRICLAB_APP"
+
+
+def guarded(handler):
+    """Keep an event handler's exception from ending the app: os-ken's native hub treats any
+    Exception as its TaskExit and leaves the app's event loop without a word. Log it and show it
+    in the status instead."""
+    @functools.wraps(handler)
+    def wrapper(self, ev):
+        try:
+            return handler(self, ev)
+        except Exception as exc:        # noqa: BLE001 - reported, and the app goes on
+            self.logger.exception("%s failed", handler.__name__)
+            with self.lock:
+                self.switch_errors.append(f"controller: {handler.__name__}: {type(exc).__name__}: {exc}")
+                del self.switch_errors[:-50]
+    return wrapper
 
 
 class FabricApp(app_manager.OSKenApp):
@@ -42,7 +62,9 @@ class FabricApp(app_manager.OSKenApp):
         with open(os.environ[ENV_FABRIC]) as f:
             self.fabric = Fabric.from_json(f.read())
         self.status_path = os.environ.get(ENV_STATUS)
-        self.routing = self.routing_class(self.fabric)
+        self.options = json.loads(os.environ.get(ENV_OPTIONS) or "{}")
+        self.run_id = os.environ.get(ENV_RUN_ID, "")
+        self.routing = self.make_routing()
         self.links = LinkState(self.fabric)
         self.by_dpid = {s.dpid: s.name for s in self.fabric.switches.values()}
         self.datapaths = {}        # switch name -> Datapath
@@ -56,8 +78,21 @@ class FabricApp(app_manager.OSKenApp):
         self.lock = threading.RLock()
         self._write_status()
 
+    def make_routing(self):
+        """The routing class for this app (subclasses with options override this)."""
+        return self.routing_class(self.fabric)
+
+    # -- hooks for apps that add to the base ------------------------------------------------------
+    def before_program(self, desired):
+        """Called with every switch's desired state before any of it is sent."""
+
+    def extra_status(self):
+        """More fields for the status file (the prompt's `ctl` and the lab read them)."""
+        return {}
+
     # -- switch lifecycle -------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    @guarded
     def _features(self, ev):
         dp = ev.msg.datapath
         name = self.by_dpid.get(dp.id)
@@ -69,6 +104,7 @@ class FabricApp(app_manager.OSKenApp):
         dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    @guarded
     def _port_desc(self, ev):
         dp = ev.msg.datapath
         name = self.by_dpid.get(dp.id)
@@ -85,6 +121,7 @@ class FabricApp(app_manager.OSKenApp):
             self._recompute()
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    @guarded
     def _disconnected(self, ev):
         dp = ev.datapath
         name = self.by_dpid.get(dp.id) if dp.id is not None else None
@@ -99,6 +136,7 @@ class FabricApp(app_manager.OSKenApp):
             self._recompute()
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    @guarded
     def _port_status(self, ev):
         dp = ev.msg.datapath
         name = self.by_dpid.get(dp.id)
@@ -112,6 +150,7 @@ class FabricApp(app_manager.OSKenApp):
                 self._recompute()
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    @guarded
     def _barrier(self, ev):
         name = self.by_dpid.get(ev.msg.datapath.id)
         with self.lock:
@@ -121,6 +160,7 @@ class FabricApp(app_manager.OSKenApp):
                 self._write_status()
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @guarded
     def _error(self, ev):
         """A switch refused a message: log it and show it in the status (`ctl` at the prompt)."""
         msg = ev.msg
@@ -141,6 +181,7 @@ class FabricApp(app_manager.OSKenApp):
     def _recompute(self):
         self.generation += 1
         desired = self.routing.desired(self.links.down_links())
+        self.before_program(desired)
         for name, dp in self.datapaths.items():
             if name not in self.links.connected:
                 continue    # still waiting for its port description
@@ -172,6 +213,15 @@ class FabricApp(app_manager.OSKenApp):
     def _translate(dp, op):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         kind = op[0]
+        if kind in ("group_add", "group_mod") and isinstance(op[2], FailoverGroup):
+            _, gid, group = op
+            buckets = [
+                parser.OFPBucket(bucket_id=0, actions=[parser.OFPActionOutput(group.port)], properties=[
+                    parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=group.port)]),
+                parser.OFPBucket(bucket_id=1, actions=[parser.OFPActionGroup(group.backup)], properties=[
+                    parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_GROUP, watch=group.backup)])]
+            command = ofp.OFPGC_ADD if kind == "group_add" else ofp.OFPGC_MODIFY
+            return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_FF, group_id=gid, buckets=buckets)
         if kind in ("group_add", "group_mod"):
             _, gid, ports = op
             # Buckets watch their port: OVS skips a dead local member before we recompute.
@@ -197,10 +247,12 @@ class FabricApp(app_manager.OSKenApp):
         else:
             actions = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-        return parser.OFPFlowMod(dp, priority=flow.priority, match=match, instructions=inst)
+        return parser.OFPFlowMod(dp, cookie=flow.cookie, priority=flow.priority, match=match,
+                                 instructions=inst)
 
     # -- ARP ------------------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    @guarded
     def _packet_in(self, ev):
         msg = ev.msg
         dp = msg.datapath
@@ -234,7 +286,8 @@ class FabricApp(app_manager.OSKenApp):
             return
         down = sorted(self.links.down_links())
         status = {
-            "app": self.routing.name,
+            "app": os.environ.get(ENV_APP) or self.routing.name,
+            "options": self.options,
             "pid": os.getpid(),
             "time": time.time(),
             "generation": self.generation,
@@ -247,6 +300,7 @@ class FabricApp(app_manager.OSKenApp):
             "unknown_dpids": sorted(self.unknown_dpids),
             "switch_errors": self.switch_errors[-20:],
             "events": self.link_events[-50:],
+            **self.extra_status(),
         }
         tmp = f"{self.status_path}.tmp"
         with open(tmp, "w") as f:

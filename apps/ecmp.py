@@ -23,16 +23,24 @@ class Flow:
     priority: int
     match: tuple          # sorted (field, value) pairs, OpenFlow 1.3 OXM names
     action: tuple         # ('output', port) | ('group', id) | ('controller',)
+    cookie: int = 0       # lets an app find its entries in flow statistics
 
     @property
     def match_dict(self):
         return dict(self.match)
 
 
+@dataclass(frozen=True)
+class FailoverGroup:
+    """A fast-failover group: out of `port` while it is live, else on to group `backup`."""
+    port: int
+    backup: int
+
+
 @dataclass
 class SwitchState:
     flows: set = field(default_factory=set)
-    groups: dict = field(default_factory=dict)    # group id -> tuple of output ports
+    groups: dict = field(default_factory=dict)    # group id -> tuple of ports (select) | FailoverGroup
 
 
 def group_id(leaf):
@@ -80,7 +88,9 @@ class EcmpRouting:
 def diff(old: SwitchState | None, new: SwitchState):
     """Changes that take a switch from `old` (None: unknown, so wipe) to `new`, in a safe order.
 
-    Groups are added before the flows that point at them and deleted after those flows are gone.
+    Groups are added before the flows that point at them and deleted after those flows are gone;
+    failover groups have the higher ids, so they are added after and deleted before the select
+    groups they fall back to.
     """
     ops = []
     if old is None:
@@ -95,6 +105,6 @@ def diff(old: SwitchState | None, new: SwitchState):
         ops.append(("flow_del", flow))
     for flow in sorted(new.flows - old.flows, key=repr):
         ops.append(("flow_add", flow))
-    for gid in sorted(set(old.groups) - set(new.groups)):
+    for gid in sorted(set(old.groups) - set(new.groups), reverse=True):
         ops.append(("group_del", gid))
     return ops

@@ -10,15 +10,18 @@ import subprocess
 import sys
 import time
 
-from fabriclab.apps import APPS
+from fabriclab.apps import APPS, RoutingError, parse_routing
 from fabriclab.errors import LabError
 
 RUNNER_MODULE = "fabriclab.apps.runner"
 
 
-def check_app(name):
-    if name not in APPS:
-        raise LabError(f"unknown routing app {name!r} (available: {', '.join(sorted(APPS))})")
+def check_app(routing):
+    """(app name, options) of a routing choice such as `flowlet:gap_us=500`; LabError if bad."""
+    try:
+        return parse_routing(routing)
+    except RoutingError as exc:
+        raise LabError(str(exc)) from None
 
 
 def free_port():
@@ -28,9 +31,9 @@ def free_port():
 
 
 class Controller:
-    def __init__(self, app, fabric, run):
-        check_app(app)
-        self.app = app
+    def __init__(self, routing, fabric, run):
+        self.app, self.options = check_app(routing)
+        self.routing = routing
         self.fabric = fabric
         self.run = run
         self.port = None
@@ -41,12 +44,13 @@ class Controller:
 
     def start(self, timeout=20.0):
         self.fabric_path.write_text(self.fabric.to_json())
-        self.port = free_port()
-        log = open(self.log_path, "w")
+        self.port = self.port or free_port()      # a restart keeps the port the switches know
+        log = open(self.log_path, "a")
         env = dict(os.environ, OSKEN_HUB_TYPE="native")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", RUNNER_MODULE, "--app", self.app, "--fabric", str(self.fabric_path),
-             "--status", str(self.status_path), "--port", str(self.port)],
+             "--status", str(self.status_path), "--port", str(self.port),
+             "--options", json.dumps(self.options), "--run-id", self.run.id],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True)   # Ctrl-C at the prompt must not reach the controller
         log.close()

@@ -12,14 +12,18 @@ record for `fabriclab clean`.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import time
 
 from fabriclab import doctor
 from fabriclab.doctor import require_environment
+from fabriclab.apps import select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.controller import Controller, check_app
 from fabriclab.errors import LabError
+from fabriclab.queues.datapath import remove_pins
 from fabriclab.queues.model import QueueModel
 from fabriclab.runstate import RunState
 from fabriclab.topologies import mininet_net
@@ -37,6 +41,7 @@ class Lab:
             raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
         check_app(routing)
         self.fabric = Fabric(spec)
+        self.jobs = {}               # announced to the controller (jobs.json): name -> placement
         self.routing = routing
         self.verbose = verbose
         self.datapath = datapath
@@ -87,6 +92,7 @@ class Lab:
                 self.controller.stop()
                 self.controller = None
             if self.run is not None:
+                remove_pins(self.run.id)         # the routing stage's maps (the links are gone)
                 self.run.remove()
                 self.run = None
         finally:
@@ -94,6 +100,58 @@ class Lab:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
                 self._old_sigterm = None
         self.timings["down_s"] = time.monotonic() - t0
+
+    # -- routing --------------------------------------------------------------------------------------
+    def set_routing(self, routing, timeout=30.0):
+        """Replace the controller with another routing app (or the same with other options) on
+        the live fabric. The switches keep forwarding on the old entries until the new app
+        connects (at most about a second: they retry every 1 s) and rewrites them."""
+        check_app(routing)
+        old = self.controller
+        old.stop()
+        select_stage.detach(self.fabric)
+        remove_pins(target=select_stage.pins_for(self.run.id))
+        self.controller = Controller(routing, self.fabric, self.run)
+        self.controller.port = old.port
+        self.controller.start()
+        self.routing = routing
+        self.controller.wait_programmed(timeout=timeout)
+        self._write_jobs()
+        return self.controller.status()
+
+    def stage_stats(self):
+        """Counters of the E-ECMP/flowlet selection stage (None when the app has none)."""
+        return select_stage.read_stats(self.run.id)
+
+    def te_placement(self):
+        """The TE app's last placement (te-placement.json), or None for other apps."""
+        try:
+            return json.loads(self.run.path("te-placement.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def announce_job(self, name, pairs, wait_s=5.0):
+        """Tell the controller a job's placement: [(source ip, destination ip, bytes)]. The TE
+        app places the job's flows before this returns (bounded by `wait_s`)."""
+        self.jobs[name] = {"pairs": [list(p) for p in pairs], "time": time.time()}
+        self._write_jobs()
+        self._wait_te(lambda jobs: name in jobs, wait_s)
+
+    def retract_job(self, name):
+        if self.jobs.pop(name, None) is not None and self.run is not None:
+            self._write_jobs()
+
+    def _write_jobs(self):
+        path = self.run.path("jobs.json")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"jobs": self.jobs}))
+        os.replace(tmp, path)
+
+    def _wait_te(self, predicate, wait_s):
+        if self.controller is None or self.controller.app != "te":
+            return
+        self.controller.wait(lambda s: predicate(s.get("te", {}).get("jobs", [])) and s.get("programmed"),
+                             wait_s, "the TE app to place the announced job")
 
     def __enter__(self):
         return self.start()

@@ -329,6 +329,24 @@ class Launcher:
             self.lab.run.add_process(proc.pid, "collective-agent", AGENT_MODULE)
             self.links[rank.rank] = _AgentLink(rank.rank, proc)
         self._gather("hello", range(len(self.ranks)), HELLO_TIMEOUT_S, "start")
+        if hasattr(self.lab, "announce_job"):
+            self.lab.announce_job(self.name, self.placement_pairs())
+        self.announced = True
+
+    def placement_pairs(self):
+        """[(source ip, destination ip, bytes)] the job moves per iteration of all its sizes,
+        NIC port to NIC port (a plane's bytes go between the two ranks' ports on that plane):
+        what a scheduler tells traffic engineering about a job."""
+        planes = len(self.ranks[0].ports)
+        totals = {}
+        for schedule in self.schedules:
+            for t in schedule.transfers:
+                if t.src == t.dst:
+                    continue
+                for plane in range(planes):
+                    key = (self.ranks[t.src].ports[plane].ip, self.ranks[t.dst].ports[plane].ip)
+                    totals[key] = totals.get(key, 0) + t.nbytes / planes
+        return [(src, dst, round(nbytes)) for (src, dst), nbytes in sorted(totals.items())]
 
     def _accept(self):
         conn, _ = self.server.accept()
@@ -436,6 +454,9 @@ class Launcher:
         return finals
 
     def cleanup(self):
+        if getattr(self, "announced", False):
+            self.lab.retract_job(self.name)
+            self.announced = False
         for link in self.links.values():
             if link.proc.poll() is None:
                 link.proc.terminate()

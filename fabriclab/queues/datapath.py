@@ -3,6 +3,8 @@ and read and write its maps (through ctypes; libbpf1 is a Debian package the pla
 
 One object is loaded per running fabric; its programs are attached to every lab port by tc
 (`bpf da pinned ...`), so all ports share one set of maps, across the hosts' network namespaces.
+The compiling, pinning and map helpers here also serve the routing apps' selection stage
+(fabriclab.apps.select_stage): each run pins under /sys/fs/bpf/fabriclab/<run id>/<part>/.
 """
 
 from __future__ import annotations
@@ -82,6 +84,11 @@ def libbpf():
             ("bpf_map__set_max_entries", i, [vp, u32]),
             ("bpf_map__fd", i, [vp]),
             ("bpf_program__pin", i, [vp, cp]),
+            ("bpf_program__fd", i, [vp]),
+            ("bpf_map__pin", i, [vp, cp]),
+            ("bpf_map_delete_elem", i, [i, vp]),
+            ("bpf_map_get_next_key", i, [i, vp, vp]),
+            ("bpf_prog_test_run_opts", i, [i, vp]),
             ("bpf_obj_get", i, [cp]),
             ("bpf_map_lookup_elem", i, [i, vp, vp]),
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
@@ -113,25 +120,25 @@ def _loadable(name):
         return False
 
 
-def compile_object():
-    """Compile the data path once per source version; returns the object file's path."""
-    source = SOURCE.read_bytes()
+def compile_object(source_path=SOURCE, what="the queue model"):
+    """Compile an eBPF source once per version of its text; returns the object file's path."""
+    source = source_path.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
-    target = CACHE_DIR / f"fabricq-{digest}.o"
+    target = CACHE_DIR / f"{source_path.name.split('.')[0]}-{digest}.o"
     if target.exists():
         return target
     missing = missing_tools()
     if missing:
-        raise LabError(f"the queue model needs {', '.join(missing)}; run `fabriclab provision`")
+        raise LabError(f"{what} needs {', '.join(missing)}; run `fabriclab provision`")
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
     include = [f"-I/usr/include/{multiarch}"] if multiarch else []
     tmp = target.with_suffix(f".{os.getpid()}.tmp")
     proc = subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c",
-                           str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+                           str(source_path), "-o", str(tmp)], capture_output=True, text=True)
     if proc.returncode != 0:
         first = next((line for line in proc.stderr.splitlines() if "error" in line), proc.stderr.strip())
-        raise LabError(f"compiling the queue model's eBPF program failed: {first}")
+        raise LabError(f"compiling {source_path.name} failed: {first}")
     tmp.replace(target)
     return target
 
@@ -147,13 +154,20 @@ def pin_dir(fabric_name):
     return PIN_ROOT / fabric_name
 
 
-def remove_pins(fabric_name=None):
-    """Unpin one fabric's programs (or every fabric's): the kernel frees them once tc lets go."""
-    target = pin_dir(fabric_name) if fabric_name else PIN_ROOT
+def remove_pins(fabric_name=None, target=None):
+    """Unpin one run's programs and maps (or every run's, or the folder `target`): the kernel frees
+    them once tc lets go."""
+    target = target or (pin_dir(fabric_name) if fabric_name else PIN_ROOT)
     if target.exists():
         for path in sorted(target.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
         target.rmdir()
+    parent = target.parent
+    if parent != PIN_ROOT and parent.parent == PIN_ROOT and parent.is_dir() and not any(parent.iterdir()):
+        try:
+            parent.rmdir()      # the run's folder, once its last part is gone
+        except OSError:
+            pass                # another part pinned something meanwhile
 
 
 def pinned_runs():
@@ -188,7 +202,33 @@ class Map:
         k = self.key_type(key) if not isinstance(key, ctypes.Structure) else key
         if libbpf().bpf_map_update_elem(self.fd, ctypes.byref(k), ctypes.byref(value), 0) != 0:
             err = ctypes.get_errno()
-            raise LabError(f"writing the queue model's map failed: {os.strerror(err)}")
+            raise LabError(f"writing an eBPF map failed: {os.strerror(err)}")
+
+    def delete(self, key):
+        k = self.key_type(key) if not isinstance(key, ctypes.Structure) else key
+        libbpf().bpf_map_delete_elem(self.fd, ctypes.byref(k))
+
+    def keys(self):
+        """Every key of a hash map (a snapshot; entries may come and go meanwhile)."""
+        out, prev = [], None
+        while True:
+            k = self.key_type()
+            if libbpf().bpf_map_get_next_key(self.fd, ctypes.byref(prev) if prev is not None else None,
+                                             ctypes.byref(k)) != 0:
+                return out
+            out.append(k)
+            prev = k
+
+    @classmethod
+    def pinned(cls, path, key_type, value_type):
+        """Open a map another process pinned (None when it is not there)."""
+        fd = libbpf().bpf_obj_get(str(path).encode())
+        return cls(fd, key_type, value_type) if fd >= 0 else None
+
+    def close(self):
+        if self.fd is not None and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = None
 
 
 class DataPath:
@@ -198,7 +238,7 @@ class DataPath:
         self.fabric_name = fabric_name
         self.nports = nports
         self.obj = None
-        self.pins = pin_dir(fabric_name)
+        self.pins = pin_dir(fabric_name) / "queues"
 
     def load(self):
         lib = libbpf()
@@ -215,7 +255,7 @@ class DataPath:
         if err:
             raise LabError(f"the kernel refused the queue model's eBPF program: {os.strerror(-err)} "
                            f"(libbpf printed the verifier's reason above)")
-        remove_pins(self.fabric_name)
+        remove_pins(target=self.pins)
         self.pins.mkdir(parents=True)
         for prog in ("fq_egress", "fq_ingress"):
             ptr = lib.bpf_object__find_program_by_name(obj, prog.encode())
@@ -245,7 +285,7 @@ class DataPath:
         return self._fd("events")
 
     def close(self):
-        remove_pins(self.fabric_name)
+        remove_pins(target=self.pins)
         if self.obj:
             libbpf().bpf_object__close(self.obj)
             self.obj = None

@@ -33,6 +33,9 @@ from fabriclab.queues.pfc import PfcAgent
 from fabriclab.shaping import gate_settings
 
 MECHANISM = "ebpf-clsact+tbf-gates"
+# The egress filter's tc priority: prio 1 belongs to the routing apps' selection stage, which must
+# choose the port before the model accounts the packet at it.
+EGRESS_PRIO = 2
 
 
 @dataclasses.dataclass
@@ -152,7 +155,7 @@ class QueueModel:
         lines = []
         for p in self.ports:
             lines.append((p, [f"qdisc replace dev {p.name} clsact",
-                              f"filter replace dev {p.name} egress prio 1 handle 1 bpf da pinned "
+                              f"filter replace dev {p.name} egress prio {EGRESS_PRIO} handle 1 bpf da pinned "
                               f"{pins.program_pin('fq_egress')} classid {port_classid(p.idx)}",
                               f"filter replace dev {p.name} ingress prio 1 handle 1 bpf da pinned "
                               f"{pins.program_pin('fq_ingress')} classid {port_classid(p.idx)}"]))
