@@ -9,7 +9,9 @@ or from Python (pytest):
 
 An experiment module defines NAME, SUMMARY, DEFAULT_SPEC, REFERENCE (what the paper reports),
 `prepare(spec, options)` (the spec it runs on), `cases(fabric, options)` (a list of runner.Case),
-`table(doc)` and `plot(doc, folder)`. Everything is checked before the fabric is built.
+`table(doc)` and `plot(doc, folder)`; optionally `run_cases` (the runner's by default), as the
+routing experiment does to switch apps and inject a fault per case. A case's `routing` (when it
+has one) is the controller app it runs under. Everything is checked before the fabric is built.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ EXPERIMENTS = {
     "pfc-incast": "fabriclab.experiments.incast",
     "ecn-dcqcn": "fabriclab.experiments.ecn_dcqcn",
     "victim-noise": "fabriclab.experiments.victim",
+    "routing-schemes": "fabriclab.experiments.routing",
 }
 
 
@@ -61,17 +64,24 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)
     lab = Lab(fabric_spec, routing=options.routing, verbose=verbose)
     cases = mod.cases(lab.fabric, options)
+    for case in cases:
+        if getattr(case, "routing", None):
+            check_app(case.routing)
+    if cases and getattr(cases[0], "routing", None):
+        lab = Lab(fabric_spec, routing=cases[0].routing, verbose=verbose)
     for case in cases:                        # hosts, ranks and settings, before anything is built
         for job in case.jobs:
             job.spec.check()
             place_ranks(lab.fabric, job.spec)
         if case.degrade is not None:
             lab.resolve_link(*case.degrade[:2])
+        if getattr(case, "fault", None) is not None:
+            lab.resolve_link(*case.fault)
     folder = pathlib.Path(out) if out else pathlib.Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with lab:
-        case_results = run_cases(lab, cases, options.sample_s, folder, progress)
+        case_results = getattr(mod, "run_cases", run_cases)(lab, cases, options.sample_s, folder, progress)
         doc = {**results.run_header(lab, roce.path_mtu_for(fabric_spec.mtu)),
                "kind": "experiment", "experiment": name, "summary": mod.SUMMARY,
                "reference": mod.REFERENCE, "options": dataclasses.asdict(options),
@@ -79,6 +89,7 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
     doc["elapsed_s"] = round(time.monotonic() - t0, 1)
     doc["folder"] = str(folder)
     doc["valid"] = all(job["valid"] for case in case_results for job in case["jobs"].values())
+    doc["routing"] = sorted({c["routing"] for c in case_results if c.get("routing")}) or doc.get("routing")
     results.write_result(doc, folder)
     mod.plot(doc, folder)
     return doc

@@ -1,0 +1,231 @@
+"""The routing apps on real fabrics and the selection stage's logic on the kernel's BPF test runner.
+
+- E-ECMP spreads QPs that share one source port over both spines; ECMP does not.
+- TE places two elephants from one leaf on different spines, and falls back when a link fails.
+- Flowlet switching moves a flow that went idle to the less-loaded uplink.
+- The stage itself (BPF_PROG_TEST_RUN, a fake clock, no network): the E-ECMP choice is the
+  Python hash's; a flowlet keeps its member within the gap and moves after it.
+"""
+
+import socket
+import subprocess
+import time
+
+import pytest
+
+from fabriclab import telemetry
+from fabriclab.apps.select_stage import SelectStage, eecmp_member, flow_hash
+from fabriclab.lab import Lab
+from fabriclab.topologies.spec import load_spec
+from fabriclab.traffic import roce
+from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+pytestmark = pytest.mark.lab
+
+TWO_BY_TWO = """
+name: rt2x2
+kind: leafspine
+description: 2x2 leaf/spine, 2 hosts per leaf (routing tests)
+leaves: 2
+spines: 2
+hosts_per_leaf: 2
+nics_per_host: 1
+host_rate: 10Mbit
+fabric_rate: 10Mbit
+real_host_rate: 400Gbit
+buffers: {host: 64KiB, leaf: 64KiB, spine: 256KiB}
+"""
+UPLINKS = ("l1-eth3", "l1-eth4")        # l1's ports to s1 and s2 (ports 1-2 face its hosts)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    path = tmp_path_factory.mktemp("spec") / "rt2x2.yaml"
+    path.write_text(TWO_BY_TWO)
+    with Lab(load_spec(str(path)), routing="ecmp") as lab:
+        assert {lab.fabric.switch_ports("l1")[p] for p in (3, 4)} == set(UPLINKS)
+        yield lab
+
+
+def uplink_packets(run_traffic):
+    before = telemetry.read_counters(UPLINKS)
+    result = run_traffic()
+    after = telemetry.read_counters(UPLINKS)
+    return {i: after[i]["tx_packets"] - before[i]["tx_packets"] for i in UPLINKS}, result
+
+
+def shared_port_qps(lab):
+    spec = CollectiveSpec(collective="bisection", sizes=(256 * 1024,), hosts=("h1", "h3"), qps=8,
+                          sport_mode="shared", iterations=2, warmup=0)
+    return run_collective(lab, spec)
+
+
+def test_eecmp_spreads_shared_source_port_qps_and_ecmp_does_not(lab):
+    lab.set_routing("ecmp")
+    ecmp, _ = uplink_packets(lambda: shared_port_qps(lab))
+    lab.set_routing("eecmp")
+    eecmp, run = uplink_packets(lambda: shared_port_qps(lab))
+    stats = lab.stage_stats()
+    assert min(ecmp.values()) < 0.05 * sum(ecmp.values()), ecmp        # one 5-tuple: one uplink
+    assert min(eecmp.values()) > 0.2 * sum(eecmp.values()), eecmp      # 8 QPs: both uplinks
+    assert stats["roce"] > 0 and stats["redirected"] > 0
+    assert run.sizes[0]["counters"]["out_of_sequence"] == 0            # per-QP paths keep order
+
+
+def elephants(lab, iterations=2):
+    spec = CollectiveSpec(collective="bisection", sizes=(512 * 1024,), hosts=("h1", "h2", "h3", "h4"),
+                          placement="order", iterations=iterations, warmup=0)
+    return run_collective(lab, spec)
+
+
+def test_te_places_two_elephants_on_different_spines(lab):
+    lab.set_routing("te:period_s=0.5")
+    counts, run = uplink_packets(lambda: elephants(lab))
+    placement = lab.te_placement()
+    from_l1 = [p for p in placement["placed"] if p["leaf"] == "l1"]
+    assert {p["host_port"] for p in from_l1} == {"h1-n0", "h2-n0"}
+    assert {p["uplink_intf"] for p in from_l1} == set(UPLINKS)
+    assert all(p["source"].startswith("job:") for p in from_l1)
+    assert min(counts.values()) > 0.35 * sum(counts.values()), counts
+    assert run.sizes[0]["busbw_fraction_of_nic"] > 0.6
+
+
+def test_te_falls_back_when_its_link_fails_and_recompute_repairs(lab):
+    lab.set_routing("te:period_s=0.5")
+    done = {}
+
+    def run():
+        done["run"] = elephants(lab, iterations=4)
+
+    import threading
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not [p for p in (lab.te_placement() or {}).get("placed", [])
+                                               if p["leaf"] == "l1"]:
+        time.sleep(0.05)
+    placed = [p for p in lab.te_placement()["placed"] if p["leaf"] == "l1"]
+    victim = placed[0]["path"][1]                     # the spine one elephant was placed through
+    time.sleep(0.3)
+    lab.link_down("l1", victim)
+    try:
+        worker.join(60)
+        assert "run" in done, "the collective did not finish after the TE link failed"
+        after = lab.te_placement()
+        assert after["down_links"], after
+        assert all(victim not in p["path"] for p in after["placed"] if p["leaf"] == "l1")
+    finally:
+        lab.link_up("l1", victim)
+    assert done["run"].sizes[0]["iterations"] == 4
+
+
+SENDER = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{src}", {sport}))
+for _ in range({count}):
+    s.sendto(b"x" * 1000, ("{dst}", 5000))
+    time.sleep({pause})
+"""
+
+
+def send_udp(lab, host, src, dst, sport, count, pause=0.001, wait=True):
+    code = SENDER.format(src=src, dst=dst, sport=sport, count=count, pause=pause)
+    proc = lab.host(host).popen(["python3", "-c", code], stdout=subprocess.DEVNULL)
+    if wait:
+        proc.wait(30)
+    return proc
+
+
+def test_flowlet_moves_an_idle_flow_to_the_less_loaded_uplink(lab):
+    lab.set_routing("flowlet:gap_us=50000,load_window_us=300000")
+    h1, h2, h3 = (lab.fabric.hosts[h].ports[0].ip for h in ("h1", "h2", "h3"))
+    members = sorted(UPLINKS)
+    start = flow_hash(h1, h3, 17, 40000, 5000) % 2
+    # a second flow whose scan starts at the same member, so it lands where the first flow is
+    sport = next(p for p in range(41000, 42000) if flow_hash(h2, h3, 17, p, 5000) % 2 == start)
+    first, _ = uplink_packets(lambda: send_udp(lab, "h1", h1, h3, 40000, 50))
+    home = max(first, key=first.get)
+    time.sleep(0.7)                                   # both windows forget the first burst
+    other = send_udp(lab, "h2", h2, h3, sport, 400, wait=False)   # keeps `home` busy
+    time.sleep(0.1)
+    before = lab.stage_stats()
+    second, _ = uplink_packets(lambda: send_udp(lab, "h1", h1, h3, 40000, 50))
+    other.wait(30)
+    after = lab.stage_stats()
+    assert members[start] == home
+    assert after["flowlet_moved"] > before["flowlet_moved"]
+    # the first flow's second burst (50 packets) left by the other uplink
+    away = next(i for i in UPLINKS if i != home)
+    assert second[away] >= 45, second
+    assert after["gap_histogram_us"], after
+
+
+# -- the stage on the BPF test runner ---------------------------------------------------------------
+@pytest.fixture
+def veths():
+    names = [f"fltest{i}" for i in range(3)]
+    for name in names:
+        subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True)
+    try:
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
+def roce_frame(src, dst, sport, qp):
+    return (b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00"
+            + roce.build_ipv4_udp_roce_packet(src, dst, sport, 0x0A, qp, 0, b"x" * 64))
+
+
+def test_stage_hash_matches_python(veths):
+    stage = SelectStage(f"/sys/fs/bpf/fabriclab/test-{id(veths)}/select", "hash").load()
+    try:
+        stage.set_members({(v, "10.1.2.0"): veths for v in veths})
+        index = {v: socket.if_nametoindex(v) for v in veths}
+        chosen = set()
+        for qp in range(64, 96):
+            verdict, picked, _ = stage.test_run(roce_frame("10.1.1.1", "10.1.2.1", 49152, qp), index[veths[0]])
+            expect = eecmp_member(veths, "10.1.1.1", "10.1.2.1", 49152, qp)
+            assert picked == index[expect]
+            assert verdict == (-1 & 0xFFFFFFFF if expect == veths[0] else 7)   # pass or redirect
+            chosen.add(expect)
+        assert chosen == set(veths)
+        # a destination with no group entry is left to OVS's choice
+        verdict, picked, _ = stage.test_run(roce_frame("10.1.1.1", "10.1.3.1", 1, 1), index[veths[0]])
+        assert picked == 0 and stage.stats()["no_members"] == 1
+    finally:
+        stage.close()
+
+
+def test_flowlet_gap_logic_on_a_fake_clock(veths):
+    stage = SelectStage(f"/sys/fs/bpf/fabriclab/test-fl-{id(veths)}/select", "flowlet",
+                        gap_ns=500_000, window_ns=1_000_000).load()
+    try:
+        stage.set_members({(v, "10.1.2.0"): veths for v in veths})
+        index = {v: socket.if_nametoindex(v) for v in veths}
+        flow = roce_frame("10.1.1.1", "10.1.2.1", 49152, 5)
+        t = 10_000_000_000
+        stage.set_clock(t)
+        _, first, event = stage.test_run(flow, index[veths[0]])
+        assert event == "new" and first in index.values()
+        for step in range(5):                      # within the gap: the same member every time
+            t += 400_000
+            stage.set_clock(t)
+            _, picked, event = stage.test_run(flow, index[veths[1]])
+            assert (picked, event) == (first, "kept")
+        # load the flow's member (non-IP frames pass where they are sent and count as its load),
+        # then leave the gap: the flow moves to a member that sent nothing
+        arp = b"\xff" * 6 + b"\x02" * 6 + b"\x08\x06" + bytes(986)
+        for _ in range(20):
+            stage.test_run(arp, first)
+        t += 600_000
+        stage.set_clock(t)
+        _, picked, event = stage.test_run(flow, first)
+        assert picked != first and event == "moved"
+        stats = stage.stats()
+        assert stats["flowlet_kept"] == 5 and stats["flowlet_moved"] >= 1
+        assert stats["gap_histogram_us"]["256-512"] >= 5 and stats["gap_histogram_us"]["512-1024"] >= 1
+    finally:
+        stage.close()
