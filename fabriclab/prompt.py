@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from mininet.cli import CLI
@@ -30,6 +31,9 @@ LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2
                               collective -c alltoall --sizes 64K,1M --qps 4 --verify
   rate A B MBPS|default       degrade link A-B to MBPS (it stays up), or restore the spec's rate
   ctl                         controller status: generation, links it sees down, recent events
+  routing APP[:OPT=V,...]     swap the controller app on the live fabric (ecmp, eecmp, te, flowlet)
+  te [json FILE]              the TE app's current placement (or dump it as JSON to FILE)
+  stage                       the E-ECMP/flowlet selection stage's counters and flowlet gaps
   queues [NODE|PORT] [all]    queue model counters per port and class (occupancy, marks, drops,
                               pauses); `all` also lists idle ports. Needs a spec with queues:
   ecn TARGET MODE [KMIN KMAX [PMAX]]   change ECN marking live: TARGET leaf|spine|SWITCH|PORT,
@@ -196,6 +200,46 @@ class LabPrompt(CLI):
             print(f"  {time.strftime('%H:%M:%S', time.localtime(event['time']))} {event['event']} "
                   f"{event['subject']}")
 
+
+    def do_routing(self, line):
+        """routing APP[:OPT=V,...]: replace the controller app on the live fabric."""
+        args = self._args(line, 1, "routing APP[:OPTION=VALUE,...]")
+        status = self.lab.set_routing(args[0])
+        print(f"routing {status.get('app')} {status.get('options') or ''} programmed "
+              f"(generation {status.get('generation')})")
+
+    def do_te(self, line):
+        """te [json FILE]: the TE placement."""
+        placement = self.lab.te_placement()
+        if placement is None:
+            raise LabError("no TE placement: the controller is not running the te app (`routing te`)")
+        args = line.split()
+        if args[:1] == ["json"]:
+            if len(args) != 2:
+                raise LabError("usage: te json FILE")
+            with open(args[1], "w") as f:
+                json.dump(placement, f, indent=1)
+            print(f"placement written to {args[1]}")
+            return
+        print(f"recomputes {placement.get('recomputes')} (every {placement.get('period_s')} s, last "
+              f"{placement.get('compute_ms')} ms)  jobs {', '.join(placement.get('jobs') or []) or '-'}  "
+              f"demands {len(placement.get('demands', []))}")
+        rows = [(p["leaf"], p["host_port"], p["dst_prefix"], p["mbps"], p["source"], p["uplink_intf"],
+                 " ".join(p["path"]), p["free_after_mbps"]) for p in placement.get("placed", [])]
+        print(format_table(("leaf", "source NIC", "destination", "Mbit/s", "from", "uplink", "path",
+                            "free after"), rows))
+        for u in placement.get("unplaced", []):
+            print(f"  unplaced: {u['host_port']} -> {u['dst_leaf']} {u['mbps']} Mbit/s: {u['reason']}")
+
+    def do_stage(self, _line):
+        """stage: the selection stage's counters."""
+        stats = self.lab.stage_stats()
+        if stats is None:
+            raise LabError("no selection stage: the controller is not running eecmp or flowlet")
+        gaps = stats.pop("gap_histogram_us")
+        print("  ".join(f"{k} {v}" for k, v in stats.items()))
+        if gaps:
+            print("gaps between a flow's packets (us): " + "  ".join(f"{k}: {v}" for k, v in gaps.items()))
 
     def _queues(self):
         if self.lab.queues is None:

@@ -1,0 +1,37 @@
+"""routing-schemes, quick version, on the 4x4 1:1 fabric: each scheme must show its effect."""
+
+import json
+
+import pytest
+
+from fabriclab.experiments import Options, routing, run_experiment
+
+pytestmark = pytest.mark.lab
+
+
+def test_routing_schemes_reproduce_the_ordering_of_seed_000(tmp_path):
+    doc = run_experiment("routing-schemes", options=Options(quick=True), out=tmp_path)
+    cases = {c["case"]: c for c in doc["cases"]}
+    busbw = {name: c["jobs"]["ring"]["busbw_mbps"] for name, c in cases.items()}
+    oos = {name: c["jobs"]["ring"]["counters"]["out_of_sequence"] for name, c in cases.items()}
+    mmr = {name: (c["uplinks"] or {}).get("max_mean_ratio") for name, c in cases.items()}
+    # QP scaling helps ECMP only while the QPs differ in source port; E-ECMP hashes the QP itself
+    assert busbw["ECMP + 4 QPs"] > 1.5 * busbw["ECMP + 4 QPs shared sport"]
+    assert busbw["E-ECMP + 4 QPs shared sport"] > 1.5 * busbw["ECMP + 4 QPs shared sport"]
+    assert oos["E-ECMP + 4 QPs shared sport"] == 0
+    # TE places every flow on its own uplink: the best balance and bandwidth of all
+    assert mmr["TE"] < 1.25 and mmr["TE"] < mmr["ECMP"]
+    assert busbw["TE"] == max(v for k, v in busbw.items() if "fails" not in k)
+    assert cases["TE"]["te"]["placed"] >= 16 and cases["TE"]["te"]["unplaced"] == 0
+    # flowlet: load-aware first choices beat the hash; its stage made decisions
+    assert busbw["flowlet"] > busbw["ECMP"]
+    assert cases["flowlet"]["stage"]["flowlet_new"] > 0
+    for name, case in cases.items():
+        if "fails" in name:
+            assert case["fault"]["recovery_s"] is not None and case["fault"]["recovery_s"] < 5
+            assert case["fault"]["delivered_before_mbps"] > 0
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["scale"]["time_scale"] and on_disk["scale"]["host_rate_mbps"] == 10
+    assert (tmp_path / "routing_schemes.png").stat().st_size > 10_000
+    assert (tmp_path / "routing_failures.png").stat().st_size > 10_000
+    assert "TE" in routing.table(doc)
