@@ -69,7 +69,7 @@ def clean(all_runs=False):
     for run_id in pinned_runs():
         if run_id not in live_ids:
             remove_pins(run_id)
-            report.append(f"queue model programs of vanished run {run_id}: unpinned")
+            report.append(f"eBPF programs and maps (queue model, routing stage) of vanished run {run_id}: unpinned")
     for name in cleanup_stale_probes():
         report.append(f"namespace {name} of a killed `doctor` probe: deleted")
     return report

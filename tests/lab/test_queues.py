@@ -73,7 +73,7 @@ def test_model_runs_and_results_say_which_mechanism(lab):
     assert info["mechanism"] == MECHANISM
     assert info["ports_by_role"]["leaf"]["pfc"]["xoff"] > 0
     assert info["ovs_send_buffer_bytes"] >= 64 * 2**20
-    assert (datapath.pin_dir(lab.run.id) / "fq_egress").exists()
+    assert (lab.queues.datapath.pins / "fq_egress").exists()
     out = lab.host("h1").cmd("tc filter show dev h1-n0 egress")
     assert "fq_egress" in out and "direct-action" in out
 
@@ -228,4 +228,4 @@ def test_clean_unpins_what_a_killed_run_left_and_keeps_live_runs(lab):
     report = clean()
     assert not stale.exists()
     assert any("dead00" in line and "unpinned" in line for line in report)
-    assert (datapath.pin_dir(lab.run.id) / "fq_ingress").exists()
+    assert (lab.queues.datapath.pins / "fq_ingress").exists()

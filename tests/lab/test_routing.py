@@ -7,6 +7,7 @@
   Python hash's; a flowlet keeps its member within the gap and moves after it.
 """
 
+import pathlib
 import socket
 import subprocess
 import time
@@ -22,27 +23,13 @@ from fabriclab.traffic.collective import CollectiveSpec, run_collective
 
 pytestmark = pytest.mark.lab
 
-TWO_BY_TWO = """
-name: rt2x2
-kind: leafspine
-description: 2x2 leaf/spine, 2 hosts per leaf (routing tests)
-leaves: 2
-spines: 2
-hosts_per_leaf: 2
-nics_per_host: 1
-host_rate: 10Mbit
-fabric_rate: 10Mbit
-real_host_rate: 400Gbit
-buffers: {host: 64KiB, leaf: 64KiB, spine: 256KiB}
-"""
+TWO_BY_TWO = pathlib.Path(__file__).parents[1] / "two_by_two.yaml"
 UPLINKS = ("l1-eth3", "l1-eth4")        # l1's ports to s1 and s2 (ports 1-2 face its hosts)
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    path = tmp_path_factory.mktemp("spec") / "rt2x2.yaml"
-    path.write_text(TWO_BY_TWO)
-    with Lab(load_spec(str(path)), routing="ecmp") as lab:
+def lab():
+    with Lab(load_spec(str(TWO_BY_TWO)), routing="ecmp") as lab:
         assert {lab.fabric.switch_ports("l1")[p] for p in (3, 4)} == set(UPLINKS)
         yield lab
 

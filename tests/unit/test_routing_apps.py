@@ -22,24 +22,11 @@ def tiny():
 
 
 @pytest.fixture(scope="module")
-def wide(tmp_path_factory):
+def wide():
     """2 leaves x 2 spines with 2 hosts per leaf: two elephants per leaf."""
-    path = tmp_path_factory.mktemp("spec") / "wide.yaml"
-    path.write_text(TWO_BY_TWO)
-    return Fabric(load_spec(str(path)))
+    return Fabric(load_spec(str(pathlib.Path(__file__).parents[1] / "two_by_two.yaml")))
 
 
-TWO_BY_TWO = """
-name: wide
-kind: leafspine
-leaves: 2
-spines: 2
-hosts_per_leaf: 2
-nics_per_host: 1
-host_rate: 10Mbit
-fabric_rate: 10Mbit
-buffers: {host: 64KiB, leaf: 64KiB, spine: 256KiB}
-"""
 
 
 # -- options ----------------------------------------------------------------------------------------
