@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fabriclab.apps.ecmp import PRIO_PREFIX, EcmpRouting, FailoverGroup, Flow, group_id, match
 from fabriclab.apps.paths import all_paths, path_nodes
 
-PRIO_TE = 200                 # above the ECMP prefixes (100), below host routes (500)
+PRIO_TE = PRIO_PREFIX + 100   # above the ECMP prefixes, below host routes (500)
 TE_COOKIE = 0x7E << 56        # marks the TE entries (flow statistics ask for these only)
 TE_COOKIE_MASK = 0xFF << 56
 FF_GROUP_BASE = 0x40000000    # fast-failover groups sit above every ECMP group id
@@ -187,8 +187,6 @@ class TeRouting(EcmpRouting):
                                  action, te_cookie(key.in_port, dst)))
         return states
 
-
-assert PRIO_TE > PRIO_PREFIX
 
 
 def job_demands(fabric, jobs):

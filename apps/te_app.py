@@ -42,10 +42,10 @@ class TeApp(FabricApp):
         self.period = float(self.options.get("period_s", 1.0))
         self.max_utilization = float(self.options.get("max_utilization", 1.0))
         self.min_mbps = float(self.options.get("min_mbps", 0.1))
-        self.by_cookie = {}                 # te_cookie -> DemandKey, per leaf
+        self.by_match = {}                  # (leaf, in_port, destination leaf index) -> DemandKey
         for key in self.routing.keys:
             dst = self.fabric.switches[key.dst_leaf]
-            self.by_cookie[(key.leaf, key.in_port, dst.index)] = key
+            self.by_match[(key.leaf, key.in_port, dst.index)] = key
         self.replies = {}                   # switch -> {"flows": [...], "ports": [...]}
         self.waiting = set()
         self.replies_done = threading.Event()
@@ -174,7 +174,7 @@ class TeApp(FabricApp):
             return None
         address = dst[0] if isinstance(dst, tuple) else dst
         parts = address.split(".")
-        return self.by_cookie.get((switch, in_port, int(parts[2])))
+        return self.by_match.get((switch, in_port, int(parts[2])))
 
     def _reply(self, ev, kind):
         name = self.by_dpid.get(ev.msg.datapath.id)

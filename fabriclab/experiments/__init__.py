@@ -68,7 +68,7 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
         if getattr(case, "routing", None):
             check_app(case.routing)
     if cases and getattr(cases[0], "routing", None):
-        lab = Lab(fabric_spec, routing=cases[0].routing, verbose=verbose)
+        lab.routing = cases[0].routing        # start under the first case's app (not yet started)
     for case in cases:                        # hosts, ranks and settings, before anything is built
         for job in case.jobs:
             job.spec.check()

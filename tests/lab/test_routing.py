@@ -10,6 +10,7 @@
 import pathlib
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -84,7 +85,6 @@ def test_te_falls_back_when_its_link_fails_and_recompute_repairs(lab):
     def run():
         done["run"] = elephants(lab, iterations=4)
 
-    import threading
     worker = threading.Thread(target=run)
     worker.start()
     deadline = time.monotonic() + 30
