@@ -60,16 +60,25 @@ def test_eecmp_spreads_shared_source_port_qps_and_ecmp_does_not(lab):
     assert run.sizes[0]["counters"]["out_of_sequence"] == 0            # per-QP paths keep order
 
 
-def elephants(lab, iterations=2):
+def elephants(lab, iterations=2, progress=None):
     spec = CollectiveSpec(collective="bisection", sizes=(512 * 1024,), hosts=("h1", "h2", "h3", "h4"),
                           placement="order", iterations=iterations, warmup=0)
-    return run_collective(lab, spec)
+    return run_collective(lab, spec, progress=progress)
+
+
+def placement_while_running(lab, seen):
+    """A progress callback keeping the TE placement as it was during the job (once the job ends,
+    the launcher retracts it and TE empties the placement)."""
+    def progress(*_):
+        seen.setdefault("placement", lab.te_placement())
+    return progress
 
 
 def test_te_places_two_elephants_on_different_spines(lab):
     lab.set_routing("te:period_s=0.5")
-    counts, run = uplink_packets(lambda: elephants(lab))
-    placement = lab.te_placement()
+    seen = {}
+    counts, run = uplink_packets(lambda: elephants(lab, progress=placement_while_running(lab, seen)))
+    placement = seen["placement"]
     from_l1 = [p for p in placement["placed"] if p["leaf"] == "l1"]
     assert {p["host_port"] for p in from_l1} == {"h1-n0", "h2-n0"}
     assert {p["uplink_intf"] for p in from_l1} == set(UPLINKS)
@@ -96,11 +105,17 @@ def test_te_falls_back_when_its_link_fails_and_recompute_repairs(lab):
     time.sleep(0.3)
     lab.link_down("l1", victim)
     try:
+        # the next recompute (period 0.5 s) places the running job again on what is left
+        deadline = time.monotonic() + 5
+        after = {}
+        while time.monotonic() < deadline and not (after.get("down_links") and after.get("jobs")):
+            time.sleep(0.05)
+            after = lab.te_placement() or {}
         worker.join(60)
         assert "run" in done, "the collective did not finish after the TE link failed"
-        after = lab.te_placement()
         assert after["down_links"], after
-        assert all(victim not in p["path"] for p in after["placed"] if p["leaf"] == "l1")
+        again = [p for p in after["placed"] if p["leaf"] == "l1"]
+        assert again and all(victim not in p["path"] for p in again), after
     finally:
         lab.link_up("l1", victim)
     assert done["run"].sizes[0]["iterations"] == 4
