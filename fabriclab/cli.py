@@ -17,6 +17,8 @@ COMMAND_MODULES = [
     "fabriclab.benchmark",
     "fabriclab.model.cli",
     "fabriclab.experiments.cli",
+    "fabriclab.scenario_cmd",
+    "fabriclab.report",
 ]
 
 

@@ -50,6 +50,9 @@ class Lab:
         self.controller = None
         self.queues = None           # the QueueModel when the spec has a queues: section
         self.timings = {}
+        self.events = []             # every fault and repair, timestamped (see _log)
+        self._down = {}              # link key -> Link taken down through the lab
+        self._reshaped = {}          # (link key, nodes) -> (Link, nodes) shaped off the spec's rate
         self._old_sigterm = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -180,19 +183,29 @@ class Lab:
     def set_link(self, node1, node2, up, member=None, wait=True, timeout=10.0):
         """Take the link(s) between two nodes down or up; wait for the controller to reprogram."""
         links = self.resolve_link(node1, node2, member)
+        self._set_links(links, up, wait, timeout, f"{node1}-{node2}")
+        return links
+
+    def _set_links(self, links, up, wait, timeout, what, event=None):
         before = self.controller.status().get("generation", 0)
+        # Only links that change state move the controller (bringing up an up link is a no-op).
+        changed = [link for link in links if (link.key in self._down) == up]
         for link in links:
             mininet_net.set_link(self.net, link, up)
-        if wait and any(link.kind == "fabric" for link in links):
-            keys = {link.key for link in links if link.kind == "fabric"}
+            if up:
+                self._down.pop(link.key, None)
+            else:
+                self._down[link.key] = link
+        self._log(*(event or ("link_up" if up else "link_down", ", ".join(link.label for link in links))))
+        keys = {link.key for link in changed if link.kind == "fabric"}
+        if not (wait and keys):
+            return
 
-            def settled(status):
-                down = {tuple(k) for k in status.get("down_links", [])}
-                return (status.get("programmed") and status["generation"] > before
-                        and (keys.isdisjoint(down) if up else keys <= down))
-            self.controller.wait(settled, timeout, f"the controller to see {node1}-{node2} "
-                                                   f"{'up' if up else 'down'}")
-        return links
+        def settled(status):
+            down = {tuple(k) for k in status.get("down_links", [])}
+            return (status.get("programmed") and status["generation"] > before
+                    and (keys.isdisjoint(down) if up else keys <= down))
+        self.controller.wait(settled, timeout, f"the controller to see {what} {'up' if up else 'down'}")
 
     def set_rate(self, node1, node2, rate_mbps, member=None):
         """Shape the link(s) between two nodes to rate_mbps (a degraded link); None restores the
@@ -201,8 +214,67 @@ class Lab:
         if rate_mbps is not None and (isinstance(rate_mbps, bool) or not rate_mbps > 0):
             raise LabError(f"rate must be > 0 Mbit/s, got {rate_mbps!r}")
         for link in links:
-            mininet_net.set_rate(self.net, link, rate_mbps or link.rate_mbps, self.fabric.spec.mtu)
+            self._reshape(link, rate_mbps)
+        self._log("degrade" if rate_mbps else "restore_rate", ", ".join(link.label for link in links),
+                  rate_mbps=rate_mbps)
         return links
+
+    def _reshape(self, link, rate_mbps, nodes=None):
+        mininet_net.set_rate(self.net, link, rate_mbps or link.rate_mbps, self.fabric.spec.mtu, nodes)
+        key = (link.key, nodes)
+        if rate_mbps:
+            self._reshaped[key] = (link, nodes)
+        else:
+            self._reshaped.pop(key, None)
+
+    def slow_receiver(self, host, fraction):
+        """Limit what a host's NICs receive to `fraction` of their rate (a slow receiver: the leaf
+        port towards each NIC is shaped down); None or 1 restores it."""
+        self.host(host)
+        if fraction is not None and (isinstance(fraction, bool) or not 0 < fraction <= 1):
+            raise LabError(f"slow receiver fraction must be in (0, 1], got {fraction!r}")
+        restore = fraction is None or fraction == 1
+        for port in self.fabric.hosts[host].ports:
+            link = next(k for k in self.fabric.host_links if k.a_intf == port.intf)
+            self._reshape(link, None if restore else link.rate_mbps * fraction, nodes=(link.b,))
+        self._log("restore_receiver" if restore else "slow_receiver", host, fraction=fraction)
+
+    def set_switch(self, name, up, wait=True, timeout=10.0):
+        """Fail a switch (every cable on it goes down at once, as a power loss would) or bring it
+        back. A failed leaf cuts its hosts off."""
+        if name not in self.fabric.switches:
+            raise LabError(f"no switch {name!r} in fabric {self.fabric.spec.name!r}")
+        links = [link for link in self.fabric.links if name in (link.a, link.b)]
+        self._set_links(links, up, wait, timeout, f"switch {name}", ("switch_up" if up else "switch_down", name))
+        return links
+
+    def restart_controller(self, timeout=30.0):
+        """Stop the controller app and start it again (a controller crash and restart). The
+        switches keep forwarding on their entries meanwhile (fail mode secure). Returns the
+        seconds until the new app had programmed the fabric."""
+        t0 = time.monotonic()
+        self._log("controller_stop", self.controller.app)
+        self.set_routing(self.routing, timeout)
+        took = time.monotonic() - t0
+        self._log("controller_programmed", self.controller.app, took_s=round(took, 3))
+        return took
+
+    def restore(self, wait=True, timeout=10.0):
+        """Undo every fault made through the lab: links up, rates back to the spec."""
+        for link, nodes in list(self._reshaped.values()):
+            self._reshape(link, None, nodes)
+        if self._down:
+            self._set_links(list(self._down.values()), True, wait, timeout, "the restored links")
+
+    def injected(self):
+        """What the lab's faults changed and has not yet repaired: links down, links reshaped."""
+        return {"links_down": sorted(link.label for link in self._down.values()),
+                "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
+                                   for link, nodes in self._reshaped.values())}
+
+    def _log(self, event, target, **detail):
+        self.events.append({"time": time.time(), "event": event, "target": target,
+                            **{k: v for k, v in detail.items() if v is not None}})
 
     def link_down(self, node1, node2, member=None, **kw):
         return self.set_link(node1, node2, False, member, **kw)

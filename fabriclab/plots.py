@@ -1,7 +1,8 @@
 """PNG charts a person reads at a glance, written next to a results.json.
 
-Three shapes cover the lab's results: a bar per alternative (routing schemes), lines over message
-size (busbw per size), and cumulative distributions (capacity under failures, completion times).
+A few shapes cover the lab's results: a bar per alternative (routing schemes), lines over message
+size (busbw per size), cumulative distributions (capacity under failures, completion times), rates
+over time against the faults that hit them, and a heatmap of every link direction over time.
 matplotlib runs headless (Agg) and is imported only when a chart is drawn.
 """
 
@@ -103,6 +104,61 @@ def timeseries(path, title, panels, xlabel="time (s)"):
             ax.legend(fontsize=7, loc="upper right", ncol=2 if len(series) > 4 else 1)
     axes[-1, 0].set_xlabel(xlabel)
     fig.suptitle(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def timeline(path, title, series, xlabel, ylabel, spans=None, marks=None):
+    """Step lines over time (`series` is {name: (ts, ys)}) with the periods something was wrong
+    shaded (`spans`: [(start, end, label)]) and instants drawn as dashed lines (`marks`: [(t, label)]),
+    so a dip reads against the fault that caused it."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.6, 3.6))
+    for name, (ts, ys) in series.items():
+        ax.step(ts, ys, where="post", label=name, linewidth=1.0)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (start, end, label) in enumerate(spans or ()):
+        ax.axvspan(start, end, color=colors[(i + 3) % len(colors)], alpha=0.15, label=label)
+    for i, (t, label) in enumerate(marks or ()):
+        ax.axvline(t, linestyle="--", linewidth=1.0, color=colors[(i + 3) % len(colors)], label=label)
+    ax.set_ylim(bottom=0)
+    return _finish(plt, fig, ax, path, title, xlabel, ylabel)
+
+
+def heatmap(path, title, row_labels, times, matrix, xlabel, clabel, vmax=None, marks=None):
+    """A row per series (e.g. link directions), a column per time bin (`times` are bin starts), colour
+    the value; `marks` ([(t, label)]) draw instants as vertical lines. Labels shrink so ~100 rows stay
+    readable; beyond ~150 only every k-th row is named."""
+    import math
+
+    import numpy as np
+
+    plt = _pyplot()
+    data = np.asarray(matrix, dtype=float).reshape(len(row_labels), len(times))
+    rows = max(len(row_labels), 1)
+    font = max(4.0, min(8.0, 560 / rows))
+    height = min(18.0, max(3.0, rows * font * 1.5 / 72 + 1.6))
+    fig, ax = plt.subplots(figsize=(9.0, height))
+    width = float(np.median(np.diff(times))) if len(times) > 1 else 1.0
+    start = float(times[0]) if len(times) else 0.0
+    end = float(times[-1]) + width if len(times) else 1.0
+    if vmax is None:
+        vmax = float(np.nanmax(data)) if data.size and np.nanmax(data) > 0 else 1.0
+    image = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=vmax,
+                      extent=(start, end, len(row_labels) - 0.5, -0.5))
+    step = max(1, math.ceil(len(row_labels) / 150))
+    ax.set_yticks(range(0, len(row_labels), step))
+    ax.set_yticklabels(row_labels[::step], fontsize=font)
+    for t, label in marks or ():
+        ax.axvline(t, color="red", linestyle="--", linewidth=0.9)
+        ax.text(t, 0.99, f" {label}", transform=ax.get_xaxis_transform(), rotation=90, va="top", ha="right",
+                fontsize=7, color="white", bbox={"facecolor": "black", "alpha": 0.5, "pad": 1, "linewidth": 0})
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label(clabel)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
     try:
         return _save(fig, path)
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 
 from mininet.cli import CLI
@@ -38,7 +39,16 @@ LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2
                               pauses); `all` also lists idle ports. Needs a spec with queues:
   ecn TARGET MODE [KMIN KMAX [PMAX]]   change ECN marking live: TARGET leaf|spine|SWITCH|PORT,
                               MODE red|step|off (default: back to the spec), sizes like 20K
-  storm HOST SECONDS          HOST's NIC streams PFC pauses at its leaf for SECONDS (0 stops it)"""
+  storm HOST SECONDS          HOST's NIC streams PFC pauses at its leaf for SECONDS (0 stops it)
+Failures and watching (every fault is logged with its time; `faults` shows the log):
+  switchdown SW / switchup SW  fail a switch (all its cables at once) / bring it back
+  slow HOST FRACTION|default  HOST's NICs receive at FRACTION of their rate (a slow receiver)
+  restartctl                  stop and restart the controller app; prints how long reprogramming took
+  inject FILE                 run the `faults:` timeline of a scenario file in the background, from now
+  faults [stop|restore]       the fault log; stop a running timeline; undo every fault still in place
+  top [SECONDS [REFRESH]]     live view: uplinks per leaf, downlinks per spine, NICs, links down, faults
+  collective ... &            a trailing & runs the collective in the background (see `jobs`)
+  jobs                        background collectives: running, or their busbw and CCT"""
 
 
 class LabPrompt(CLI):
@@ -46,6 +56,8 @@ class LabPrompt(CLI):
 
     def __init__(self, lab, **kwargs):
         self.lab = lab
+        self.timeline = None          # a fault timeline started by `inject`
+        self.background = []          # [(label, thread, result dict)] from `collective ... &`
         super().__init__(lab.net, **kwargs)
 
     # cmd.Cmd calls these; errors become one line, never a traceback at the prompt.
@@ -169,14 +181,127 @@ class LabPrompt(CLI):
         from fabriclab import collective_cmd
         from fabriclab.traffic.collective import run_collective
 
+        words = shlex.split(line)
+        background = bool(words) and words[-1] == "&"
         try:
-            args = collective_cmd.prompt_parser().parse_args(shlex.split(line))
+            args = collective_cmd.prompt_parser().parse_args(words[:-1] if background else words)
         except SystemExit:          # argparse printed the usage or the problem
             return
         except argparse.ArgumentError as exc:
             raise LabError(str(exc)) from None
-        run = run_collective(self.lab, collective_cmd.spec_from_args(args))
-        print(collective_cmd.collective_table(collective_cmd.collective_result(self.lab, run)))
+        spec = collective_cmd.spec_from_args(args)
+        if not background:
+            run = run_collective(self.lab, spec)
+            print(collective_cmd.collective_table(collective_cmd.collective_result(self.lab, run)))
+            return
+        label = f"{spec.collective} {line.replace('&', '').strip()}".strip()
+        result = {}
+
+        def job(number=len(self.background) + 1):
+            try:
+                result["run"] = run_collective(self.lab, spec, name=f"prompt-job{number}")
+            except Exception as exc:     # noqa: BLE001 - shown by `jobs`
+                result["error"] = str(exc)
+        thread = threading.Thread(target=job, daemon=True, name="prompt-collective")
+        thread.start()
+        self.background.append((label, thread, result))
+        print(f"[{len(self.background)}] started in the background: {label} (`jobs`, `top`)")
+
+    def do_jobs(self, _line):
+        """jobs: background collectives and their results."""
+        if not self.background:
+            print("no background collectives (start one with `collective ... &`)")
+        for number, (label, thread, result) in enumerate(self.background, 1):
+            if thread.is_alive():
+                state = "running"
+            elif "error" in result:
+                state = f"failed: {result['error']}"
+            else:
+                row = result["run"].sizes[-1]
+                state = (f"done: busbw {row['busbw_mbps']:.2f} Mbit/s, CCT p50 {row['time_s']['p50'] * 1e3:.0f} ms, "
+                         f"OOS {row['counters'].get('out_of_sequence', 0)}")
+            print(f"[{number}] {label}: {state}")
+
+    def do_switchdown(self, line):
+        """switchdown SW: fail a switch."""
+        self._switch(line, False)
+
+    def do_switchup(self, line):
+        """switchup SW: bring a failed switch back."""
+        self._switch(line, True)
+
+    def _switch(self, line, up):
+        name = self._args(line, 1, f"switch{'up' if up else 'down'} SW")[0]
+        t0 = time.monotonic()
+        links = self.lab.set_switch(name, up)
+        print(f"{name} {'up' if up else 'down'} ({len(links)} cables); controller reprogrammed in "
+              f"{time.monotonic() - t0:.2f} s")
+
+    def do_slow(self, line):
+        """slow HOST FRACTION|default: a slow receiver."""
+        host, value = self._args(line, 2, "slow HOST FRACTION|default")[:2]
+        fraction = None if value == "default" else float(value)
+        self.lab.slow_receiver(host, fraction)
+        print(f"{host} receives at {'its line rate' if fraction is None else f'{fraction:g} of its line rate'}")
+
+    def do_restartctl(self, _line):
+        """restartctl: restart the controller app."""
+        took = self.lab.restart_controller()
+        print(f"controller {self.lab.routing} restarted; fabric programmed again after {took:.2f} s")
+
+    def do_inject(self, line):
+        """inject FILE: run a scenario file's faults: timeline in the background, from now."""
+        import yaml
+
+        from fabriclab import faults
+
+        path = self._args(line, 1, "inject FILE")[0]
+        if self.timeline is not None and self.timeline.is_alive():
+            raise LabError("a fault timeline is already running (`faults stop` ends it)")
+        try:
+            data = yaml.safe_load(open(path))
+        except OSError as exc:
+            raise LabError(f"cannot read {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise LabError(f"{path} is not valid YAML: {exc}") from None
+        entries = data.get("faults") if isinstance(data, dict) else data
+        steps = faults.steps(faults.parse(entries), self.lab)
+        self.timeline = faults.Timeline(self.lab, steps)
+        self.timeline.start()
+        self.timeline.start_at(time.time())
+        last = steps[-1].t if steps else 0
+        print(f"{len(steps)} fault step(s) over {last:g} s started (`faults` shows them as they happen)")
+
+    def do_faults(self, line):
+        """faults [stop|restore]: the fault log; stop the timeline; undo what is still in place."""
+        arg = line.strip()
+        if arg == "stop" and self.timeline is not None:
+            self.timeline.stop()
+            print("fault timeline stopped (`faults restore` undoes what it left in place)")
+        elif arg == "restore":
+            self.lab.restore()
+            print("every link up and at its spec rate")
+        elif arg:
+            raise LabError("usage: faults [stop|restore]")
+        rows = [(time.strftime("%H:%M:%S", time.localtime(e["time"])) + f".{int(e['time'] * 1000) % 1000:03d}",
+                 e["event"], e["target"], " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event", "target")))
+                for e in self.lab.events[-20:]]
+        print(format_table(("time", "event", "target", "detail"), rows) if rows else "no faults so far")
+        state = self.lab.injected()
+        print(f"in place: links down {', '.join(state['links_down']) or 'none'}; "
+              f"reshaped {', '.join(state['reshaped']) or 'none'}"
+              + ("; a timeline is running" if self.timeline is not None and self.timeline.is_alive() else ""))
+
+    def do_top(self, line):
+        """top [SECONDS [REFRESH]]: the live view."""
+        from fabriclab import live
+
+        args = line.split()
+        seconds = float(args[0]) if args else None
+        refresh = float(args[1]) if len(args) > 1 else live.REFRESH_S
+        if (seconds is not None and seconds <= 0) or refresh < 0.1:
+            raise LabError("top needs SECONDS > 0 and REFRESH >= 0.1")
+        live.watch(self.lab, seconds, refresh)
 
     def do_rate(self, line):
         """rate A B MBPS|default: shape the link(s) A-B to MBPS, or back to the spec's rate."""

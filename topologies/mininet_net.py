@@ -206,9 +206,12 @@ def set_link(net, link, up):
         net.get(node_name).cmd(f"ip link set {intf} {state}")
 
 
-def set_rate(net, link, rate_mbps, mtu):
-    """Reshape both ends of a cable to `rate_mbps` (a degraded or restored link)."""
+def set_rate(net, link, rate_mbps, mtu, nodes=None):
+    """Reshape both ends of a cable to `rate_mbps` (a degraded or restored link), or only the
+    ends on `nodes` (a slow receiver: the leaf's port towards the NIC)."""
     for node_name, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+        if nodes is not None and node_name not in nodes:
+            continue
         out = net.get(node_name).cmd(" ".join(rate_command(intf, rate_mbps, mtu)) + "; echo __rc=$?")
         _check_output(net.get(node_name), out, f"changing the rate of {intf}")
 

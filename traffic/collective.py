@@ -619,9 +619,15 @@ def _stderr_line(proc):
 def run_collective(lab, spec, progress=None, name="collective", stop=None):
     """Run `spec` on a live lab; returns a CollectiveRun. LabError on any failure, nothing left
     running. `name` and `stop`: see Launcher."""
-    before = lab.queues.counters() if getattr(lab, "queues", None) else None
-    since = time.monotonic_ns()
-    run = Launcher(lab, spec, progress, name=name, stop=stop).run()
+    before = queue_report(lab)
+    return queue_report(lab, Launcher(lab, spec, progress, name=name, stop=stop).run(), before)
+
+
+def queue_report(lab, run=None, before=None):
+    """Without `run`: the queue model's counters now (None without a model). With it: attach the
+    model's report since `before` to the run and return the run."""
+    if run is None:
+        return (lab.queues.counters(), time.monotonic_ns()) if getattr(lab, "queues", None) else None
     if before is not None:
-        run.queues = lab.queues.report(before, since)
+        run.queues = lab.queues.report(*before)
     return run

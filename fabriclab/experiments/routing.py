@@ -11,13 +11,13 @@ half its rate after l1-s1 goes down, and the uplink balance afterwards.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import threading
 import time
 
-from fabriclab import telemetry
+from fabriclab import recovery, telemetry
 from fabriclab.experiments import figures
 from fabriclab.experiments.runner import Case, Job, case_label, job_summary
+from fabriclab.portsampler import PortSampler
 from fabriclab.table import format_table
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 
@@ -89,72 +89,6 @@ def cases(fabric, options):
 
 
 # -- running ----------------------------------------------------------------------------------------
-class Watch(threading.Thread):
-    """Samples the leaves' ports every SAMPLE_S: delivered bytes (towards hosts) and uplinks."""
-
-    def __init__(self, fabric):
-        super().__init__(daemon=True, name="routing-watch")
-        self.fabric = fabric
-        self.host_ports = [link.b_intf for link in fabric.host_links]
-        self.uplinks = [link.a_intf if fabric.switches[link.a].role == "leaf" else link.b_intf
-                        for link in fabric.fabric_links]
-        self.samples = []
-        self.done = threading.Event()
-
-    def run(self):
-        intfs = self.host_ports + self.uplinks
-        while not self.done.is_set():
-            counters = telemetry.read_counters(intfs)
-            self.samples.append((time.time(), {i: c["tx_bytes"] for i, c in counters.items()}))
-            self.done.wait(SAMPLE_S)
-
-    def stop(self):
-        self.done.set()
-        self.join()
-        return self.samples
-
-
-def delivered_bins(samples, intfs, start, end):
-    """[(bin start, Mbit/s delivered)] between start and end, in BIN_S bins."""
-    out = []
-    t = start
-    while t + BIN_S <= end:
-        inside = [s for s in samples if t <= s[0] <= t + BIN_S]
-        if len(inside) >= 2:
-            a, b = inside[0], inside[-1]
-            nbytes = sum(b[1].get(i, 0) - a[1].get(i, 0) for i in intfs)
-            out.append((t, nbytes * 8 / (b[0] - a[0]) / 1e6))
-        t += BIN_S
-    return out
-
-
-def recovery(samples, intfs, fault_at, end):
-    """Seconds from the fault until delivered traffic is back above half its pre-fault rate
-    (0 when it never fell below half), and the pre-fault rate."""
-    before = [mbps for t, mbps in delivered_bins(samples, intfs, fault_at - 0.5, fault_at) if mbps > 0]
-    if not before:
-        return None, None
-    base = statistics.fmean(before)
-    after = delivered_bins(samples, intfs, fault_at, end)
-    fell = False
-    for t, mbps in after:
-        if mbps < base / 2:
-            fell = True
-        elif fell:
-            return round(t - fault_at, 3), round(base, 3)
-    return (0.0 if not fell else None), round(base, 3)
-
-
-def uplink_balance(samples, uplinks, start, end):
-    inside = [s for s in samples if start <= s[0] <= end]
-    if len(inside) < 2:
-        return None
-    a, b = inside[0], inside[-1]
-    loads = [(b[1].get(i, 0) - a[1].get(i, 0)) * 8 / (b[0] - a[0]) / 1e6 for i in uplinks]
-    return {"max_mean_ratio": telemetry.max_mean_ratio(loads), "max_mbps": round(max(loads), 3),
-            "min_mbps": round(min(loads), 3)}
-
-
 def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
     results = []
     for number, case in enumerate(cases_):
@@ -162,8 +96,7 @@ def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
             progress(number, case)
         if lab.routing != case.routing:
             lab.set_routing(case.routing)
-        watch = Watch(lab.fabric)
-        watch.start()
+        sampler = PortSampler(lab.fabric, SAMPLE_S).start()
         timer = None
         fault = {}
         if case.fault:
@@ -176,7 +109,7 @@ def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
         try:
             run = run_collective(lab, case.measured().spec, name="job-ring")
         finally:
-            samples = watch.stop()
+            series = sampler.stop()
             if timer is not None:
                 timer.join(5)
             if case.fault:
@@ -187,14 +120,17 @@ def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
                   "links": run.sizes[0]["links"], "stage": lab.stage_stats(),
                   "te": _te_summary(lab.te_placement())}
         if case.fault and "at" in fault:
-            end = run.traffic_window[1]
-            took, base = recovery(samples, watch.host_ports, fault["at"], end)
-            dead = {i for link in lab.resolve_link(*case.fault) for i in (link.a_intf, link.b_intf)}
+            at, end = series.to_series_time(fault["at"]), series.to_series_time(run.traffic_window[1])
+            hit = recovery.impact(*series.delivered(BIN_S), at, end)
+            dead = {link.label for link in lab.resolve_link(*case.fault)}
+            # over the uplinks still up, from recovery to the end of the run
+            ups = [c.name for c in series.columns if c.kind == "up" and c.link not in dead]
+            loads = series.mean_mbps(at + (hit["recovery_s"] or 0), end)
+            after = [loads[u] for u in ups]
             result["fault"] = {"link": list(case.fault), "at_s": round(fault["at"] - run.traffic_window[0], 3),
-                               "recovery_s": took, "delivered_before_mbps": base,
-                               # over the uplinks still up, from recovery to the end of the run
-                               "uplinks_after": uplink_balance(samples, [u for u in watch.uplinks if u not in dead],
-                                                               fault["at"] + (took or 0), end)}
+                               "recovery_s": hit["recovery_s"], "delivered_before_mbps": hit["baseline_mbps"],
+                               "uplinks_after": {"max_mean_ratio": telemetry.max_mean_ratio(after),
+                                                 "max_mbps": round(max(after), 3), "min_mbps": round(min(after), 3)}}
         results.append(result)
     return results
 

@@ -53,7 +53,7 @@ def run_cases(lab, cases, sample_s=0.005, folder=None, progress=None):
             before, since = lab.queues.counters(), time.monotonic_ns()
             sampler = QueueSampler(lab.queues, sample_s).start()
             try:
-                runs = _run_jobs(lab, case)
+                runs = run_jobs(lab, case.jobs, label=case.name)
             finally:
                 series = sampler.stop()
             report = lab.queues.report(before, since)
@@ -122,62 +122,84 @@ def wait_drained(lab, timeout_s=SETTLE_TIMEOUT_S):
         time.sleep(0.05)
 
 
-def _run_jobs(lab, case):
-    """The noise jobs first (each until its warm-up iteration is done), then the measured job in
-    this thread; the noise jobs stop after their current iteration once it ends."""
-    from fabriclab.traffic.collective import run_collective
+def run_jobs(lab, jobs, measured_stop=None, label="case"):
+    """Run `jobs` (runner.Job) at once on disjoint hosts: the noise jobs first (each until its
+    warm-up iteration is done), then every measured job; the noise jobs stop after their current
+    iteration once the measured ones have ended. `measured_stop` (an Event) ends the measured jobs
+    early (after their current iteration). Returns {job name: CollectiveRun}."""
+    from fabriclab.traffic.collective import Launcher, queue_report
 
-    stop = threading.Event()
-    threads, runs, failures = [], {}, []
-    for job in case.jobs:
-        if not job.noise:
-            continue
-        started = threading.Event()
+    noise_stop = threading.Event()
+    runs, failures, launchers, threads = {}, [], [], []
 
-        def noise(job=job, started=started):
+    def launch(job, stop, started=None):
+        launcher = Launcher(lab, job.spec, progress=(lambda *_: started.set()) if started else None,
+                            name=f"job-{job.name}", stop=stop)
+        launchers.append(launcher)
+
+        def body():
+            before = queue_report(lab)
             try:
-                runs[job.name] = run_collective(lab, job.spec, progress=lambda *_: started.set(),
-                                                name=f"job-{job.name}", stop=stop)
+                runs[job.name] = queue_report(lab, launcher.run(), before)
             except BaseException as exc:          # noqa: BLE001 - re-raised in the main thread
                 failures.append((job.name, exc))
             finally:
-                started.set()
-
-        thread = threading.Thread(target=noise, name=f"noise-{job.name}", daemon=True)
+                if started is not None:
+                    started.set()
+        thread = threading.Thread(target=body, name=f"job-{job.name}", daemon=True)
         thread.start()
-        threads.append(thread)
-        started.wait()
+        threads.append((job, thread))
+        return thread
+
     try:
+        for job in jobs:
+            if job.noise:
+                started = threading.Event()
+                launch(job, noise_stop, started)
+                started.wait()
         if not failures:
-            measured = case.measured()
-            runs[measured.name] = run_collective(lab, measured.spec, name=f"job-{measured.name}")
+            for job in jobs:
+                if not job.noise:
+                    launch(job, measured_stop)
+            for job, thread in threads:
+                if not job.noise:
+                    thread.join()
     except BaseException:
-        # Ctrl-C or a failed job: do not wait out the noise's iteration; the lab's teardown
-        # ends its agents and the (daemon) thread with them.
-        stop.set()
-        for thread in threads:
+        # Ctrl-C: end every job's agents now rather than wait out their iterations.
+        noise_stop.set()
+        if measured_stop is not None:
+            measured_stop.set()
+        for launcher in launchers:
+            launcher.cleanup()
+        for _job, thread in threads:
             thread.join(2)
         raise
-    stop.set()
-    for thread in threads:
+    noise_stop.set()
+    for _job, thread in threads:
         thread.join()
     if failures:
         name, exc = failures[0]
-        raise LabError(f"{case.name}: noise job {name!r} failed: {exc}") from None
+        role = "noise job" if next(j for j in jobs if j.name == name).noise else "job"
+        raise LabError(f"{label}: {role} {name!r} failed: {exc}") from None
     return runs
 
 
 def job_summary(run):
     """What a table needs from one job: its first size's timing, bandwidth and counters."""
-    row = run.sizes[0]
+    return {**size_summary(run.sizes[0]), "hosts": sorted({r.host for r in run.ranks}, key=lambda h: int(h[1:])),
+            "workload": dataclasses.asdict(run.spec)}
+
+
+def size_summary(row):
+    """One message size of a CollectiveRun: CCT (ms, with every iteration's), bandwidth, counters."""
     c = row["counters"]
     return {"collective": row["collective"], "algorithm": row["algorithm"], "size": row["size"],
             "ranks": row["ranks"], "iterations": row["iterations"],
-            "hosts": sorted({r.host for r in run.ranks}, key=lambda h: int(h[1:])),
-            "cct_ms": {k: round(row["time_s"][k] * 1e3, 2) for k in ("mean", "p50", "p99", "min", "max")},
-            "busbw_mbps": round(row["busbw_mbps"], 3),
+            "cct_ms": {**{k: round(row["time_s"][k] * 1e3, 2) for k in ("mean", "p50", "p99", "min", "max")},
+                       "all": [round(t * 1e3, 3) for t in row["time_s"]["all"]]},
+            "busbw_mbps": round(row["busbw_mbps"], 3), "algbw_mbps": round(row["algbw_mbps"], 3),
             "busbw_fraction_of_nic": round(row["busbw_fraction_of_nic"], 4),
             "counters": {k: c.get(k, 0) for k in ("out_of_sequence", "retransmitted_packets",
                                                   "local_ack_timeout_err", "ce_marked", "cnp_sent",
                                                   "cnp_handled")},
-            "cpu": row["cpu"], "valid": row["valid"], "workload": dataclasses.asdict(run.spec)}
+            "cpu": row["cpu"], "valid": row["valid"]}

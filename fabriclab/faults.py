@@ -1,0 +1,289 @@
+"""Faults on a timeline: what a scenario file's `faults:` list means, checked before anything is
+built, and the thread that applies it to a running lab.
+
+    faults:
+      - {at: 1.0, link_down: l1-s1, for: 0.5}          # down at 1 s, back up at 1.5 s
+      - {at: 1.0, flap: l1-s2, count: 3, down: 0.2, up: 0.3}
+      - {at: 0.5, random_flaps: fabric, mtbf: 4, duration: 0.3, until: 5, seed: 7}
+      - {at: 2.0, degrade: l2-s1, rate_mbps: 2, for: 1}
+      - {at: 2.0, slow_receiver: h3, fraction: 0.25, for: 1}
+      - {at: 1.0, switch_down: s2, for: 1}
+      - {at: 3.0, controller_restart: true}
+
+`at` counts seconds from the timeline's origin: the moment the measured jobs' agents are up and
+their first iteration starts. A fault without `for` lasts until the run ends (the lab restores the
+fabric between runs). Random flaps follow seed 002 section 6.6: every chosen link fails as a
+Poisson process with the given mean time between failures, and each failure lasts `duration`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+
+from fabriclab.errors import LabError
+
+# kind -> (the target's meaning, {parameter: (type, required)})
+KINDS = {
+    "link_down": ("a link A-B", {"for": (float, False)}),
+    "link_up": ("a link A-B", {}),
+    "flap": ("a link A-B", {"count": (int, False), "down": (float, False), "up": (float, False)}),
+    "random_flaps": ("`fabric` or a list of links", {"mtbf": (float, True), "duration": (float, True),
+                                                     "until": (float, True), "seed": (int, False)}),
+    "degrade": ("a link A-B", {"rate_mbps": (float, False), "fraction": (float, False), "for": (float, False)}),
+    "slow_receiver": ("a host", {"fraction": (float, True), "for": (float, False)}),
+    "switch_down": ("a switch", {"for": (float, False)}),
+    "controller_restart": ("true", {}),
+}
+MAX_STEPS = 10_000
+
+
+@dataclasses.dataclass
+class Fault:
+    index: int
+    kind: str
+    target: object
+    at: float
+    params: dict
+
+    @property
+    def label(self):
+        if self.kind == "controller_restart":
+            return "controller restart"
+        target = self.target if isinstance(self.target, str) else ", ".join(map(str, self.target))
+        return f"{self.kind.replace('_', ' ')} {target}"
+
+
+@dataclasses.dataclass
+class Step:
+    t: float            # seconds after the origin
+    fault: int          # index of the fault it belongs to
+    action: str         # a Lab operation: link, rate, receiver, switch, controller
+    args: tuple
+    undo: bool = False  # the step ends (repairs) its fault
+
+
+def parse(entries):
+    """[Fault] from a scenario's `faults:` list; LabError naming the entry and field."""
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise LabError("scenario: faults must be a list of {at: SECONDS, KIND: TARGET, ...}")
+    return [_parse_one(i, entry) for i, entry in enumerate(entries)]
+
+
+def _parse_one(index, entry):
+    where = f"scenario: faults[{index}]"
+    if not isinstance(entry, dict):
+        raise LabError(f"{where} must be a mapping like {{at: 1.0, link_down: l1-s1}}")
+    kinds = [k for k in entry if k in KINDS]
+    if len(kinds) != 1:
+        raise LabError(f"{where} needs exactly one of {', '.join(KINDS)}; got keys {', '.join(map(str, entry))}")
+    kind = kinds[0]
+    meaning, allowed = KINDS[kind]
+    unknown = set(entry) - {"at", kind} - set(allowed)
+    if unknown:
+        raise LabError(f"{where} ({kind}): unknown field {sorted(unknown)[0]!r} "
+                       f"(allowed: at, {', '.join(allowed) or 'nothing else'})")
+    at = _number(entry.get("at"), f"{where}.at", float, low=0.0)
+    params = {}
+    for name, (kind_type, required) in allowed.items():
+        if name not in entry:
+            if required:
+                raise LabError(f"{where} ({kind}): missing {name}")
+            continue
+        params[name] = _number(entry[name], f"{where}.{name}", kind_type, low=0 if name == "seed" else 0.0 if kind_type is float else 1,
+                               positive=name in ("for", "mbtf", "mtbf", "duration", "rate_mbps", "fraction",
+                                                 "until", "count"))
+    target = entry[kind]
+    if kind == "controller_restart":
+        if target is not True:
+            raise LabError(f"{where}: controller_restart takes `true`")
+    elif kind == "random_flaps":
+        if target != "fabric" and not (isinstance(target, list) and target and all(isinstance(t, str) for t in target)):
+            raise LabError(f"{where}: random_flaps takes `fabric` or a list of links like [l1-s1, l2-s2]")
+        if params["until"] <= at:
+            raise LabError(f"{where}: random_flaps until ({params['until']:g} s) must come after at ({at:g} s)")
+    elif not isinstance(target, str) or not target:
+        raise LabError(f"{where}: {kind} takes {meaning}, got {target!r}")
+    if kind == "degrade" and ("rate_mbps" in params) == ("fraction" in params):
+        raise LabError(f"{where}: degrade takes one of rate_mbps or fraction")
+    for name in ("fraction",):
+        if name in params and params[name] > 1:
+            raise LabError(f"{where}.{name} must be in (0, 1], got {params[name]:g}")
+    return Fault(index, kind, target, at, params)
+
+
+def _number(value, where, kind, low, positive=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise LabError(f"{where} must be a {'whole ' if kind is int else ''}number, got {value!r}")
+    if value < low or (positive and value <= 0):
+        raise LabError(f"{where} must be {'> 0' if positive else f'>= {low:g}'}, got {value!r}")
+    return kind(value)
+
+
+def split_link(text):
+    """`l1-s1` or `l1-s1#2` -> (node1, node2, member or None)."""
+    member = None
+    if "#" in text:
+        text, _, number = text.partition("#")
+        if not number.isdigit() or int(number) < 1:
+            raise LabError(f"bad link member in {text}#{number!r}: use A-B#N with N >= 1")
+        member = int(number) - 1
+    nodes = text.split("-")
+    if len(nodes) != 2 or not all(nodes):
+        raise LabError(f"bad link {text!r}: write it as A-B, e.g. l1-s1")
+    return nodes[0], nodes[1], member
+
+
+def resolve(fault, lab):
+    """Check a fault against the lab's fabric (nodes, links, hosts) without touching it; returns
+    the links a link fault names, [] otherwise."""
+    where = f"scenario: faults[{fault.index}] ({fault.kind})"
+    try:
+        if fault.kind in ("link_down", "link_up", "flap", "degrade"):
+            return lab.resolve_link(*split_link(fault.target))
+        if fault.kind == "random_flaps":
+            if fault.target == "fabric":
+                return list(lab.fabric.fabric_links)
+            return [link for text in fault.target for link in lab.resolve_link(*split_link(text))]
+        if fault.kind == "slow_receiver" and fault.target not in lab.fabric.hosts:
+            raise LabError(f"no host {fault.target!r}")
+        if fault.kind == "switch_down" and fault.target not in lab.fabric.switches:
+            raise LabError(f"no switch {fault.target!r}")
+    except LabError as exc:
+        raise LabError(f"{where}: {exc}") from None
+    return []
+
+
+def random_flap_times(links, mtbf_s, duration_s, start, until, rng, limit=MAX_STEPS):
+    """[(time down, link)] for links failing independently with exponential gaps of mean mtbf_s
+    (counted from the end of the previous flap of the same link), each down for duration_s.
+    LabError past `limit` flaps, before drawing them all."""
+    out = []
+    for link in links:
+        t = start + rng.expovariate(1 / mtbf_s)
+        while t < until:
+            out.append((t, link))
+            if len(out) > limit:
+                raise LabError(f"random flaps: more than {limit} flaps between {start:g} and {until:g} s; "
+                               f"raise mtbf or shorten the window")
+            t += duration_s + rng.expovariate(1 / mtbf_s)
+    return sorted(out, key=lambda item: item[0])
+
+
+def steps(faults, lab):
+    """The timeline: every fault expanded into Lab operations at their times, sorted."""
+    out = []
+    for fault in faults:
+        links = resolve(fault, lab)
+        p, at, i = fault.params, fault.at, fault.index
+        if fault.kind in ("link_down", "link_up"):
+            up = fault.kind == "link_up"
+            out.append(Step(at, i, "link", (links, up)))
+            if "for" in p:
+                out.append(Step(at + p["for"], i, "link", (links, not up), undo=True))
+        elif fault.kind == "flap":
+            t = at
+            for _ in range(p.get("count", 1)):
+                out.append(Step(t, i, "link", (links, False)))
+                t += p.get("down", 1.0)
+                out.append(Step(t, i, "link", (links, True), undo=True))
+                t += p.get("up", 1.0)
+        elif fault.kind == "random_flaps":
+            rng = random.Random(p.get("seed", 1))
+            try:
+                times = random_flap_times(links, p["mtbf"], p["duration"], at, p["until"], rng,
+                                          MAX_STEPS // 2 - len(out))
+            except LabError:
+                raise LabError(_too_many(i)) from None
+            for t, link in times:
+                out.append(Step(t, i, "link", ([link], False)))
+                out.append(Step(t + p["duration"], i, "link", ([link], True), undo=True))
+        elif fault.kind == "degrade":
+            rate = p.get("rate_mbps") or links[0].rate_mbps * p["fraction"]
+            out.append(Step(at, i, "rate", (links, rate)))
+            if "for" in p:
+                out.append(Step(at + p["for"], i, "rate", (links, None), undo=True))
+        elif fault.kind == "slow_receiver":
+            out.append(Step(at, i, "receiver", (fault.target, p["fraction"])))
+            if "for" in p:
+                out.append(Step(at + p["for"], i, "receiver", (fault.target, None), undo=True))
+        elif fault.kind == "switch_down":
+            out.append(Step(at, i, "switch", (fault.target, False)))
+            if "for" in p:
+                out.append(Step(at + p["for"], i, "switch", (fault.target, True), undo=True))
+        elif fault.kind == "controller_restart":
+            out.append(Step(at, i, "controller", ()))
+        if len(out) > MAX_STEPS:
+            raise LabError(_too_many(i))
+    return sorted(out, key=lambda s: s.t)
+
+
+def _too_many(index):
+    return (f"scenario: faults[{index}] expands to more than {MAX_STEPS} link changes; "
+            f"raise mtbf or shorten the window")
+
+
+def apply(lab, step):
+    """Run one step on the lab (without waiting for the controller: the timeline keeps time)."""
+    if step.action == "link":
+        links, up = step.args
+        lab._set_links(links, up, False, 0, "")
+    elif step.action == "rate":
+        links, rate = step.args
+        for link in links:
+            lab._reshape(link, rate)
+        lab._log("degrade" if rate else "restore_rate", ", ".join(link.label for link in links), rate_mbps=rate)
+    elif step.action == "receiver":
+        lab.slow_receiver(*step.args)
+    elif step.action == "switch":
+        name, up = step.args
+        lab.set_switch(name, up, wait=False)
+    elif step.action == "controller":
+        lab.restart_controller()
+
+
+class Timeline(threading.Thread):
+    """Applies steps at origin + t (wall clock). `origin` is set by start_at(); stop() ends it
+    early. Errors are kept and re-raised by join_checked()."""
+
+    def __init__(self, lab, steps_):
+        super().__init__(daemon=True, name="fault-timeline")
+        self.lab, self.steps = lab, steps_
+        self.origin = None
+        self.applied = []          # (step, wall time applied)
+        self.error = None
+        self._go = threading.Event()
+        self._halt = threading.Event()
+
+    def start_at(self, origin):
+        self.origin = origin
+        self._go.set()
+
+    def stop(self):
+        self._halt.set()
+        self._go.set()
+
+    def run(self):
+        self._go.wait()
+        try:
+            for step in self.steps:
+                if self._halt.is_set():
+                    return
+                delay = self.origin + step.t - time.time()
+                if delay > 0 and self._halt.wait(delay):
+                    return
+                began = time.time()          # when the fault struck, not when the call returned
+                apply(self.lab, step)
+                self.applied.append((step, began))
+        except Exception as exc:               # noqa: BLE001 - re-raised by join_checked
+            self.error = exc
+
+    def join_checked(self, timeout=30.0):
+        self.stop()
+        self.join(timeout)
+        if self.error is not None:
+            raise LabError(f"fault timeline failed: {self.error}")

@@ -1,0 +1,48 @@
+"""How traffic took a fault: the delivered rate before it, how far it fell, and how long it took to
+come back (seed 002 6.5: recovery time of a flap; seed 000 6.3: link flaps seen by the job).
+
+The input is the total rate the NICs received, in bins (PortSeries.delivered): what the fabric
+delivered to the collective, whatever path it took.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+LOOKBACK_S = 0.5          # the baseline is the mean over this long before the fault
+FALL = 0.5                # "hit": a bin below half the baseline
+BASELINE_FLOOR = 0.05     # a baseline under 5 % of the run's peak is start-up, not a baseline
+
+
+def impact(times, mbps, fault_at, end=None, lookback_s=LOOKBACK_S, fall=FALL):
+    """Seconds and Mbit/s around one fault at series time `fault_at` (bins of `times`/`mbps`, up
+    to `end`): baseline before it, the lowest bin after it, whether the rate fell below `fall` x
+    baseline, the recovery time (from the fault to the first bin back at or above that line; 0
+    when it never fell, None when it never came back) and the mean rate from then on."""
+    end = times[-1] + (times[1] - times[0] if len(times) > 1 else 0) if end is None else end
+    before = [m for t, m in zip(times, mbps) if fault_at - lookback_s <= t and t + _width(times) <= fault_at]
+    after = [(t, m) for t, m in zip(times, mbps) if t >= fault_at and t < end]
+    base = statistics.fmean(before) if before else 0.0
+    if not after or base <= BASELINE_FLOOR * max(mbps, default=0.0):
+        return {"baseline_mbps": None, "recovery_s": None,
+                "note": "no traffic before the fault to compare with" if after else "no traffic after the fault"}
+    low_t, low = min(after, key=lambda p: p[1])
+    fell, back_at = False, None
+    for t, m in after:
+        if m < fall * base:
+            fell = True
+        elif fell:
+            back_at = t
+            break
+    recovery = 0.0 if not fell else (None if back_at is None else round(back_at - fault_at, 3))
+    settled_from = fault_at if not fell else back_at
+    settled = [m for t, m in after if settled_from is not None and t >= settled_from]
+    settled_mbps = statistics.fmean(settled) if settled else None
+    return {"baseline_mbps": round(base, 3), "min_mbps": round(low, 3), "min_at_s": round(low_t - fault_at, 3),
+            "fell": fell, "recovery_s": recovery,
+            "after_mbps": None if settled_mbps is None else round(settled_mbps, 3),
+            "retained": None if settled_mbps is None or base <= 0 else round(settled_mbps / base, 3)}
+
+
+def _width(times):
+    return times[1] - times[0] if len(times) > 1 else 0.0

@@ -1,0 +1,66 @@
+"""Scenarios on real fabrics: a flap is seen, timed and reported; the symmetry check finds a
+degraded uplink and nothing on a healthy fabric. Fabrics come from the fabriclab pytest plugin
+(shared by this module's tests; tests/lab/test_scenario_cli.py builds its own)."""
+
+import csv
+import pathlib
+import pytest
+
+from fabriclab import report
+
+pytestmark = pytest.mark.lab
+
+HERE = pathlib.Path(__file__).resolve().parent
+TWO_BY_TWO = str(HERE.parent / "two_by_two.yaml")
+EXAMPLES = HERE.parents[1] / "examples" / "scenarios"
+
+
+def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
+    lab = lab_for(TWO_BY_TWO)
+    doc = run_scenario({
+        "name": "flap", "spec": TWO_BY_TWO, "duration_s": 3.0,
+        "jobs": [{"name": "ring", "collective": "allreduce", "sizes": ["256K"], "qps": 4,
+                  "hosts": ["h1", "h3", "h2", "h4"]}],
+        "faults": [{"at": 1.0, "flap": "l1-s1", "count": 1, "down": 0.8, "up": 0.5}],
+    }, lab=lab)
+    run = doc["runs"][0]
+    fault = run["faults"][0]
+    assert 0.95 <= fault["at_s"] <= 1.3 and 1.75 <= fault["until_s"] <= 2.2
+    assert [e["event"] for e in fault["events"]] == ["l1-s1 down", "l1-s1 up"]
+    hit = fault["impact"]
+    assert hit["baseline_mbps"] > 5 and hit["recovery_s"] is not None and hit["recovery_s"] < 2.0, (hit, run["jobs"])
+    # the link carried nothing while it was down (the CSV's time is series time: origin_s + t)
+    folder = pathlib.Path(doc["folder"])
+    with open(folder / run["files"]["links_csv"]) as fh:
+        rows = list(csv.DictReader(fh))
+    down = [float(r["l1>s1"]) for r in rows
+            if run["origin_s"] + fault["at_s"] + 0.1 <= float(r["t_s"]) <= run["origin_s"] + fault["until_s"] - 0.1]
+    assert down and max(down) < 0.1
+    assert run["telemetry"]["sampling"]["reached_median_s"] < 0.01
+    assert not lab.injected()["links_down"]              # the run repaired its fault
+    # the report renders again from the folder alone, and compare reads it
+    for png in folder.glob("*.png"):
+        png.unlink()
+    text = report.render(folder).read_text()
+    assert "flap" in text and "l1-s1" in text and (folder / "throughput-ecmp-r1.png").exists()
+    assert "ring" in report.compare([folder])
+
+
+def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for, run_scenario, tmp_path):
+    from fabriclab import scenario
+
+    lab = lab_for("routing", "te")
+    sc = scenario.load(EXAMPLES / "degraded_uplink.yaml")
+
+    def l1_flags(doc):
+        return {(member, metric) for group, member, _dev, metric in doc["runs"][0]["telemetry"]["outliers"]
+                if group == "l1 uplinks"}
+
+    degraded = scenario.run(sc, tmp_path / "degraded", lab=lab)
+    assert l1_flags(degraded) == {("l1>s1", "busy")}
+    sc.faults = []
+    healthy = scenario.run(sc, tmp_path / "healthy", lab=lab)
+    assert l1_flags(healthy) == set()
+    busy = next(g for g in healthy["runs"][0]["telemetry"]["symmetry"]
+                if g["group"] == "l1 uplinks" and g["metric"] == "busy")
+    assert min(busy["members"].values()) > 5          # every uplink ran near its 10 Mbit/s
