@@ -23,6 +23,7 @@ import threading
 import time
 
 from fabriclab.errors import LabError
+from fabriclab.queues.sampler import sample_on_grid
 
 SYS_NET = "/sys/class/net"
 MIN_INTERVAL_S = 0.001
@@ -90,16 +91,8 @@ class PortSampler:
         return self
 
     def _run(self):
-        next_at = self.t0 + self.interval_s
-        try:
-            while not self._stop.is_set() and len(self.times) < self.max_samples:
-                delay = next_at - time.monotonic()
-                if delay > 0 and self._stop.wait(delay):
-                    break
-                self._sample()
-                next_at = max(next_at + self.interval_s, time.monotonic())
-        except Exception as exc:                   # noqa: BLE001 - reported by stop()
-            self.error = exc
+        self.error = sample_on_grid(self.t0, self.interval_s, self._stop, self._sample,
+                                    lambda: len(self.times) < self.max_samples)
 
     def _sample(self):
         now = time.monotonic()

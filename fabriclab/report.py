@@ -348,6 +348,9 @@ def _run_plots(folder, scale, run, index):
         out += [f"![NIC histograms, {label}](nics-{slug}.png)", ""]
     else:
         notes.append("no NIC histograms recorded: NIC plot skipped")
+    queues_png = (run.get("files") or {}).get("queues_plot")
+    if queues_png and (folder / queues_png).exists():      # drawn at run time from the queue samples
+        out += [f"![lossless queues, marks and pauses by hop, {label}]({queues_png})", ""]
     return out + [f"- {n}" for n in notes] + ([""] if notes else [])
 
 

@@ -399,8 +399,13 @@ def _run_result(lab, scenario, routing, repetition, folder, runs, series, qserie
     files = {"links_csv": f"links-{slug}.csv"}
     series.write_csv(folder / files["links_csv"], bin_s)
     if qseries is not None:
+        from fabriclab.experiments import figures
+
         files["queues_csv"] = f"queues-{slug}.csv"
         qseries.write_csv(folder / files["queues_csv"])
+        files["queues_plot"] = f"queues-{slug}.png"
+        figures.queue_timeline(qseries, folder / files["queues_plot"], f"{routing} run {repetition}: lossless "
+                               f"queues, marks and pauses by hop", origin=origin_wall - qseries.wall0)
     return {
         "routing": routing, "repetition": repetition, "slug": slug,
         "origin_s": round(origin, 4), "end_s": round(end, 4), "bin_s": bin_s,

@@ -106,9 +106,15 @@ def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
             # the fault lands a fixed time into the measured iterations (after agent start-up)
             timer = threading.Thread(target=_after_start, args=(lab, inject), daemon=True)
             timer.start()
+        placement = {}
+        done = threading.Event()
+        te_watch = threading.Thread(target=_te_while_running, args=(lab, placement, done), daemon=True)
+        te_watch.start()
         try:
             run = run_collective(lab, case.measured().spec, name="job-ring")
         finally:
+            done.set()
+            te_watch.join(5)
             series = sampler.stop()
             if timer is not None:
                 timer.join(5)
@@ -118,7 +124,7 @@ def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
                   "jobs": {"ring": job_summary(run)},
                   "uplinks": run.sizes[0]["balance"]["up"], "downlinks": run.sizes[0]["balance"]["down"],
                   "links": run.sizes[0]["links"], "stage": lab.stage_stats(),
-                  "te": _te_summary(lab.te_placement())}
+                  "te": _te_summary(placement.get("last"))}
         if case.fault and "at" in fault:
             at, end = series.to_series_time(fault["at"]), series.to_series_time(run.traffic_window[1])
             hit = recovery.impact(*series.delivered(BIN_S), at, end)
@@ -133,6 +139,15 @@ def run_cases(lab, cases_, sample_s=SAMPLE_S, folder=None, progress=None):
                                                  "max_mbps": round(max(after), 3), "min_mbps": round(min(after), 3)}}
         results.append(result)
     return results
+
+
+def _te_while_running(lab, placement, done):
+    """Keep TE's last placement that includes the ring job: once the launcher retracts the job at
+    its end, TE recomputes without it, so reading the placement afterwards races that."""
+    while not done.wait(0.1):
+        current = lab.te_placement()
+        if current and "job-ring" in (current.get("jobs") or []):
+            placement["last"] = current
 
 
 def _after_start(lab, inject):

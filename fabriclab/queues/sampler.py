@@ -30,6 +30,23 @@ MIN_INTERVAL_S = 0.001
 MAX_SAMPLES = 200_000
 
 
+def sample_on_grid(t0, interval_s, stop, sample, more):
+    """Call sample() at t0 + k * interval_s until `stop` is set or more() is false; returns the
+    exception that ended it, if any (the sampler reports it when stopped)."""
+    next_at = t0 + interval_s
+    try:
+        while not stop.is_set() and more():
+            delay = next_at - time.monotonic()
+            if delay > 0 and stop.wait(delay):
+                break
+            sample()
+            # Fixed grid; after a stall, resume from now rather than bursting to catch up.
+            next_at = max(next_at + interval_s, time.monotonic())
+    except Exception as exc:                   # noqa: BLE001 - returned to the sampler
+        return exc
+    return None
+
+
 class QueueSampler:
     def __init__(self, model, interval_s=0.005, max_samples=MAX_SAMPLES):
         if not interval_s >= MIN_INTERVAL_S:
@@ -54,17 +71,8 @@ class QueueSampler:
         return self
 
     def _run(self):
-        next_at = self.t0 + self.interval_s
-        try:
-            while not self._stop.is_set() and len(self.times) < self.max_samples:
-                delay = next_at - time.monotonic()
-                if delay > 0 and self._stop.wait(delay):
-                    break
-                self._sample()
-                # Fixed grid; after a stall, resume from now rather than bursting to catch up.
-                next_at = max(next_at + self.interval_s, time.monotonic())
-        except Exception as exc:                   # noqa: BLE001 - reported by stop()
-            self.error = exc
+        self.error = sample_on_grid(self.t0, self.interval_s, self._stop, self._sample,
+                                    lambda: len(self.times) < self.max_samples)
 
     def _sample(self):
         values = self.model.datapath.stats.lookup_all(len(self.rows))

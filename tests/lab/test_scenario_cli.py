@@ -52,3 +52,18 @@ def test_failure_commands_at_the_prompt(tmp_path):
     assert "fabriclab top: tiny" in out and "l1 uplinks" in out        # the live view
     assert "controller ecmp restarted" in out and "every link up and at its spec rate" in out
     assert "1 received" in out and "error" not in out.lower()
+
+
+def test_a_scenario_on_a_queue_model_spec_records_and_plots_its_queues(tmp_path, run_scenario):
+    spec = tmp_path / "pfc.yaml"
+    spec.write_text("name: scq\nkind: leafspine\nleaves: 2\nspines: 1\nhosts_per_leaf: 2\nnics_per_host: 1\n"
+                    "host_rate: 10Mbit\nfabric_rate: 10Mbit\nqueues: {pfc: {enabled: true, watchdog_ms: 0}}\n")
+    doc = run_scenario({"name": "incast", "spec": str(spec),
+                        "jobs": [{"name": "gather", "collective": "gather", "sizes": ["256K"],
+                                  "hosts": ["h2", "h1", "h3", "h4"], "iterations": 2, "warmup": 0}]})
+    run = doc["runs"][0]
+    folder = tmp_path / "scenario"
+    assert (folder / run["files"]["queues_csv"]).stat().st_size > 0
+    assert (folder / run["files"]["queues_plot"]).read_bytes().startswith(b"\x89PNG")
+    assert any(row["pause_tx"] > 0 for row in run["queues"])          # 3:1 into h2 pauses upstream
+    assert run["files"]["queues_plot"] in (folder / "report.md").read_text()
