@@ -18,17 +18,17 @@ EXAMPLES = HERE.parents[1] / "examples" / "scenarios"
 def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
     lab = lab_for(TWO_BY_TWO)
     doc = run_scenario({
-        "name": "flap", "spec": TWO_BY_TWO, "duration_s": 3.0,
+        "name": "flap", "spec": TWO_BY_TWO, "duration_s": 3.5,
         "jobs": [{"name": "ring", "collective": "allreduce", "sizes": ["256K"], "qps": 4,
                   "hosts": ["h1", "h3", "h2", "h4"]}],
-        "faults": [{"at": 1.0, "flap": "l1-s1", "count": 1, "down": 0.8, "up": 0.5}],
+        "faults": [{"at": 1.5, "flap": "l1-s1", "count": 1, "down": 0.8, "up": 0.5}],
     }, lab=lab)
     run = doc["runs"][0]
     fault = run["faults"][0]
-    assert 0.95 <= fault["at_s"] <= 1.3 and 1.75 <= fault["until_s"] <= 2.2
+    assert 1.45 <= fault["at_s"] <= 1.8 and 2.25 <= fault["until_s"] <= 2.7
     assert [e["event"] for e in fault["events"]] == ["l1-s1 down", "l1-s1 up"]
     hit = fault["impact"]
-    assert hit["baseline_mbps"] > 5 and hit["recovery_s"] is not None and hit["recovery_s"] < 2.0, (hit, run["jobs"])
+    assert hit["baseline_mbps"] > 1 and hit["recovery_s"] is not None and hit["recovery_s"] < 2.0, (hit, run["jobs"])
     # the link carried nothing while it was down (the CSV's time is series time: origin_s + t)
     folder = pathlib.Path(doc["folder"])
     with open(folder / run["files"]["links_csv"]) as fh:
