@@ -230,13 +230,9 @@ def _too_many(index):
 def apply(lab, step):
     """Run one step on the lab (without waiting for the controller: the timeline keeps time)."""
     if step.action == "link":
-        links, up = step.args
-        lab._set_links(links, up, False, 0, "")
+        lab.set_links(*step.args, wait=False)
     elif step.action == "rate":
-        links, rate = step.args
-        for link in links:
-            lab._reshape(link, rate)
-        lab._log("degrade" if rate else "restore_rate", ", ".join(link.label for link in links), rate_mbps=rate)
+        lab.reshape_links(*step.args)
     elif step.action == "receiver":
         lab.slow_receiver(*step.args)
     elif step.action == "switch":

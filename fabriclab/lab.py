@@ -183,10 +183,11 @@ class Lab:
     def set_link(self, node1, node2, up, member=None, wait=True, timeout=10.0):
         """Take the link(s) between two nodes down or up; wait for the controller to reprogram."""
         links = self.resolve_link(node1, node2, member)
-        self._set_links(links, up, wait, timeout, f"{node1}-{node2}")
+        self.set_links(links, up, wait, timeout, f"{node1}-{node2}")
         return links
 
-    def _set_links(self, links, up, wait, timeout, what, event=None):
+    def set_links(self, links, up, wait=True, timeout=10.0, what="the links", event=None):
+        """Take resolved Link objects down or up (logged); wait for the controller when asked."""
         before = self.controller.status().get("generation", 0)
         # Only links that change state move the controller (bringing up an up link is a no-op).
         changed = [link for link in links if (link.key in self._down) == up]
@@ -210,7 +211,10 @@ class Lab:
     def set_rate(self, node1, node2, rate_mbps, member=None):
         """Shape the link(s) between two nodes to rate_mbps (a degraded link); None restores the
         spec's rate. Routing does not change: a degraded link stays up, as a flaky optic does."""
-        links = self.resolve_link(node1, node2, member)
+        return self.reshape_links(self.resolve_link(node1, node2, member), rate_mbps)
+
+    def reshape_links(self, links, rate_mbps):
+        """Shape resolved Link objects to rate_mbps (None: the spec's rate), logged."""
         if rate_mbps is not None and (isinstance(rate_mbps, bool) or not rate_mbps > 0):
             raise LabError(f"rate must be > 0 Mbit/s, got {rate_mbps!r}")
         for link in links:
@@ -245,7 +249,7 @@ class Lab:
         if name not in self.fabric.switches:
             raise LabError(f"no switch {name!r} in fabric {self.fabric.spec.name!r}")
         links = [link for link in self.fabric.links if name in (link.a, link.b)]
-        self._set_links(links, up, wait, timeout, f"switch {name}", ("switch_up" if up else "switch_down", name))
+        self.set_links(links, up, wait, timeout, f"switch {name}", ("switch_up" if up else "switch_down", name))
         return links
 
     def restart_controller(self, timeout=30.0):
@@ -264,7 +268,7 @@ class Lab:
         for link, nodes in list(self._reshaped.values()):
             self._reshape(link, None, nodes)
         if self._down:
-            self._set_links(list(self._down.values()), True, wait, timeout, "the restored links")
+            self.set_links(list(self._down.values()), True, wait, timeout, "the restored links")
 
     def injected(self):
         """What the lab's faults changed and has not yet repaired: links down, links reshaped."""

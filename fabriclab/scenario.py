@@ -306,7 +306,7 @@ def run_once(lab, scenario, routing, repetition, folder, tick=None):
                                daemon=True, name="scenario-origin")
     ports = PortSampler(lab.fabric, sample_s).start()
     queues = QueueSampler(lab.queues, sample_s).start() if lab.queues is not None else None
-    series = qseries = None
+    qseries = None
     ticker = _Ticker(tick, origin, timeline, scenario.duration_s) if tick else None
     try:
         timeline.start()

@@ -369,14 +369,14 @@ class StubLab:
     def __init__(self):
         self.calls = []
 
-    def _set_links(self, links, up, wait, timeout, what):
+    def set_links(self, links, up, wait=True, timeout=10.0, what="", event=None):
         self.calls.append(("link", tuple(links), up, wait))
 
-    def _reshape(self, link, rate):
-        self.calls.append(("reshape", link.label, rate))
-
-    def _log(self, event, what, **fields):
-        self.calls.append(("log", event, what, fields))
+    def reshape_links(self, links, rate):
+        for link in links:
+            self.calls.append(("reshape", link.label, rate))
+        self.calls.append(("log", "degrade" if rate else "restore_rate",
+                           ", ".join(link.label for link in links), {"rate_mbps": rate}))
 
     def slow_receiver(self, host, fraction):
         self.calls.append(("receiver", host, fraction))
