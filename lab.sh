@@ -2,7 +2,8 @@
 # fabriclab's entry point: set the machine up, then run the demo or the tests.
 #
 #   sudo ./lab.sh demo [args...]     set up, then `fabriclab demo args...`
-#   sudo ./lab.sh test [pytest...]   set up, then pytest on tests/ (exit code is pytest's)
+#   sudo ./lab.sh test [pytest...]   set up, then pytest on tests/ and, without arguments, the
+#                                    full-kernel tier's selection too (fabriclab fullkernel test)
 #   sudo ./lab.sh bootstrap          only set up
 #
 # Setting up means: a Python that can make venvs (apt), the lab's venv (FABRICLAB_VENV, default
@@ -105,6 +106,17 @@ case "$cmd" in
         done
         say "running: pytest ${paths[*]} -rs $*"
         # pytest's own exit code, unchanged: 5 ("no tests collected") is a failure.
-        exec "$VENV/bin/python" -m pytest "${paths[@]}" -rs "$@"
+        if [ $# -gt 0 ]; then
+            exec "$VENV/bin/python" -m pytest "${paths[@]}" -rs "$@"
+        fi
+        # The whole suite also runs the full-kernel tier's selection (the `fullkernel` lab tests on
+        # a kernel with OVS, RED, netem and rdma_rxe: a virtme-ng guest here, natively in the VM).
+        rc=0
+        "$VENV/bin/python" -m pytest tests -rs || rc=$?
+        say "running the full-kernel tier: fabriclab fullkernel test (-m fullkernel tests/lab)"
+        tier_rc=0
+        "$VENV/bin/fabriclab" fullkernel test || tier_rc=$?
+        [ "$rc" -ne 0 ] && exit "$rc"
+        exit "$tier_rc"
         ;;
 esac

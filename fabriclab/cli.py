@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "fabriclab.experiments.cli",
     "fabriclab.scenario_cmd",
     "fabriclab.report",
+    "fabriclab.fullkernel",
 ]
 
 

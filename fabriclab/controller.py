@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from fabriclab import patience
 from fabriclab.apps import APPS, RoutingError, parse_routing
 from fabriclab.errors import LabError
 
@@ -43,6 +44,7 @@ class Controller:
         self.log_path = run.path("controller.log")
 
     def start(self, timeout=20.0):
+        timeout = patience.scaled(timeout)
         self.fabric_path.write_text(self.fabric.to_json())
         self.port = self.port or free_port()      # a restart keeps the port the switches know
         log = open(self.log_path, "a")
@@ -86,6 +88,7 @@ class Controller:
 
     def wait(self, predicate, timeout, what):
         """Poll the status file until predicate(status) holds; LabError naming `what` otherwise."""
+        timeout = patience.scaled(timeout)
         deadline = time.monotonic() + timeout
         status = {}
         while time.monotonic() < deadline:

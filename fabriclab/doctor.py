@@ -503,14 +503,21 @@ def register(subparsers):
 
 
 def run_doctor(args):
+    from fabriclab import fullkernel
+
     caps = probe()
     mechs = mechanisms(caps)
+    tier = fullkernel.probe()
     if args.format == "json":
-        print(render_json(caps, mechs))
+        doc = json.loads(render_json(caps, mechs))
+        doc["fullkernel_tier"] = dataclasses.asdict(tier)
+        print(json.dumps(doc, indent=2))
     else:
         print(f"kernel {caps.kernel}; OVS bridges will use datapath_type="
               f"{ovs_datapath_type(caps)}")
         print(render_table(mechs))
+        state = f"available ({tier.how}, kernel {tier.kernel})" if tier.available else "unavailable"
+        print(f"full-kernel test tier: {state}: {tier.note}")
     missing = missing_required(mechs)
     if missing:
         print("fabriclab doctor: " + _missing_message(missing), file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Shared test set-up: lab tests (marked `lab`) need root and are skipped, with the reason, without it."""
+"""Shared test set-up: lab tests (marked `lab`) need root and are skipped, with the reason, without
+it; the run ends with the mechanisms the `fullkernel` tests ran, and the tier they ran on."""
 
 import os
 
@@ -16,3 +17,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("lab") is not None:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "mechanism":
+                    lines.append(f"{report.nodeid.split('::')[-1]}: {value}")
+    if lines:
+        tier = "full" if os.environ.get("FABRICLAB_TIER") == "full" else "minimal"
+        terminalreporter.write_sep("-", f"mechanisms the fullkernel tests ran (tier: {tier} kernel)")
+        for line in sorted(lines):
+            terminalreporter.write_line(line)

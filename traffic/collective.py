@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fabriclab import cpuload, telemetry
+from fabriclab import cpuload, patience, telemetry
 from fabriclab.errors import LabError
 from fabriclab.units import human_size
 from fabriclab.traffic import roce, schedules
@@ -328,7 +328,7 @@ class Launcher:
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             self.lab.run.add_process(proc.pid, "collective-agent", AGENT_MODULE)
             self.links[rank.rank] = _AgentLink(rank.rank, proc)
-        self._gather("hello", range(len(self.ranks)), HELLO_TIMEOUT_S, "start")
+        self._gather("hello", range(len(self.ranks)), patience.scaled(HELLO_TIMEOUT_S), "start")
         if hasattr(self.lab, "announce_job"):
             self.lab.announce_job(self.name, self.placement_pairs())
         self.announced = True
@@ -450,7 +450,7 @@ class Launcher:
         if all(link.sock for link in self.links.values()):
             for link in self.links.values():
                 link.send({"stop": True})
-            finals = self._gather("final", list(self.links), FINAL_TIMEOUT_S, "stopping")
+            finals = self._gather("final", list(self.links), patience.scaled(FINAL_TIMEOUT_S), "stopping")
         return finals
 
     def cleanup(self):
@@ -496,7 +496,7 @@ class Launcher:
                 label = f"{spec.collective} {human_size(schedule.size)}"
                 for link in self.links.values():
                     link.send({"prepare": index})
-                self._gather("ready", everyone, READY_TIMEOUT_S, f"preparing {label}")
+                self._gather("ready", everyone, patience.scaled(READY_TIMEOUT_S), f"preparing {label}")
                 ideal = self.ideal_time(schedule)
                 timeout = ideal * spec.timeout_factor + 4 * self.ack_timeout + 2.0
                 iterations = []
