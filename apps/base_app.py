@@ -14,10 +14,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pathlib
 import threading
 import time
 
 from os_ken.base import app_manager
+from os_ken.lib import hub
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib.packet import arp, ethernet, packet
@@ -26,6 +28,8 @@ from os_ken.ofproto import ofproto_v1_5
 from fabriclab.apps.ecmp import FailoverGroup, diff
 from fabriclab.apps.linkstate import LinkState
 from fabriclab.apps.ovs_groups import SelectionMethodProperty
+from fabriclab.apps.steering import (SERVICE_MAC, ReplicateGroup, SteeringError, arp_addresses, merged,
+                                     steering_state)
 from fabriclab.topologies.fabric import Fabric
 
 # Set by the lab's controller runner (fabriclab.apps.runner) for the process it starts.
@@ -76,7 +80,12 @@ class FabricApp(app_manager.OSKenApp):
         self.unknown_dpids = set()
         self.switch_errors = []    # OpenFlow errors the switches returned, newest last
         self.lock = threading.RLock()
+        folder = pathlib.Path(self.status_path).parent if self.status_path else pathlib.Path(".")
+        self.steering_path = folder / "steering.json"
+        self.steering = {"generation": None, "error": "", "addresses": {}}
+        self.steering_state, self._steering_mtime = {}, None
         self._write_status()
+        hub.spawn(self._watch_steering)
 
     def make_routing(self):
         """The routing class for this app (subclasses with options override this)."""
@@ -180,7 +189,7 @@ class FabricApp(app_manager.OSKenApp):
     # -- routing ------------------------------------------------------------------------------------
     def _recompute(self):
         self.generation += 1
-        desired = self.routing.desired(self.links.down_links())
+        desired = merged(self.routing.desired(self.links.down_links()), self.steering_state)
         self.before_program(desired)
         for name, dp in self.datapaths.items():
             if name not in self.links.connected:
@@ -222,6 +231,12 @@ class FabricApp(app_manager.OSKenApp):
                     parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_GROUP, watch=group.backup)])]
             command = ofp.OFPGC_ADD if kind == "group_add" else ofp.OFPGC_MODIFY
             return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_FF, group_id=gid, buckets=buckets)
+        if kind in ("group_add", "group_mod") and isinstance(op[2], ReplicateGroup):
+            _, gid, group = op
+            buckets = [parser.OFPBucket(bucket_id=i, actions=FabricApp._rewrite_actions(parser, b.mac, b.ip, b.port))
+                       for i, b in enumerate(group.buckets)]
+            command = ofp.OFPGC_ADD if kind == "group_add" else ofp.OFPGC_MODIFY
+            return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_ALL, group_id=gid, buckets=buckets)
         if kind in ("group_add", "group_mod"):
             _, gid, ports = op
             # Buckets watch their port: OVS skips a dead local member before we recompute.
@@ -244,11 +259,44 @@ class FabricApp(app_manager.OSKenApp):
             actions = [parser.OFPActionOutput(action[1])]
         elif action[0] == "group":
             actions = [parser.OFPActionGroup(action[1])]
+        elif action[0] == "rewrite":
+            actions = FabricApp._rewrite_actions(parser, *action[1:])
         else:
             actions = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
         return parser.OFPFlowMod(dp, cookie=flow.cookie, priority=flow.priority, match=match,
                                  instructions=inst)
+
+    @staticmethod
+    def _rewrite_actions(parser, mac, ip, port):
+        # OVS fixes the IP and UDP checksums after a set_field on ipv4_dst.
+        return [parser.OFPActionSetField(eth_dst=mac), parser.OFPActionSetField(ipv4_dst=ip),
+                parser.OFPActionOutput(port)]
+
+    # -- steering (in-network services, see steering.py) -------------------------------------------
+    def _watch_steering(self):
+        while True:
+            time.sleep(0.05)
+            try:
+                mtime = os.stat(self.steering_path).st_mtime_ns
+            except OSError:
+                mtime = None
+            if mtime == self._steering_mtime:
+                continue
+            self._steering_mtime = mtime
+            try:
+                plan = json.loads(self.steering_path.read_text()) if mtime else {}
+                state = steering_state(self.fabric, plan)
+            except (OSError, ValueError, SteeringError) as exc:
+                with self.lock:
+                    self.steering["error"] = str(exc)
+                    self._write_status()
+                continue
+            with self.lock:
+                self.steering_state = state
+                self.steering = {"generation": plan.get("generation"), "error": "",
+                                 "addresses": arp_addresses(plan)}
+                self._recompute()
 
     # -- ARP ------------------------------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -263,11 +311,18 @@ class FabricApp(app_manager.OSKenApp):
         switch = self.fabric.switches.get(self.by_dpid.get(dp.id))
         target = self.fabric.ip_owner.get(req.dst_ip)
         # Answer only within the plane the request came from: planes are separate fabrics.
-        if switch is None or target is None or target.plane != switch.plane:
+        if switch is None:
             return
+        if target is not None and target.plane == switch.plane:
+            mac, ip = target.mac, target.ip
+        else:
+            owner = self.fabric.switches.get(self.steering["addresses"].get(req.dst_ip))
+            if owner is None or owner.plane != switch.plane:
+                return
+            mac, ip = SERVICE_MAC, req.dst_ip          # a switch's service or group address
         reply = packet.Packet()
-        reply.add_protocol(ethernet.ethernet(dst=req.src_mac, src=target.mac, ethertype=0x0806))
-        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=target.mac, src_ip=target.ip,
+        reply.add_protocol(ethernet.ethernet(dst=req.src_mac, src=mac, ethertype=0x0806))
+        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=mac, src_ip=ip,
                                    dst_mac=req.src_mac, dst_ip=req.src_ip))
         reply.serialize()
         ofp, parser = dp.ofproto, dp.ofproto_parser
@@ -300,6 +355,7 @@ class FabricApp(app_manager.OSKenApp):
             "unknown_dpids": sorted(self.unknown_dpids),
             "switch_errors": self.switch_errors[-20:],
             "events": self.link_events[-50:],
+            "steering": {k: v for k, v in self.steering.items() if k != "addresses"},
             **self.extra_status(),
         }
         tmp = f"{self.status_path}.tmp"
