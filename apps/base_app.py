@@ -28,7 +28,7 @@ from os_ken.ofproto import ofproto_v1_5
 from fabriclab.apps.ecmp import FailoverGroup, diff
 from fabriclab.apps.linkstate import LinkState
 from fabriclab.apps.ovs_groups import SelectionMethodProperty
-from fabriclab.apps.steering import (SERVICE_MAC, ReplicateGroup, SteeringError, arp_addresses, merged,
+from fabriclab.apps.steering import (IN_PORT, SERVICE_MAC, ReplicateGroup, SteeringError, arp_addresses, merged,
                                      steering_state)
 from fabriclab.topologies.fabric import Fabric
 
@@ -270,6 +270,8 @@ class FabricApp(app_manager.OSKenApp):
     @staticmethod
     def _rewrite_actions(parser, mac, ip, port):
         # OVS fixes the IP and UDP checksums after a set_field on ipv4_dst.
+        if port == IN_PORT:
+            port = parser.ofproto.OFPP_IN_PORT
         return [parser.OFPActionSetField(eth_dst=mac), parser.OFPActionSetField(ipv4_dst=ip),
                 parser.OFPActionOutput(port)]
 

@@ -13,7 +13,7 @@
  *     new flow, or one idle longer than the gap, goes to the member that sent the fewest bytes
  *     over the last one to two load windows.
  * A redirected packet carries STAGE_MARK, so the stage passes it at the second port without
- * deciding again. The stage runs at prio 1, before the queue model's program (prio 2), which then
+ * deciding again. The stage runs at prio 1, before link loss (2) and the queue model (3), which then
  * accounts the packet at the port it really leaves by.
  */
 #include <linux/bpf.h>

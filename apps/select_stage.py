@@ -24,7 +24,7 @@ from fabriclab.queues import datapath
 
 SOURCE = pathlib.Path(__file__).with_name("select_stage.bpf.c")
 PROGRAM = "select_egress"
-PRIO = 1                     # before the queue model's egress program (prio 2)
+PRIO = 1                     # before link loss (prio 2) and the queue model's program (prio 3)
 MAX_MEMBERS = 16
 MODES = {"off": 0, "hash": 1, "flowlet": 2}
 ROCE_PORT = 4791

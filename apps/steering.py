@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from fabriclab.apps.ecmp import Flow, SwitchState, match
 
 PRIO_STEER = 900               # above host routes (500) and prefixes (100); ARP (1000) is disjoint
+PRIO_HAIRPIN = 901             # the same entries for packets that must leave by the port they came in
+IN_PORT = "in_port"            # Rewrite.port for OpenFlow's IN_PORT: a plain output to it is dropped
 GROUP_BASE = 0x60000000        # above ECMP (plane << 16 | leaf) and fast-failover (0x4...) group ids
 SERVICE_MAC = "02:fa:b1:00:00:01"
 STEER_COOKIE = 0x5E5E0000
@@ -99,7 +101,12 @@ def parse_plan(fabric, plan):
 
 
 def steering_state(fabric, plan):
-    """{switch: SwitchState} holding only the steering entries of `plan` (see module doc)."""
+    """{switch: SwitchState} holding only the steering entries of `plan` (see module doc).
+
+    OpenFlow drops an output to the port a packet came in by, which steering needs: a spine steers
+    leaf 1's packets to a server behind leaf 1, and copies a result from there back to leaf 1. So
+    each service and group gets, per port it outputs to, a hairpin twin matching that in_port and
+    sending to IN_PORT instead (for a group, a twin group)."""
     states = {}
     next_group = GROUP_BASE
     for switch, entries in parse_plan(fabric, plan).items():
@@ -107,14 +114,22 @@ def steering_state(fabric, plan):
         for kind, address, detail in entries:
             if kind == "services":
                 udp_dst, to = detail
-                state.flows.add(Flow(PRIO_STEER, match(eth_type=0x0800, ip_proto=17, ipv4_dst=address,
-                                                       udp_dst=udp_dst),
-                                     ("rewrite", to.mac, to.ip, to.port), STEER_COOKIE))
+                fields = dict(eth_type=0x0800, ip_proto=17, ipv4_dst=address, udp_dst=udp_dst)
+                state.flows.add(Flow(PRIO_STEER, match(**fields), ("rewrite", to.mac, to.ip, to.port),
+                                     STEER_COOKIE))
+                state.flows.add(Flow(PRIO_HAIRPIN, match(in_port=to.port, **fields),
+                                     ("rewrite", to.mac, to.ip, IN_PORT), STEER_COOKIE))
             elif kind == "groups":
                 state.groups[next_group] = ReplicateGroup(detail)
                 state.flows.add(Flow(PRIO_STEER, match(eth_type=0x0800, ipv4_dst=address),
                                      ("group", next_group), STEER_COOKIE))
                 next_group += 1
+                for port in sorted({b.port for b in detail}):
+                    twin = tuple(Rewrite(b.mac, b.ip, IN_PORT if b.port == port else b.port) for b in detail)
+                    state.groups[next_group] = ReplicateGroup(twin)
+                    state.flows.add(Flow(PRIO_HAIRPIN, match(eth_type=0x0800, ipv4_dst=address, in_port=port),
+                                         ("group", next_group), STEER_COOKIE))
+                    next_group += 1
             else:
                 state.flows.add(Flow(PRIO_STEER, match(eth_type=0x0800, ipv4_dst=address),
                                      ("output", detail), STEER_COOKIE))

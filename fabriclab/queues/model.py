@@ -35,7 +35,7 @@ from fabriclab.shaping import gate_settings
 MECHANISM = "ebpf-clsact+tbf-gates"
 # The egress filter's tc priority: prio 1 belongs to the routing apps' selection stage, which must
 # choose the port before the model accounts the packet at it.
-EGRESS_PRIO = 2
+EGRESS_PRIO = 3                 # after the selection stage (1) and link loss (2)
 
 
 @dataclasses.dataclass

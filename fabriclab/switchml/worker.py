@@ -53,7 +53,8 @@ class Worker:
     quantization scale; `worker_id` is this worker's bit at its aggregator.
     """
 
-    def __init__(self, tensor, *, job: JobConfig, worker_id: int, workers: int, timeout: float):
+    def __init__(self, tensor, *, job: JobConfig, worker_id: int, workers: int, timeout: float,
+                 after: "Worker | None" = None):
         self.tensor = np.asarray(tensor)
         self.job = job
         self.worker_id = worker_id
@@ -82,6 +83,15 @@ class Worker:
         self.output = np.zeros(self.flat.size,
                                dtype=np.float64 if self.quantized else np.int32)
         self.slots = [_Slot(i) for i in range(min(job.slots, self.chunks))]
+        # A job that aggregates again (the next iteration) continues each slot's version where
+        # the previous aggregation left it: the aggregator's seen bits still hold that history,
+        # so restarting at version 0 would look like a retransmission and fetch the old result.
+        self.version_base = [0] * len(self.slots)
+        if after is not None:
+            if after.job != job or len(after.slots) != len(self.slots) or not after.done:
+                raise JobConfigError(f"{owner}: `after` must be a finished aggregation of the same "
+                                     "job using as many slots")
+            self.version_base = [(b + slot.use) % 2 for b, slot in zip(after.version_base, after.slots)]
         self.finished_slots = 0
         self.counters: collections.Counter[str] = collections.Counter()
         self.started_at: float | None = None
@@ -182,7 +192,8 @@ class Worker:
                 vector, exponent, look_ahead = block.copy(), NO_EXPONENT, NO_EXPONENT
         slot.exponent = exponent
         slot.packet = Packet(job=self.job.job_id, worker=self.worker_id, slot=slot.index,
-                             version=(slot.use - 1) % 2, offset=offset, vector=vector,
+                             version=(slot.use - 1 + self.version_base[slot.index]) % 2,
+                             offset=offset, vector=vector,
                              exponent=exponent, next_exponent=look_ahead)
         slot.deadline = now + self.timeout
         return self._count_sent(slot.packet)
