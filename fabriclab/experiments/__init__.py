@@ -28,6 +28,7 @@ EXPERIMENTS = {
     "ecn-dcqcn": "fabriclab.experiments.ecn_dcqcn",
     "victim-noise": "fabriclab.experiments.victim",
     "routing-schemes": "fabriclab.experiments.routing",
+    "switchml": "fabriclab.experiments.switchml",
 }
 
 

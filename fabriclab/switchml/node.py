@@ -107,14 +107,22 @@ def run_worker(cfg):
     if delay > 0:
         time.sleep(delay)
     previous, iterations, totals = None, [], {}
+    sends, resends = [], []          # the first iteration's send times (s from its start): Figure 7
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     for _ in range(cfg["iterations"]):
         worker = Worker(tensor, job=config, worker_id=cfg["worker_id"], workers=job["workers"],
                         timeout=cfg["timeout_s"], after=previous)
         deadline = time.monotonic() + cfg["deadline_s"]
-        for p in worker.start(time.monotonic()):
-            sock.sendto(encode(p), service)
+        t0 = time.monotonic()
+        first = previous is None
+
+        def send(packets):
+            for p in packets:
+                sock.sendto(encode(p), service)
+                if first:
+                    (resends if p.retransmit else sends).append(round(time.monotonic() - t0, 5))
+        send(worker.start(t0))
         while not worker.done:
             now = time.monotonic()
             if now > deadline:
@@ -134,8 +142,7 @@ def run_worker(cfg):
                     except MalformedPacket:
                         worker.counters["malformed"] += 1
             out += worker.on_timer(time.monotonic())
-            for p in out:
-                sock.sendto(encode(p), service)
+            send(out)
         iterations.append(worker.finished_at - worker.started_at)
         for key, value in worker.counters.items():
             totals[key] = totals.get(key, 0) + value
@@ -144,7 +151,7 @@ def run_worker(cfg):
     bounds = previous.error_bound()
     bound = float(bounds.max()) if bounds.size else 0.0
     print(json.dumps({"rank": cfg["rank"], "tat_s": iterations, "counters": totals,
-                      "error_bound": bound}), flush=True)
+                      "error_bound": bound, "sends": sends, "resends": resends}), flush=True)
 
 
 def main(argv=None):

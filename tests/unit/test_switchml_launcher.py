@@ -45,8 +45,9 @@ def test_defaults_follow_the_buffer_and_the_link_rate():
     wire = 20 + 4 * 256 + 28 + 14
     assert launcher.default_slots(FABRIC, 3, 256) == FABRIC.spec.buffers.leaf // 2 // (3 * wire)
     assert launcher.default_slots(FABRIC, 1000, 256) == 1
-    ms = launcher.default_timeout_ms(FABRIC, 3, 10, 256)
-    assert ms == pytest.approx(3 * 2 * 3 * 10 * wire * 8 / 10e6 * 1e3)
+    ms = launcher.default_timeout_ms(FABRIC, 10, 256)
+    assert ms == pytest.approx(3 * 2 * 10 * wire * 8 / 10e6 * 1e3)
+    assert launcher.default_timeout_ms(FABRIC, 1, 1) == 10.0            # a floor for tiny pools
 
 
 def test_loss_threshold_is_the_fraction_of_32_bits():
