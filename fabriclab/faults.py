@@ -34,6 +34,7 @@ KINDS = {
                                                      "until": (float, True), "seed": (int, False)}),
     "degrade": ("a link A-B", {"rate_mbps": (float, False), "fraction": (float, False), "for": (float, False)}),
     "slow_receiver": ("a host", {"fraction": (float, True), "for": (float, False)}),
+    "loss": ("a link A-B or `fabric` (every link)", {"fraction": (float, True), "for": (float, False)}),
     "switch_down": ("a switch", {"for": (float, False)}),
     "controller_restart": ("true", {}),
 }
@@ -108,6 +109,8 @@ def _parse_one(index, entry):
             raise LabError(f"{where}: random_flaps until ({params['until']:g} s) must come after at ({at:g} s)")
     elif not isinstance(target, str) or not target:
         raise LabError(f"{where}: {kind} takes {meaning}, got {target!r}")
+    if kind == "loss" and params["fraction"] >= 1:
+        raise LabError(f"{where}.fraction is the share of packets lost, in (0, 1); got {params['fraction']:g}")
     if kind == "degrade" and ("rate_mbps" in params) == ("fraction" in params):
         raise LabError(f"{where}: degrade takes one of rate_mbps or fraction")
     for name in ("fraction",):
@@ -145,6 +148,8 @@ def resolve(fault, lab):
     try:
         if fault.kind in ("link_down", "link_up", "flap", "degrade"):
             return lab.resolve_link(*split_link(fault.target))
+        if fault.kind == "loss":
+            return list(lab.fabric.links) if fault.target == "fabric" else lab.resolve_link(*split_link(fault.target))
         if fault.kind == "random_flaps":
             if fault.target == "fabric":
                 return list(lab.fabric.fabric_links)
@@ -215,6 +220,10 @@ def steps(faults, lab):
             out.append(Step(at, i, "switch", (fault.target, False)))
             if "for" in p:
                 out.append(Step(at + p["for"], i, "switch", (fault.target, True), undo=True))
+        elif fault.kind == "loss":
+            out.append(Step(at, i, "loss", (links, p["fraction"])))
+            if "for" in p:
+                out.append(Step(at + p["for"], i, "loss", (links, 0.0), undo=True))
         elif fault.kind == "controller_restart":
             out.append(Step(at, i, "controller", ()))
         if len(out) > MAX_STEPS:
@@ -240,6 +249,8 @@ def apply(lab, step):
         lab.set_switch(name, up, wait=False)
     elif step.action == "controller":
         lab.restart_controller()
+    elif step.action == "loss":
+        lab.set_loss(*step.args)
 
 
 class Timeline(threading.Thread):

@@ -52,6 +52,7 @@ class Lab:
         self.timings = {}
         self.events = []             # every fault and repair, timestamped (see _log)
         self._down = {}              # link key -> Link taken down through the lab
+        self._lossy = {}             # link key -> (Link, fraction) with random loss
         self._reshaped = {}          # (link key, nodes) -> (Link, nodes) shaped off the spec's rate
         self._old_sigterm = None
 
@@ -231,6 +232,21 @@ class Lab:
         else:
             self._reshaped.pop(key, None)
 
+    def set_loss(self, links, fraction):
+        """Drop `fraction` of the packets at random in both directions of resolved Link objects
+        (a BPF drop on each sending port, fabriclab.linkloss); 0 ends it. Logged; `restore` ends it."""
+        from fabriclab import linkloss
+
+        linkloss.set_loss(self, links, fraction)
+        for link in links:
+            if fraction:
+                self._lossy[link.key] = (link, fraction)
+            else:
+                self._lossy.pop(link.key, None)
+        self._log("loss" if fraction else "restore_loss", ", ".join(link.label for link in links),
+                  fraction=fraction or None)
+        return links
+
     def slow_receiver(self, host, fraction):
         """Limit what a host's NICs receive to `fraction` of their rate (a slow receiver: the leaf
         port towards each NIC is shaped down); None or 1 restores it."""
@@ -264,9 +280,11 @@ class Lab:
         return took
 
     def restore(self, wait=True, timeout=10.0):
-        """Undo every fault made through the lab: links up, rates back to the spec."""
+        """Undo every fault made through the lab: links up, rates back to the spec, no loss."""
         for link, nodes in list(self._reshaped.values()):
             self._reshape(link, None, nodes)
+        if self._lossy:
+            self.set_loss([link for link, _ in self._lossy.values()], 0)
         if self._down:
             self.set_links(list(self._down.values()), True, wait, timeout, "the restored links")
 
@@ -274,7 +292,8 @@ class Lab:
         """What the lab's faults changed and has not yet repaired: links down, links reshaped."""
         return {"links_down": sorted(link.label for link in self._down.values()),
                 "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
-                                   for link, nodes in self._reshaped.values())}
+                                   for link, nodes in self._reshaped.values()),
+                "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in self._lossy.values())}
 
     def _log(self, event, target, **detail):
         self.events.append({"time": time.time(), "event": event, "target": target,

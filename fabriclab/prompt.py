@@ -280,7 +280,7 @@ class LabPrompt(CLI):
             print("fault timeline stopped (`faults restore` undoes what it left in place)")
         elif arg == "restore":
             self.lab.restore()
-            print("every link up and at its spec rate")
+            print("every link up, at its spec rate and without loss")
         elif arg:
             raise LabError("usage: faults [stop|restore]")
         rows = [(time.strftime("%H:%M:%S", time.localtime(e["time"])) + f".{int(e['time'] * 1000) % 1000:03d}",
@@ -289,7 +289,7 @@ class LabPrompt(CLI):
         print(format_table(("time", "event", "target", "detail"), rows) if rows else "no faults so far")
         state = self.lab.injected()
         print(f"in place: links down {', '.join(state['links_down']) or 'none'}; "
-              f"reshaped {', '.join(state['reshaped']) or 'none'}"
+              f"reshaped {', '.join(state['reshaped']) or 'none'}; lossy {', '.join(state['lossy']) or 'none'}"
               + ("; a timeline is running" if self.timeline is not None and self.timeline.is_alive() else ""))
 
     def do_top(self, line):
@@ -310,6 +310,25 @@ class LabPrompt(CLI):
         links = self.lab.set_rate(a, b, rate)
         print(f"{', '.join(link.label for link in links)}: "
               f"{'spec rate' if rate is None else f'{rate:g} Mbit/s'}")
+
+    def do_loss(self, line):
+        """loss A B FRACTION|off, or loss fabric FRACTION|off: random loss on a link or every link."""
+        args = line.split()
+        if len(args) == 2 and args[0] == "fabric":
+            links, value = list(self.lab.fabric.links), args[1]
+        elif len(args) == 3:
+            links, value = self.lab.resolve_link(args[0], args[1]), args[2]
+        else:
+            raise LabError("usage: loss A B FRACTION|off, or loss fabric FRACTION|off")
+        try:
+            fraction = 0.0 if value == "off" else float(value)
+        except ValueError:
+            raise LabError(f"loss: {value!r} is not a fraction (0.01 is 1 %) or `off`") from None
+        if not 0 <= fraction < 1:
+            raise LabError(f"loss: the fraction must be in [0, 1), got {value}")
+        self.lab.set_loss(links, fraction)
+        where = "every link" if args[0] == "fabric" else ", ".join(link.label for link in links)
+        print(f"{where}: {'no loss' if not fraction else f'{fraction:.3%} of packets lost each way'}")
 
     def do_ctl(self, _line):
         """ctl: what the controller sees."""

@@ -41,16 +41,17 @@ def test_ctrl_c_during_a_scenario_leaves_nothing_behind(tmp_path):
 
 def test_failure_commands_at_the_prompt(tmp_path):
     script = tmp_path / "session.txt"
-    script.write_text("switchdown s1\nslow h2 0.5\nfaults\ntop 1 0.5\nrestartctl\nfaults restore\n"
-                      "switchup s1\nh1 ping -c 1 -W 2 10.1.2.1\n")
+    script.write_text("switchdown s1\nslow h2 0.5\nloss l2 s2 0.5\nfaults\ntop 1 0.5\nrestartctl\n"
+                      "faults restore\nswitchup s1\nh1 ping -c 1 -W 2 10.1.2.1\n")
     proc = subprocess.run(FABRICLAB + ["up", "tiny", "--script", str(script)], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=180)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "s1 down (2 cables)" in out and "h2 receives at 0.5 of its line rate" in out
-    assert "switch_down" in out and "slow_receiver" in out            # the fault log
+    assert "l2-s2: 50.000% of packets lost each way" in out and "lossy l2-s2 (0.5)" in out
+    assert "switch_down" in out and "slow_receiver" in out and "loss" in out   # the fault log
     assert "fabriclab top: tiny" in out and "l1 uplinks" in out        # the live view
-    assert "controller ecmp restarted" in out and "every link up and at its spec rate" in out
+    assert "controller ecmp restarted" in out and "every link up, at its spec rate and without loss" in out
     assert "1 received" in out and "error" not in out.lower()
 
 

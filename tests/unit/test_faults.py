@@ -61,6 +61,8 @@ def times_of(out):
      {"fraction": 0.25, "for": 1.0}),
     ({"at": 1.0, "switch_down": "s2", "for": 1}, "switch_down", "s2", {"for": 1.0}),
     ({"at": 3.0, "controller_restart": True}, "controller_restart", True, {}),
+    ({"at": 1.0, "loss": "fabric", "fraction": 0.001, "for": 2}, "loss", "fabric", {"fraction": 0.001, "for": 2.0}),
+    ({"at": 1.0, "loss": "l1-s1", "fraction": 0.5}, "loss", "l1-s1", {"fraction": 0.5}),
 ])
 def test_every_fault_kind_parses(entry, kind, target, params):
     """Each kind keeps its target, its `at` as a float and its parameters with the declared types."""
@@ -105,6 +107,9 @@ def test_no_faults_is_an_empty_list():
     ({"at": 1, "degrade": "l1-s1", "fraction": 1.5}, "faults[0].fraction must be in (0, 1], got 1.5"),
     ({"at": 1, "slow_receiver": "h1", "fraction": 2}, "faults[0].fraction must be in (0, 1], got 2"),
     ({"at": 1, "slow_receiver": "h1"}, "faults[0] (slow_receiver): missing fraction"),
+    ({"at": 1, "loss": "l1-s1"}, "faults[0] (loss): missing fraction"),
+    ({"at": 1, "loss": "l1-s1", "fraction": 1}, "faults[0].fraction is the share of packets lost, in (0, 1); got 1"),
+    ({"at": 1, "loss": "l1-s1", "fraction": 0}, "faults[0].fraction must be > 0"),
     ({"at": 1, "random_flaps": "fabric", "duration": 0.1, "until": 2}, "(random_flaps): missing mtbf"),
     ({"at": 2, "random_flaps": "fabric", "mtbf": 1, "duration": 0.1, "until": 2},
      "until (2 s) must come after at (2 s)"),
@@ -242,6 +247,18 @@ def test_degrade_by_fraction_is_a_share_of_the_link_rate(lab):
                                                                   (3.0, "rate", None, True)]
     fixed = steps(parse([{"at": 2.0, "degrade": "l2-s1", "rate_mbps": 3}]), lab)
     assert [(s.t, s.args[1]) for s in fixed] == [(2.0, 3.0)]
+
+
+def test_loss_on_a_link_or_every_link_and_its_repair(lab):
+    """`fabric` is every cable, host links included (seed 003: loss "applied on every link")."""
+    out = steps(parse([{"at": 1, "loss": "fabric", "fraction": 0.01, "for": 2},
+                       {"at": 1.5, "loss": "l1-s1", "fraction": 0.2}]), lab)
+    assert [(s.t, s.action, s.args[1], s.undo) for s in out] == [
+        (1.0, "loss", 0.01, False), (1.5, "loss", 0.2, False), (3.0, "loss", 0.0, True)]
+    assert out[0].args[0] == list(lab.fabric.links) and len(out[0].args[0]) == 24
+    assert [link.label for link in out[1].args[0]] == ["l1-s1"]
+    with pytest.raises(LabError, match=r"faults\[0\] \(loss\): no node 'l9'"):
+        steps(parse([{"at": 1, "loss": "l9-s1", "fraction": 0.2}]), lab)
 
 
 def test_receiver_switch_and_controller_steps(lab):
