@@ -5,7 +5,9 @@ runs the recorded command), delete its OVS bridges and its root-namespace interf
 the record. Bridges tagged with a run id that has no live run are deleted too, so a record lost
 mid-write still gets repaired. Killing the Mininet shells is what frees the hosts' namespaces.
 Network namespaces left by a killed `doctor` probe (flprobe-<pid>, pid gone) go too, and so do the
-queue model's pinned eBPF programs (/sys/fs/bpf/fabriclab/<run id>) of runs that are gone.
+queue model's pinned eBPF programs (/sys/fs/bpf/fabriclab/<run id>) of runs that are gone, and
+soft-RoCE leftovers of collectives (rdma devices on interfaces no live run owns, policy rules of
+ours whose table is empty).
 Nothing is matched by name alone, and live runs are left alone unless --all is given.
 """
 
@@ -20,6 +22,7 @@ from fabriclab.queues.datapath import pinned_runs, remove_pins
 from fabriclab.runstate import RunState, pid_alive, pid_cmdline
 from fabriclab.teardown import (delete_bridges, delete_interfaces, delete_link_group, existing_bridges,
                                 tagged_bridges)
+from fabriclab.traffic import softroce
 
 
 def _stop_process(proc):
@@ -44,9 +47,11 @@ def clean(all_runs=False):
     """Returns one line per action taken, for the user."""
     report = []
     live_ids = set()
+    live_interfaces = set()
     for run in RunState.all():
         if run.live and not all_runs:
             live_ids.add(run.id)
+            live_interfaces.update(run.data.get("interfaces", []))
             report.append(f"run {run.id} is live (pid {run.data['pid']}): left alone (use --all)")
             continue
         stopped = sum(_stop_process(p) for p in run.data.get("processes", []))
@@ -72,6 +77,7 @@ def clean(all_runs=False):
             report.append(f"eBPF programs and maps (queue model, routing stage) of vanished run {run_id}: unpinned")
     for name in cleanup_stale_probes():
         report.append(f"namespace {name} of a killed `doctor` probe: deleted")
+    report += softroce.remove_leftovers(live_interfaces)
     return report
 
 

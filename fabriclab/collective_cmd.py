@@ -23,8 +23,9 @@ DEFAULT_SIZES = "64K,256K,1M"
 
 def add_collective_args(p):
     from fabriclab.traffic import schedules
-    from fabriclab.traffic.collective import PLACEMENTS
     from fabriclab.traffic.agent import QP_METHODS
+    from fabriclab.traffic.collective import PLACEMENTS
+    from fabriclab.traffic.softroce import BACKENDS
 
     p.add_argument("--collective", "-c", default="allreduce", choices=schedules.COLLECTIVES)
     p.add_argument("--algorithm", help="allreduce: ring (default) or tree")
@@ -59,6 +60,10 @@ def add_collective_args(p):
                    help="a DCQCN NIC parameter, e.g. rpg_ai_rate=10 (repeatable)")
     p.add_argument("--ack-timeout", type=float, help="local ACK timeout, s (default from buffers)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="what moves the bytes: rxe (soft-RoCE, real RDMA verbs), udp (the lab's "
+                        "RoCEv2 agents on raw sockets) or auto (default: rxe where doctor finds "
+                        "rdma_rxe and the options need nothing udp-only)")
 
 
 def spec_from_args(args):
@@ -83,7 +88,7 @@ def spec_from_args(args):
         chunk_bytes=parse_size(args.chunk), iterations=args.iterations, warmup=args.warmup,
         verify=args.verify, sport_mode=args.sport_mode, spray=args.spray, imbalance=args.imbalance, root=args.root,
         cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
-        seed=args.seed)
+        seed=args.seed, backend=args.backend)
     if args.control_dscp is not None:
         spec.control_dscp = args.control_dscp
     spec.check()
@@ -141,10 +146,13 @@ def collective_result(lab, run):
     from fabriclab import results
 
     spec = run.spec
+    header = results.run_header(lab, run.payload_bytes)
+    header["mechanisms"] = {**header.get("mechanisms", {}), "roce": run.backend}
     return {
-        **results.run_header(lab, run.payload_bytes),
+        **header,
         "kind": "collective",
-        "backend": "emulated-rnic",     # raw-socket RoCEv2 agents (soft-RoCE: not on this kernel)
+        # udp: the lab's RNIC in Python, RoCEv2 through raw sockets; rdma_rxe: soft-RoCE verbs.
+        "backend": run.backend,
         "workload": {**asdict(spec), "sizes": list(spec.sizes), "hosts": spec.hosts and list(spec.hosts)},
         "transport": {"payload_bytes": run.payload_bytes, "ack_timeout_s": run.ack_timeout_s,
                       "link_rate_mbps": run.link_rate_mbps},
@@ -185,18 +193,22 @@ def collective_table(doc):
                      f"{t['p99'] * 1e3:.1f}", f"{row['algbw_mbps']:.2f}", f"{row['busbw_mbps']:.2f}",
                      f"{100 * row['busbw_fraction_of_nic']:.0f}",
                      row["balance"]["up"].get("max_mean_ratio"),
-                     c["out_of_sequence"], c["retransmitted_packets"], c["local_ack_timeout_err"],
-                     c["cnp_sent"], verify + ("" if row["valid"] else " (CPU SATURATED)")))
+                     c.get("out_of_sequence", "-"), c.get("retransmitted_packets", c.get("retries", "-")),
+                     c.get("local_ack_timeout_err", "-"), c.get("cnp_sent", "-"),
+                     verify + ("" if row["valid"] else " (CPU SATURATED)")))
     w = doc["workload"]
     first = doc["sizes"][0]
     scale = doc["scale"]
     title = (f"{w['collective']}/{first['algorithm']} over {first['ranks']} ranks on {doc['fabric']['name']} "
-             f"({doc['routing']}), {w['channels']} channel(s), {w['qps']} QP(s) per connection "
+             f"({doc['routing']}), backend {doc.get('backend', 'udp')}, {w['channels']} channel(s), "
+             f"{w['qps']} QP(s) per connection "
              f"({w['qp_method']}), links {scale['host_rate_mbps']:g} Mbit/s"
              + (f" (time scale x{scale['time_scale']:.0f})" if scale["time_scale"] else ""))
     return format_table(("size", "CCT mean ms", "p50 ms", "p99 ms", "algbw Mbit/s", "busbw Mbit/s",
-                         "busbw % NIC", "uplink max/mean", "OOS", "retrans", "timeouts", "CNPs",
-                         "verify"), rows, title=title)
+                         "busbw % NIC", "uplink max/mean", "OOS",
+                         # rdma_rxe counts the requester's go-back-N restarts, not packets
+                         "retries" if doc.get("backend") == "rdma_rxe" else "retrans",
+                         "timeouts", "CNPs", "verify"), rows, title=title)
 
 
 def prompt_parser():

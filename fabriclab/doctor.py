@@ -7,6 +7,7 @@ can be unit-tested with made-up capabilities. `fabriclab doctor` prints both.
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -26,16 +27,19 @@ FIX_HINT = "run `sudo ./lab.sh bootstrap` (or `sudo .venv/bin/fabriclab provisio
 ROOT_HINT = "run it as root (sudo)"
 
 # qdisc name -> arguments after `tc qdisc add dev X root`; each is the smallest
-# configuration the lab would really use (RED with ECN, not plain RED).
+# configuration the lab would really use (RED with ECN that never drops, not plain RED).
 QDISC_TRIALS = {
     "htb": ["htb", "default", "1"],
     "tbf": ["tbf", "rate", "10mbit", "burst", "32kbit", "latency", "50ms"],
     "bfifo": ["bfifo", "limit", "100000"],
     "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
-            "burst", "55", "ecn", "bandwidth", "10mbit", "probability", "0.1"],
+            "burst", "55", "ecn", "nodrop", "bandwidth", "10mbit", "probability", "0.1"],
     "netem": ["netem", "delay", "1ms"],
     "prio": ["prio"],
 }
+# Words `tc qdisc show` must print for a trial qdisc to count: a kernel older than 5.8 accepts
+# RED's nodrop flag and ignores it, and the lab's lossless class must never be dropped by RED.
+QDISC_SHOWS = {"red": ("ecn", "nodrop")}
 
 # The smallest TC program there is: pass every packet. No headers needed.
 BPF_PROBE_SECTION = "classifier"
@@ -68,6 +72,7 @@ class Capabilities:
     clang: bool = False
     rdma_rxe: bool = False
     rdma_tool: bool = False
+    pyverbs: bool = False          # rdma-core's Python verbs (python3-pyverbs), for the rxe agent
     ethtool: bool = False
     iperf3: bool = False
     mininet_system: bool = False
@@ -152,19 +157,24 @@ def mechanisms(caps):
                                  required=True)
 
     bpf_ok = bool(caps.clsact and caps.bpf_classifier)
-    if bpf_ok:
-        # The queue model marks in its eBPF program on every kernel, so both tiers run one path.
-        why = "RED qdisc present, unused" if caps.red else "no RED qdisc (" + _not_probed(caps, "red") + ")"
+    # ECN is marked under the queue model (which needs BPF for its accounting and PFC): by the
+    # kernel's RED qdisc in each switch port's classes where it exists, else by the BPF program.
+    if bpf_ok and caps.red:
+        m["ecn"] = Mechanism("ECN marking", True, "red",
+                             "RED qdisc (ecn nodrop) in each switch port's classes; the BPF program "
+                             "counts its marks")
+    elif bpf_ok:
         m["ecn"] = Mechanism("ECN marking", True, "bpf-clsact",
-                             why + ": the queue model's BPF program on port egress marks CE")
-    elif caps.red:
-        m["ecn"] = Mechanism("ECN marking", True, "red", "RED qdisc with ecn")
+                             "no RED qdisc (" + _not_probed(caps, "red") + "): the queue model's BPF "
+                             "program on port egress marks CE")
     else:
+        why = "RED qdisc present, but " if caps.red else ""
         m["ecn"] = Mechanism("ECN marking", False, "unavailable",
-                             "no RED qdisc and no BPF classifier: " + _bpf_reason(caps))
+                             why + "marking runs under the queue model, which needs BPF: " + _bpf_reason(caps))
 
     if caps.netem:
-        m["delay"] = Mechanism("link delay", True, "netem", "netem qdisc")
+        m["delay"] = Mechanism("link delay", True, "netem",
+                               "netem at each port's root, ahead of the shaping tree")
     else:
         m["delay"] = Mechanism("link delay", False, "none",
                                "no netem (" + _not_probed(caps, "netem") + "): links add no delay")
@@ -176,13 +186,16 @@ def mechanisms(caps):
     else:
         m["queue_model"] = Mechanism("PFC/queue model", False, "unavailable", _bpf_reason(caps))
 
-    if caps.rdma_rxe and caps.rdma_tool:
-        m["roce"] = Mechanism("RoCE transport", True, "rdma_rxe", "soft-RoCE devices on hosts")
+    if caps.rdma_rxe and caps.rdma_tool and caps.pyverbs:
+        m["roce"] = Mechanism("RoCE transport", True, "rdma_rxe",
+                              "soft-RoCE devices on the hosts' NIC ports, driven through RDMA verbs")
     else:
         if not caps.rdma_rxe:
             why = caps.note("rdma_rxe") or "no rdma_rxe module"
-        else:
+        elif not caps.rdma_tool:
             why = "the `rdma` tool (iproute2) is missing"
+        else:
+            why = "python3-pyverbs is missing (" + FIX_HINT + ")"
         m["roce"] = Mechanism("RoCE transport", True, "udp",
                               f"{why}: the lab's userspace RoCEv2 generator")
 
@@ -200,12 +213,8 @@ def mechanisms(caps):
     return m
 
 
-# Mechanisms doctor can choose that the lab does not run yet (queueing model, soft-RoCE backend).
-PLANNED = {
-    "ecn": {"red"},
-    "delay": {"netem"},
-    "roce": {"rdma_rxe"},
-}
+# Mechanisms doctor can choose that the lab does not run yet (none now).
+PLANNED = {}
 
 
 def _bpf_reason(caps):
@@ -386,6 +395,11 @@ def _probe_tc(root, clang, notes):
             proc = _run(["tc", "-n", netns, "qdisc", "add", "dev", "flp0", "root", *args])
             found[name] = proc.returncode == 0
             if found[name]:
+                shown = _run(["tc", "-n", netns, "qdisc", "show", "dev", "flp0"]).stdout.split()
+                missing = [word for word in QDISC_SHOWS.get(name, ()) if word not in shown]
+                if missing:
+                    found[name] = False
+                    notes[name] = f"the kernel ignored {' '.join(missing)} (too old)"
                 _run(["tc", "-n", netns, "qdisc", "del", "dev", "flp0", "root"])
             else:
                 notes[name] = _why(proc)
@@ -477,6 +491,7 @@ def _probe_now():
         clang=clang,
         rdma_rxe=rxe,
         rdma_tool=shutil.which("rdma") is not None,
+        pyverbs=importlib.util.find_spec("pyverbs") is not None,
         ethtool=shutil.which("ethtool") is not None,
         iperf3=shutil.which("iperf3") is not None,
         mininet_system=mn_system,

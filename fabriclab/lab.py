@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 
-from fabriclab import doctor
+from fabriclab import doctor, linkloss
 from fabriclab.doctor import require_environment
 from fabriclab.apps import select_stage
 from fabriclab.apps.paths import all_paths
@@ -49,6 +50,11 @@ class Lab:
         self.net = None
         self.controller = None
         self.queues = None           # the QueueModel when the spec has a queues: section
+        # What marks ECN ("red" | "bpf-clsact"; "none" without the queue model) and what delays
+        # links ("netem" | "none"), as chosen at start from what the kernel has.
+        self.ecn_mechanism = "none"
+        self.delay_mechanism = "none"
+        self.warnings = []           # one line each, printed to stderr when the lab starts
         self.timings = {}
         self.events = []             # every fault and repair, timestamped (see _log)
         self._down = {}              # link key -> Link taken down through the lab
@@ -61,6 +67,9 @@ class Lab:
         require_environment()
         if self.datapath is None:
             self.datapath = "kernel" if doctor.ovs_datapath_type(doctor.probe()) == "system" else "user"
+        spec = self.fabric.spec
+        if spec.queues is not None or spec.has_delay:
+            self._choose_kernel_mechanisms(doctor.mechanisms(doctor.probe()))
         mininet_net.check_free(self.fabric, RunState.all())
         self._old_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
         t0 = time.monotonic()
@@ -70,18 +79,54 @@ class Lab:
             self.controller = Controller(self.routing, self.fabric, self.run)
             self.controller.start()
             self.net = mininet_net.new_network(self.controller.port, self.verbose)
-            mininet_net.populate(self.net, self.fabric, self.run, self.datapath)
+            mininet_net.populate(self.net, self.fabric, self.run, self.datapath,
+                                 delay=self.delay_mechanism == "netem")
             if self.fabric.spec.queues is not None:
-                self.queues = QueueModel(self.fabric, self.net, self.run.id).start()
+                self.queues = QueueModel(self.fabric, self.net, self.run.id,
+                                         ecn_mechanism=self.ecn_mechanism).start()
             self.timings["build_s"] = time.monotonic() - t0
             self.controller.wait_programmed(timeout=timeout)
-            if self.queues is not None:
+            if self.queues is not None and self.datapath == "user":
+                # Only the userspace datapath transmits through one shared packet socket.
                 self.queues.ensure_ovs_buffers()
             self.timings["up_s"] = time.monotonic() - t0
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _choose_kernel_mechanisms(self, mechs):
+        """ECN marking and link delay for this spec on this kernel (doctor's choices); a spec that
+        insists on RED where there is none is refused, a delay the kernel cannot add is a warning."""
+        spec = self.fabric.spec
+        if spec.queues is not None:
+            ecn = mechs["ecn"]
+            marker = spec.queues.ecn_marker
+            if marker == "red" and ecn.mechanism != "red":
+                raise LabError(f"spec {spec.name!r}: queues.ecn.marker is red, but this kernel cannot mark "
+                               f"with RED ({ecn.note}); use marker auto or bpf")
+            self.ecn_mechanism = "red" if ecn.mechanism == "red" and marker != "bpf" else "bpf-clsact"
+        if spec.has_delay:
+            if mechs["delay"].mechanism == "netem":
+                self.delay_mechanism = "netem"
+            else:
+                self.delay_mechanism = "none"
+                self._warn(f"this kernel cannot delay links ({mechs['delay'].note}): spec {spec.name!r} "
+                           f"runs without its delay: {self.delay_text()}; results record delay: none")
+
+    def link_delay_ms(self, kind):
+        """The one-way delay the lab puts on a `kind` ('host' | 'fabric') cable: the spec's, scaled
+        to lab time, where the kernel has netem; 0 where it does not."""
+        return self.fabric.spec.lab_delay_ms(kind) if self.delay_mechanism == "netem" else 0.0
+
+    def delay_text(self):
+        spec = self.fabric.spec
+        return ", ".join(f"{kind} {getattr(spec.delay, kind + '_us'):g} us real = "
+                         f"{spec.lab_delay_ms(kind):g} ms lab" for kind in ("host", "fabric"))
+
+    def _warn(self, line):
+        self.warnings.append(line)
+        print(f"fabriclab: warning: {line}", file=sys.stderr)
 
     def stop(self):
         t0 = time.monotonic()
@@ -92,6 +137,7 @@ class Lab:
             if self.net is not None:
                 mininet_net.stop(self.net, self.run.data["link_group"])
                 self.net = None
+            linkloss.close(self)             # the loss programs (their filters left with the veths)
             if self.controller is not None:
                 self.controller.stop()
                 self.controller = None

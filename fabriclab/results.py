@@ -34,16 +34,29 @@ def run_header(lab, payload_bytes):
             "buffers_bytes": fabric.summary()["buffers_bytes"],
             "real_host_rate_mbps": spec.real_host_rate_mbps,
             "time_scale": spec.time_scale,
+            "link_delay": link_delay(lab),
             "note": "emulated rates; time_scale = real_host_rate / host_rate when the spec states it",
         },
         "mechanisms": {"ovs_datapath": lab.datapath,
                        "shaping": "htb+bfifo" if getattr(lab, "queues", None) is None else "htb classes+tbf gate",
+                       "ecn": getattr(lab, "ecn_mechanism", "none"),
+                       "delay": getattr(lab, "delay_mechanism", "none"),
                        "queue_model": lab.queues.describe() if getattr(lab, "queues", None) else None},
+        "warnings": list(getattr(lab, "warnings", ())),
         "spec": spec.to_dict(),
         "fabric": fabric.summary(),
         "routing": lab.routing,
         "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
     }
+
+
+def link_delay(lab):
+    """The spec's one-way delay per cable kind, real and in the lab, and whether the lab ran it."""
+    spec = lab.fabric.spec
+    kinds = ("host", "fabric")
+    return {"real_us": {kind: getattr(spec.delay, f"{kind}_us") for kind in kinds},
+            "lab_ms": {kind: spec.lab_delay_ms(kind) for kind in kinds},
+            "applied": getattr(lab, "delay_mechanism", "none") == "netem"}
 
 
 def build_result(lab, workload, run, extra=None):

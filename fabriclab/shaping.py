@@ -4,9 +4,21 @@ The htb class makes a port transmit at its configured rate; the bfifo under it i
 egress buffer (tail drop when full), sized by the spec. Both exist on the lab's minimal kernel.
 Open vSwitch's userspace datapath transmits through each port's qdisc, so this shapes switch ports
 as well as host NICs. The queueing model (ECN, PFC) builds on this same tree.
+
+A link's propagation delay (the spec's `delay:`, where the kernel has netem) is a netem qdisc at the
+root of each end's port, with the shaping tree as its child: a packet waits out the delay, then
+queues for the link. Every qdisc enqueues at arrival, so no place in a port's tree can hold a packet
+*after* its serialisation; but a constant delay in front of a FIFO at a constant rate gives the far
+end the same arrival times as the same delay on the wire behind it, and the buffer (the fifo under
+htb) still holds only the queue. docs/queues.md says what this means for the queue model's counts.
 """
 
 ETH_HEADER = 14
+NETEM_HANDLE = "5:"
+# netem's limit counts packets (its delay line and, on some kernels, its child's queue too): far
+# above anything the buffers under it hold (the pause gate's 64 MiB backstop in minimum frames),
+# so only those buffers ever drop.
+NETEM_LIMIT_PACKETS = 1 << 21
 
 
 def burst_bytes(rate_mbps, mtu=1500):
@@ -15,8 +27,32 @@ def burst_bytes(rate_mbps, mtu=1500):
     return max(2 * (mtu + ETH_HEADER), int(rate_mbps * 1e6 / 8 * 0.001))
 
 
-def shaping_commands(intf, rate_mbps, buffer_bytes, mtu=1500):
-    """tc commands (argument lists) that shape `intf` to rate_mbps with a buffer of buffer_bytes."""
+def delay_usec(delay_ms):
+    """A lab delay as netem's whole microseconds (at least 1 for any delay at all)."""
+    if not delay_ms > 0:
+        return 0
+    return max(1, round(delay_ms * 1000))
+
+
+def delay_command(intf, delay_ms):
+    """The root netem that delays everything `intf` sends by delay_ms (the htb tree goes under it)."""
+    usec = delay_usec(delay_ms)
+    if not usec:
+        raise ValueError(f"{intf}: delay must be > 0 ms, got {delay_ms!r}")
+    return ["tc", "qdisc", "replace", "dev", intf, "root", "handle", NETEM_HANDLE, "netem",
+            "delay", f"{usec}us", "limit", str(NETEM_LIMIT_PACKETS)]
+
+
+def _root(intf, delay_ms):
+    """Where the htb tree hangs: the port's root, or under the netem that delays the port."""
+    if not delay_usec(delay_ms):
+        return [], ["root"]
+    return [delay_command(intf, delay_ms)], ["parent", f"{NETEM_HANDLE}1"]
+
+
+def shaping_commands(intf, rate_mbps, buffer_bytes, mtu=1500, delay_ms=0.0):
+    """tc commands (argument lists) that shape `intf` to rate_mbps with a buffer of buffer_bytes,
+    behind a netem delay of delay_ms when it is > 0."""
     if rate_mbps <= 0:
         raise ValueError(f"{intf}: rate must be > 0 Mbit/s, got {rate_mbps}")
     frame = mtu + ETH_HEADER
@@ -24,8 +60,9 @@ def shaping_commands(intf, rate_mbps, buffer_bytes, mtu=1500):
         raise ValueError(f"{intf}: buffer must hold at least one frame ({frame} bytes), got {buffer_bytes}")
     rate = f"{rate_mbps * 1000:.0f}kbit"
     burst = str(burst_bytes(rate_mbps, mtu))
-    return [
-        ["tc", "qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
+    delay, root = _root(intf, delay_ms)
+    return delay + [
+        ["tc", "qdisc", "replace", "dev", intf, *root, "handle", "1:", "htb", "default", "1"],
         ["tc", "class", "replace", "dev", intf, "parent", "1:", "classid", "1:1", "htb",
          "rate", rate, "ceil", rate, "burst", burst, "cburst", burst],
         ["tc", "qdisc", "replace", "dev", intf, "parent", "1:1", "handle", "10:", "bfifo",
@@ -67,10 +104,12 @@ def gate_settings(rate_mbps, mtu=1500):
     return int(rate_mbps * 1e6 / 8 * 10), max(64 * 1024, 8 * frame), frame, GATE_LIMIT_BYTES
 
 
-def queued_commands(intf, rate_mbps, buffer_bytes, mtu=1500):
-    """tc commands building the queue model's per-port tree on `intf` (see above)."""
-    base = shaping_commands(intf, rate_mbps, buffer_bytes, mtu)[:2]
-    base[0][-1] = "30"                                   # htb default: the lossy class
+def queued_commands(intf, rate_mbps, buffer_bytes, mtu=1500, delay_ms=0.0):
+    """tc commands building the queue model's per-port tree on `intf` (see above), behind a netem
+    delay of delay_ms when it is > 0. On switch ports where the kernel has RED, the queue model
+    grafts RED qdiscs into the lossless and lossy classes when it starts (queues/red.py)."""
+    base = shaping_commands(intf, rate_mbps, buffer_bytes, mtu, delay_ms)[:-1]
+    base[-2][-1] = "30"                                  # htb default: the lossy class
     frame = mtu + ETH_HEADER
     burst = str(burst_bytes(rate_mbps, mtu))
     floor = f"{max(8, rate_mbps * 10):.0f}kbit"           # 1% of the link, in kbit

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from fabriclab.topologies.spec import Buffers, FabricSpec
+from fabriclab.topologies.spec import Buffers, FabricSpec, LinkDelay
 from fabriclab.queues.config import QueueSpec
 
 ROLE_TIER = {"leaf": 0, "spine": 1}
@@ -207,6 +207,7 @@ class Fabric:
             "oversubscription": round(spec.oversubscription, 3),
             "buffers_bytes": asdict(spec.buffers),
             "time_scale": spec.time_scale,
+            "lab_delay_ms": {kind: spec.lab_delay_ms(kind) for kind in ("host", "fabric")},
         }
 
     # -- serialisation ----------------------------------------------------------------------------
@@ -218,4 +219,5 @@ class Fabric:
         data = json.loads(text)["spec"]
         queues = data.get("queues")
         return cls(FabricSpec(**{**data, "buffers": Buffers(**data["buffers"]),
+                                 "delay": LinkDelay(**data.get("delay", {})),
                                  "queues": QueueSpec.from_dict(queues) if queues else None}))

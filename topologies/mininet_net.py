@@ -106,10 +106,11 @@ def new_network(controller_port, verbose=False):
     return net
 
 
-def populate(net, fabric, run, datapath="user"):
+def populate(net, fabric, run, datapath="user", delay=False):
     """Create and start every node and link of `fabric` in `net`, shaped and addressed.
 
-    `datapath` is Mininet's OVS mode: 'user' (datapath_type=netdev) or 'kernel'. The caller owns
+    `datapath` is Mininet's OVS mode: 'user' (datapath_type=netdev) or 'kernel'. `delay`: put the
+    spec's link delays on every port (netem; the caller checked the kernel has it). The caller owns
     teardown (`stop(net)`), including when this raises half way.
     """
     for controller in net.controllers:
@@ -139,9 +140,11 @@ def populate(net, fabric, run, datapath="user"):
     for switch in fabric.switches:
         for intf in fabric.switch_ports(switch).values():
             intfs.append(intf)
+            link = _link_of(fabric, intf)
             ip_lines.append(f"link set {intf} mtu {fabric.spec.mtu} group {run.data['link_group']}")
             tc_lines += [" ".join(cmd[1:]) for cmd in shape(
-                intf, _rate_of(fabric, intf), fabric.buffer_bytes(switch), fabric.spec.mtu)]
+                intf, link.rate_mbps, fabric.buffer_bytes(switch), fabric.spec.mtu,
+                delay_ms=fabric.spec.lab_delay_ms(link.kind) if delay else 0.0)]
     _batch(["ip", "-batch", "-"], ip_lines, "switch port MTU")
     _batch(["tc", "-batch", "-"], tc_lines, "switch port shaping")
     offload = "\n".join(f"ethtool -K {i} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 &"
@@ -155,7 +158,8 @@ def populate(net, fabric, run, datapath="user"):
         script = host_setup_script(host, fabric.spec.mtu)
         for port in host.ports:
             script += "\n" + as_script(shape(port.intf, fabric.spec.host_rate_mbps,
-                                             fabric.buffer_bytes(host.name), fabric.spec.mtu))
+                                             fabric.buffer_bytes(host.name), fabric.spec.mtu,
+                                             delay_ms=fabric.spec.lab_delay_ms("host") if delay else 0.0))
         node.sendCmd("(set -e\n" + script + "\n) 2>&1; echo __rc=$?")
         started.append((host, node))
     for host, node in started:
@@ -167,10 +171,10 @@ def populate(net, fabric, run, datapath="user"):
             intf.ip, intf.prefixLen, intf.mac = port.ip, 32, port.mac
 
 
-def _rate_of(fabric, intf):
+def _link_of(fabric, intf):
     for link in fabric.links:
         if intf in (link.a_intf, link.b_intf):
-            return link.rate_mbps
+            return link
     raise KeyError(intf)
 
 

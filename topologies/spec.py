@@ -31,7 +31,12 @@ MAX_PORTS_PER_LEAF = 253
 # as bytes, and a rate off by 8x is worse than an error.
 _RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgKMG]?)(bit|bit/s)?\s*$")
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(b|kb|kib|mb|mib|gb|gib)\s*$|^\s*([0-9]+)\s*$", re.IGNORECASE)
+_TIME_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)\s*$")
 _RATE_UNIT_MBPS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3}
+_TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
+# A lab delay beyond this stalls everything that waits on a round trip (ARP, the controller's
+# checks, ACK timeouts); real fabrics' microseconds at the lab's time scales stay far below it.
+MAX_LAB_DELAY_MS = 10_000.0
 _SIZE_UNIT_BYTES = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 2**20,
                     "gb": 10**9, "gib": 2**30}
 
@@ -68,6 +73,36 @@ def parse_size_bytes(value, where):
     if size <= 0:
         raise SpecError(f"{where}: size must be > 0, got {value!r}")
     return size
+
+
+def parse_delay_us(value, where):
+    """A real propagation delay: a number of microseconds or a string such as '500ns', '1.5us'."""
+    hint = "a number of microseconds or a string like '500ns' or '2us'"
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: delay must be {hint}, got {value!r}")
+    if isinstance(value, (int, float)):
+        usec = float(value)
+    elif isinstance(value, str) and (m := _TIME_RE.match(value)):
+        usec = float(m.group(1)) * _TIME_UNIT_US[m.group(2)]
+    else:
+        raise SpecError(f"{where}: delay must be {hint}, got {value!r}")
+    if not math.isfinite(usec):
+        raise SpecError(f"{where}: delay must be finite, got {value!r}")
+    if usec < 0:
+        raise SpecError(f"{where}: delay must be >= 0, got {value!r}")
+    return usec
+
+
+@dataclass(frozen=True)
+class LinkDelay:
+    """One-way propagation delay of each kind of cable, in *real* microseconds (the fabric's own
+    time); the lab runs it stretched by the spec's time scale. 0: no delay."""
+
+    host_us: float = 0.0     # host NIC <-> leaf
+    fabric_us: float = 0.0   # leaf <-> spine
+
+
+LINK_KINDS = ("host", "fabric")
 
 
 @dataclass(frozen=True)
@@ -108,6 +143,8 @@ class FabricSpec:
     description: str = ""
     # The queue model (traffic classes, ECN, PFC; fabriclab/queues/). None: plain shaping only.
     queues: QueueSpec | None = None
+    # Propagation delay per cable kind, in real time (netem, where the kernel has it).
+    delay: LinkDelay = field(default_factory=LinkDelay)
 
     def __post_init__(self):
         problems = validate(self)
@@ -133,10 +170,22 @@ class FabricSpec:
             return None
         return self.real_host_rate_mbps / self.host_rate_mbps
 
+    @property
+    def has_delay(self):
+        return any(getattr(self.delay, f"{kind}_us") > 0 for kind in LINK_KINDS)
+
+    def lab_delay_ms(self, kind):
+        """The one-way delay of a `kind` ('host' | 'fabric') cable in the lab: real x time scale."""
+        real_us = getattr(self.delay, f"{kind}_us")
+        if not real_us:
+            return 0.0
+        return real_us * self.time_scale / 1000.0
+
     def to_dict(self):
         data = dataclasses.asdict(self)
         data["oversubscription"] = round(self.oversubscription, 4)
         data["time_scale"] = self.time_scale
+        data["lab_delay_ms"] = {kind: self.lab_delay_ms(kind) for kind in LINK_KINDS}
         return data
 
 
@@ -199,6 +248,7 @@ def validate(spec):
         if len(longest) > MAX_INTERFACE_NAME:
             problems.append(f"{where}: interface {longest!r} would exceed Linux's "
                             f"{MAX_INTERFACE_NAME}-character limit; use fewer planes, leaves or ports")
+    problems += _delay_problems(spec, where)
     queues = getattr(spec, "queues", None)
     if not problems and queues is not None:
         if not isinstance(queues, QueueSpec):
@@ -207,6 +257,35 @@ def validate(spec):
             rates = {"leaf": max(spec.host_rate_mbps, spec.fabric_rate_mbps), "spine": spec.fabric_rate_mbps}
             problems += check_against_fabric(queues, dataclasses.asdict(spec.buffers), rates, spec.mtu,
                                              f"{where}: queues")
+    return problems
+
+
+def _delay_problems(spec, where):
+    delay = getattr(spec, "delay", LinkDelay())
+    if not isinstance(delay, LinkDelay):
+        return [f"{where}: delay must be a LinkDelay, got {delay!r}"]
+    problems = []
+    for kind in LINK_KINDS:
+        value = getattr(delay, f"{kind}_us")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < 0:
+            problems.append(f"{where}: delay.{kind} must be >= 0 microseconds, got {value!r}")
+    if problems or not any(getattr(delay, f"{kind}_us") for kind in LINK_KINDS):
+        return problems
+    real = spec.real_host_rate_mbps
+    if real is None:
+        return [f"{where}: delay is real time and needs real_host_rate to scale it into lab time "
+                f"(time_scale = real_host_rate / host_rate)"]
+    host = spec.host_rate_mbps
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v)
+           for v in (real, host)):
+        return []                       # the rates' own problems say what is wrong
+    scale = real / host
+    for kind in LINK_KINDS:
+        lab_ms = getattr(delay, f"{kind}_us") * scale / 1000.0
+        if lab_ms > MAX_LAB_DELAY_MS:
+            problems.append(f"{where}: delay.{kind} {getattr(delay, f'{kind}_us'):g} us at time scale "
+                            f"x{scale:g} is {lab_ms:.0f} ms in the lab; at most {MAX_LAB_DELAY_MS:.0f} ms")
     return problems
 
 
@@ -240,6 +319,7 @@ _YAML_FIELDS = {
     "buffers": ("buffers", None),
     "mtu": ("mtu", None),
     "queues": ("queues", queues_from_dict),
+    "delay": ("delay", None),
 }
 
 
@@ -258,6 +338,8 @@ def spec_from_dict(data, source="spec"):
         try:
             if key == "buffers":
                 kwargs[fname] = _buffers_from_dict(value, f"{source}: buffers")
+            elif key == "delay":
+                kwargs[fname] = _delay_from_dict(value, f"{source}: delay")
             else:
                 kwargs[fname] = parse(value, f"{source}: {key}") if parse else value
         except SpecError as exc:
@@ -268,7 +350,7 @@ def spec_from_dict(data, source="spec"):
         # Report the values' problems too, so one run shows everything to fix.
         defaults = {f.name: f.default for f in dataclasses.fields(FabricSpec)
                     if f.default is not dataclasses.MISSING}
-        draft = types.SimpleNamespace(**{**defaults, "buffers": Buffers(), "name": "",
+        draft = types.SimpleNamespace(**{**defaults, "buffers": Buffers(), "delay": LinkDelay(), "name": "",
                                          **{k: v for k, v in kwargs.items() if k != "buffers"}})
         problems += [p for p in validate(draft) if "name must be" not in p]
         raise SpecError(problems[0] if len(problems) == 1 else
@@ -293,6 +375,24 @@ def _buffers_from_dict(value, where):
     if problems:
         raise SpecError("; ".join(problems))
     return Buffers(**sizes)
+
+
+def _delay_from_dict(value, where):
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: must map {'/'.join(LINK_KINDS)} to real one-way delays "
+                        f"(e.g. {{fabric: 500ns}}), got {value!r}")
+    delays, problems = {}, []
+    for kind, item in value.items():
+        if kind not in LINK_KINDS:
+            problems.append(f"{where}: unknown link kind {kind!r} (known: {', '.join(LINK_KINDS)})")
+            continue
+        try:
+            delays[f"{kind}_us"] = parse_delay_us(item, f"{where}.{kind}")
+        except SpecError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise SpecError("; ".join(problems))
+    return LinkDelay(**delays)
 
 
 SPEC_DIR = pathlib.Path(__file__).resolve().parent

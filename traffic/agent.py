@@ -258,7 +258,7 @@ class Agent:
         if self.verify:
             import numpy as np
             regions = self.schedule.regions[self.rank]
-            self.memory = Memory(regions)
+            self.memory = self.make_memory(regions)
             inputs = [_rank_input(self.config["data_seed"], r,
                                   self.schedule.regions[r].get("input", 0) // 4)
                       for r in range(len(self.ranks))]
@@ -266,21 +266,28 @@ class Agent:
                 self.memory.arrays["input"][:] = inputs[self.rank]
             self.reference = schedules.reference_outputs(self.schedule, inputs)[self.rank]
             self.np = np
-        self.tell({"ready": size_index})
+
+    def make_memory(self, regions):
+        """The rank's memory for one message size (verify mode)."""
+        return Memory(regions)
 
     def run(self, iteration, start_at):
         self.iteration = iteration
         self.start_mono = start_at - self.clock_offset
         self.iteration_start = None
-        if self.memory is not None:
-            for name in ("output", "work", "scratch"):
-                if name in self.memory.bytes:
-                    self.memory.arrays[name][:] = 0
+        self.clear_outputs()
         self.counter_mark = self.totals()
         self.cpu_mark = time.process_time()
         for qp in self.qps.values():
             qp.it_first = qp.it_last = None
             qp.it_bytes = 0
+
+    def clear_outputs(self):
+        """Zero what the collective writes (verify mode), so a write that never came shows."""
+        if self.memory is not None:
+            for name in ("output", "work", "scratch"):
+                if name in self.memory.bytes:
+                    self.memory.arrays[name][:] = 0
 
     def begin(self, now):
         """start_at has come: start the rank's step DAG."""
@@ -627,16 +634,19 @@ class Agent:
         self.control_buffer += chunk
         while b"\n" in self.control_buffer:
             line, self.control_buffer = self.control_buffer.split(b"\n", 1)
-            message = json.loads(line)
-            if "prepare" in message:
-                self.prepare(message["prepare"])
-            elif "run" in message:
-                self.run(message["run"], message["start_at"])
-            elif "status" in message:
-                self.tell({"status": self.rank, "state": self.status()})
-            elif "stop" in message:
-                self.tell(self.final())
-                self.stopping = True
+            self.on_control(json.loads(line))
+
+    def on_control(self, message):
+        if "prepare" in message:
+            self.prepare(message["prepare"])
+            self.tell({"ready": message["prepare"]})
+        elif "run" in message:
+            self.run(message["run"], message["start_at"])
+        elif "status" in message:
+            self.tell({"status": self.rank, "state": self.status()})
+        elif "stop" in message:
+            self.tell(self.final())
+            self.stopping = True
 
     def status(self):
         if self.engine is None:
@@ -671,12 +681,12 @@ def _delta(now, mark):
     return {key: value - (mark or {}).get(key, 0) for key, value in now.items()}
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m fabriclab.traffic.agent",
+def main(argv=None, agent_class=None, module="fabriclab.traffic.agent", prog="fabriclab-agent"):
+    """Run one rank's agent (`agent_class`, default Agent) until the launcher stops it."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}",
                                      description="collective agent for one rank (a host NIC)")
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)
-    prog = "fabriclab-agent"
     sockets.die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
     try:
@@ -685,7 +695,7 @@ def main(argv=None):
     except (OSError, ValueError) as exc:
         print(f"{prog}: error: cannot read config {args.config}: {exc}", file=sys.stderr)
         return 2
-    agent = Agent(config)
+    agent = (agent_class or Agent)(config)
     try:
         agent.open()
         agent.serve()

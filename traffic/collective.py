@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from fabriclab import cpuload, patience, telemetry
 from fabriclab.errors import LabError
 from fabriclab.units import human_size
-from fabriclab.traffic import roce, schedules
+from fabriclab.traffic import roce, schedules, softroce
 from fabriclab.traffic.agent import QP_METHODS
 
 AGENT_MODULE = "fabriclab.traffic.agent"
+AGENT_MODULES = {softroce.UDP: AGENT_MODULE, softroce.RXE: "fabriclab.traffic.verbs_agent"}
 PLACEMENTS = ("order", "topology", "random")
 FIRST_QPN = 0x100
 START_MARGIN_S = 0.05        # "run" reaches every agent before its start time
@@ -72,6 +73,10 @@ class CollectiveSpec:
     dcqcn: dict | None = None           # None: off; {} NIC defaults; or NIC parameter overrides
     seed: int = 1
     timeout_factor: float = 20.0        # an iteration may take this x its ideal time (+ slack)
+    # udp (the emulated RNIC) | rxe (soft-RoCE verbs) | auto (doctor's choice). Python callers get
+    # udp unless they ask: experiments and tests read counters only it has (retransmissions, CE
+    # marks, local ACK timeouts, CNPs). The `collective` command and the prompt default to auto.
+    backend: str = "udp"
 
     def check(self):
         """Raise LabError naming the first bad field."""
@@ -112,6 +117,8 @@ class CollectiveSpec:
             bad("timeout_factor", "must be > 1")
         if self.dcqcn is not None and not isinstance(self.dcqcn, dict):
             bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
+        if self.backend not in softroce.BACKENDS:
+            bad("backend", f"must be one of {', '.join(softroce.BACKENDS)}")
 
 
 def _not_int(value):
@@ -187,26 +194,40 @@ def plan_qps(ranks, schedules_, spec, rng):
     return out
 
 
-def nic_queue_bytes(fabric):
+def nic_queue_bytes(fabric, host_delay_ms=0.0):
     """The NIC transmit queue under the queue model: its host buffer (a real NIC fetches work only
-    as fast as it can send, so a pause must not find megabytes queued behind it). The kernel
-    charges a jumbo frame's truesize, about 1.5x its length, hence the factor. None: no model."""
+    as fast as it can send, so a pause must not find megabytes queued behind it), plus the bytes
+    its cable's delay holds (the lab's delay sits in the NIC's own qdisc, charged to the sender's
+    socket). The kernel charges a jumbo frame's truesize, about 1.5x its length, hence the factor.
+    None: no model."""
     if fabric.spec.queues is None:
         return None
-    return int(1.5 * max(fabric.spec.buffers.host, 4 * (fabric.spec.mtu + 14)))
+    in_flight = fabric.spec.host_rate_mbps * 1e6 / 8 * host_delay_ms / 1000
+    return int(1.5 * (max(fabric.spec.buffers.host, 4 * (fabric.spec.mtu + 14)) + in_flight))
 
 
-def default_ack_timeout(fabric):
+def lab_delay_ms(lab, kind):
+    """The one-way delay the lab puts on a `kind` ('host' | 'fabric') cable (0 without)."""
+    delay = getattr(lab, "link_delay_ms", None)
+    return 0.0 if delay is None else delay(kind)
+
+
+def path_rtt_s(lab):
+    """The round trip the lab's link delays add between hosts on different leaves."""
+    return 4 * (lab_delay_ms(lab, "host") + lab_delay_ms(lab, "fabric")) / 1000
+
+
+def default_ack_timeout(fabric, rtt_s=0.0):
     """Long enough for a packet to wait behind full buffers on every hop of a path and its ACK
     to come back: 2 x (host + 2 leaf + spine buffers) at the host rate, plus 50 ms (with PFC on,
-    4 times the buffers' drain time)."""
+    4 times the buffers' drain time), plus the round trip of the links' delay."""
     b = fabric.spec.buffers
     drain_s = (b.host + 2 * b.leaf + b.spine) * 8 / (fabric.spec.host_rate_mbps * 1e6)
     if fabric.spec.queues is not None and fabric.spec.queues.pfc.enabled:
         # Lossless: nothing is dropped, but a flow sharing a paused path waits behind the others'
         # bytes and the pauses themselves; a premature timeout would only add duplicates.
         drain_s *= 4
-    return round(2 * drain_s + 0.05, 3)
+    return round(2 * drain_s + 0.05 + rtt_s, 3)
 
 
 @dataclass
@@ -221,6 +242,7 @@ class CollectiveRun:
     elapsed_s: float = 0.0
     queues: dict | None = None                       # the queue model's counters over the run
     traffic_window: tuple | None = None              # wall clock: first measured start, last end
+    backend: str = softroce.UDP                      # what moved the bytes: udp | rdma_rxe
 
 
 class _AgentLink:
@@ -266,8 +288,10 @@ class Launcher:
         except ValueError as exc:
             raise LabError(f"collective: {exc}") from None
         self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
-        self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric)
+        self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
         self.rate_mbps = fabric.spec.host_rate_mbps
+        self.backend = softroce.backend_for(spec)
+        self.softroce = None                 # the job's rxe devices while they exist
         self.links = {}
         self.selector = selectors.DefaultSelector()
         self.server = None
@@ -299,16 +323,25 @@ class Launcher:
                      "cnp_dscp": spec.cnp_dscp, "ecn": spec.ecn,
                      "cts": {"enabled": spec.cts, "buffers": spec.cts_buffers,
                              "refresh_s": max(0.01, self.ack_timeout / 4)},
-                     "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric)}
+                     "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric,
+                                                        lab_delay_ms(self.lab, "host"))}
         collective = {"collective": spec.collective, "algorithm": self.schedules[0].algorithm,
                       "channels": spec.channels, "piece_bytes": spec.piece_bytes,
                       "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root}
         for r in self.ranks:
-            yield r, {"rank": r.rank, "ranks": rank_table, "qps": qps[r.rank],
+            config = {"rank": r.rank, "ranks": rank_table, "qps": qps[r.rank],
                       "ports": [{"address": p.ip, "rate_mbps": self.rate_mbps} for p in r.ports],
                       "transport": transport, "collective": collective,
                       "sizes": list(spec.sizes), "verify": spec.verify, "data_seed": spec.seed,
                       "control": str(self.folder / "control.sock")}
+            if self.backend == softroce.RXE:
+                # The memory registered once for every size: each region at its largest.
+                regions = {}
+                for schedule in self.schedules:
+                    for name, size in schedule.regions[r.rank].items():
+                        regions[name] = max(regions.get(name, 0), size)
+                config["rdma"] = {"devices": self.softroce.devices(r.rank), "regions": regions}
+            yield r, config
 
     def start_agents(self):
         self.folder = self.lab.run.path(self.name)
@@ -320,15 +353,32 @@ class Launcher:
         self.server.listen(len(self.ranks) + 4)
         self.server.setblocking(False)
         self.selector.register(self.server, selectors.EVENT_READ, None)
+        if self.backend == softroce.RXE:
+            peers = {}
+            for schedule in self.schedules:
+                for a, b, channel in schedule.connections():
+                    peers.setdefault(a, set()).add((b, channel))
+                    peers.setdefault(b, set()).add((a, channel))
+            most = max((len(p) for p in peers.values()), default=1) * self.spec.qps
+            self.softroce = softroce.SoftRoce(self.lab, self.ranks, self.name, qps_per_port=most)
+            self.softroce.attach()
+        module = AGENT_MODULES[self.backend]
         for rank, config in self._configs():
             path = self.folder / f"rank{rank.rank}.json"
             path.write_text(json.dumps(config))
             proc = self.lab.net.get(rank.host).popen(
-                [sys.executable, "-m", AGENT_MODULE, "--config", str(path)],
+                [sys.executable, "-m", module, "--config", str(path)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            self.lab.run.add_process(proc.pid, "collective-agent", AGENT_MODULE)
+            self.lab.run.add_process(proc.pid, "collective-agent", module)
             self.links[rank.rank] = _AgentLink(rank.rank, proc)
         self._gather("hello", range(len(self.ranks)), patience.scaled(HELLO_TIMEOUT_S), "start")
+        if self.backend == softroce.RXE:
+            # The devices number their own QPs and keys: every agent learns every rank's.
+            table = {str(rank): link.hello["verbs"] for rank, link in self.links.items()}
+            for link in self.links.values():
+                link.send({"connect": table})
+            self._gather("connected", list(self.links), patience.scaled(READY_TIMEOUT_S),
+                         "connecting QPs")
         if hasattr(self.lab, "announce_job"):
             self.lab.announce_job(self.name, self.placement_pairs())
         self.announced = True
@@ -469,6 +519,10 @@ class Launcher:
                 link.proc.wait()
             if link.sock:
                 link.sock.close()
+        if self.softroce is not None:
+            # After the agents: a device in use by a live process cannot go.
+            self.softroce.detach()
+            self.softroce = None
         if self.server:
             self.server.close()
         self.selector.close()
@@ -485,7 +539,8 @@ class Launcher:
 
     def run(self):
         spec = self.spec
-        result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps)
+        result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps,
+                               backend=self.backend)
         t0 = time.monotonic()
         total_steps = len(spec.sizes) * (spec.iterations + spec.warmup)
         done_steps = 0
@@ -506,11 +561,14 @@ class Launcher:
                         break
                     if it == spec.warmup:
                         before = telemetry.snapshot(self.lab.fabric)
+                    marks = self.softroce.counters() if self.softroce is not None else None
                     start_at = time.time() + START_MARGIN_S
                     for link in self.links.values():
                         link.send({"run": it, "start_at": start_at})
                     done = self._gather("done", everyone, timeout + START_MARGIN_S,
                                         f"running {label} iteration {it + 1}")
+                    if marks is not None:
+                        self.softroce.add_iteration_counters(done, marks)
                     if it >= spec.warmup:
                         iterations.append((start_at, done))
                     done_steps += 1
@@ -522,6 +580,8 @@ class Launcher:
                 result.traffic_window = (min(first, old[0]), max(last, old[1])) if old else (first, last)
                 result.sizes.append(self._summarise(schedule, ideal, iterations, window))
             finals = self.stop_agents()
+            if self.softroce is not None:
+                self.softroce.add_final_counters(finals)
             result.finals = {rank: msg for rank, msg in finals.items()}
         finally:
             self.cleanup()

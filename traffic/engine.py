@@ -30,13 +30,21 @@ def split_address(vaddr):
 
 
 class Memory:
-    """A rank's registered memory: one bytearray per region, with float32 views for arithmetic."""
+    """A rank's registered memory: one byte buffer per region, with float32 views for arithmetic.
 
-    def __init__(self, regions):
+    `buffers` (optional) gives each region's bytes (writable, at least its size), e.g. slices of
+    memory registered with an RDMA device, which a NIC writes into directly; without it each
+    region is a fresh bytearray."""
+
+    def __init__(self, regions, buffers=None):
         import numpy as np
 
         self.np = np
-        self.bytes = {name: bytearray(size) for name, size in regions.items()}
+        if buffers is None:
+            self.bytes = {name: bytearray(size) for name, size in regions.items()}
+        else:
+            self.bytes = {name: memoryview(buffers[name]).cast("B")[:size]
+                          for name, size in regions.items()}
         self.arrays = {name: np.frombuffer(buf, dtype=np.float32) for name, buf in self.bytes.items()}
 
     def view(self, region, offset, nbytes):

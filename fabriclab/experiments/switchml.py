@@ -7,7 +7,8 @@ Cases, on one fabric (a rack of up to 4 workers under leaf 1, an aggregator besi
    hosts. Ring AllReduce moves 2(n-1)/n of the tensor per worker and in-network aggregation one
    tensor, so SwitchML's edge approaches 2x as n grows (seed 003 section 3).
 2. loss: the largest tensor with uniform random loss on every link (0.01 %, 0.1 %, 1 %: Figure 6),
-   TAT normalised to the loss-free run, and the packets a worker sent per interval (Figure 7).
+   TAT normalised to the loss-free run, against the ring's time under the same loss (go-back-N),
+   and the packets a worker sent per interval (Figure 7).
 
 The aggregator's cable runs at n times the host rate (a switch aggregates across all its ports at
 line rate; one server port would otherwise be what is measured): results record it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from fabriclab import linkloss
 from fabriclab.errors import LabError
-from fabriclab.experiments.runner import Case, size_summary
+from fabriclab.experiments.runner import Case, Job, size_summary
 from fabriclab.table import format_table
 from fabriclab.units import human_size
 
@@ -45,6 +46,9 @@ def prepare(spec, options):
 
 
 def cases(fabric, options):
+    from fabriclab.traffic.collective import CollectiveSpec
+
+    rack = [h for h in fabric.hosts if fabric.hosts[h].ports[0].leaf == "l1"]
     per_rack = fabric.spec.hosts_per_leaf - 1
     counts = [n for n in (QUICK_WORKERS if options.quick else WORKERS) if n <= per_rack] or [per_rack]
     sizes = QUICK_SIZES if options.quick else SIZES
@@ -52,7 +56,11 @@ def cases(fabric, options):
     for n, size, loss, kind in ([(n, size, 0.0, "size") for n in counts for size in sizes]
                                 + [(counts[-1], sizes[-1], loss, "loss") for loss in (0.0, *LOSSES)]):
         name = f"n={n} {human_size(4 * size)}" if kind == "size" else f"loss {loss:.2%}"
-        case = Case(name, [], note=kind)       # the runner's Case; SwitchML's fields ride along
+        # The ring AllReduce of the same tensor over the same hosts is the case's job; SwitchML's
+        # own fields ride along on the runner's Case.
+        ring = CollectiveSpec("allreduce", sizes=(4 * size,), hosts=tuple(rack[:n]), backend="udp",
+                              iterations=1 if kind == "loss" else 3, warmup=1)
+        case = Case(name, [Job("ring", ring)], note=kind)
         case.workers, case.elements, case.loss = n, size, loss
         out.append(case)
     return out
@@ -60,7 +68,7 @@ def cases(fabric, options):
 
 def run_cases(lab, cases_, sample_s, folder, progress):
     from fabriclab.switchml.launcher import AggregationSpec, run_aggregation
-    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+    from fabriclab.traffic.collective import run_collective
 
     rack = [h for h in lab.fabric.hosts if lab.fabric.hosts[h].ports[0].leaf == "l1"]
     results = []
@@ -72,22 +80,21 @@ def run_cases(lab, cases_, sample_s, folder, progress):
         spec = AggregationSpec(elements=case.elements, workers=workers, iterations=iterations,
                                seed=case.workers)
         if case.loss:
-            linkloss.set_loss(lab, lab.fabric.links, case.loss)
+            lab.set_loss(list(lab.fabric.links), case.loss)
         try:
+            before = sum(d for d, _ in linkloss.counters(lab).values())
             sml = run_aggregation(lab, spec)
-            dropped = sum(d for d, _ in linkloss.counters(lab).values())
+            dropped = sum(d for d, _ in linkloss.counters(lab).values()) - before
+            ring = run_collective(lab, case.jobs[0].spec)
         finally:
             if case.loss:
-                linkloss.set_loss(lab, lab.fabric.links, 0)
-        row = {"name": case.name, "kind": case.note, "workers": case.workers, "elements": case.elements,
-               "loss": case.loss, "switchml": sml, "packets_dropped": dropped, "jobs": {}}
-        if case.note == "size":
-            ring = run_collective(lab, CollectiveSpec("allreduce", sizes=(4 * case.elements,), hosts=workers,
-                                                      iterations=3, warmup=1))
-            summary = size_summary(ring.sizes[0])
-            row["ring"] = {**summary, "bytes_sent_per_rank": ring.sizes[0]["bytes_sent_per_rank"]}
-            row["jobs"]["ring"] = {"valid": summary["valid"]}
-        results.append(row)
+                lab.set_loss(list(lab.fabric.links), 0)
+        summary = size_summary(ring.sizes[0])
+        results.append({"name": case.name, "kind": case.note, "workers": case.workers,
+                        "elements": case.elements, "loss": case.loss, "switchml": sml,
+                        "packets_dropped": dropped,
+                        "ring": {**summary, "bytes_sent_per_rank": ring.sizes[0]["bytes_sent_per_rank"]},
+                        "jobs": {"ring": {"valid": summary["valid"]}}})
     return results
 
 
@@ -109,10 +116,14 @@ def table(doc):
     loss_rows = [c for c in doc["cases"] if c["kind"] == "loss"]
     if loss_rows:
         base = loss_rows[0]["switchml"]["tat_s"]["p50"]
-        out.append(format_table(("loss on every link", "TAT ms", "inflation", "retransmissions", "packets dropped"),
+        ring_base = loss_rows[0]["ring"]["cct_ms"]["p50"]
+        out.append(format_table(("loss on every link", "SwitchML TAT ms", "inflation", "retransmissions",
+                                 "dropped", "ring ms", "ring inflation", "ring retransmitted"),
                                 [(f"{c['loss']:.2%}", f"{c['switchml']['tat_s']['p50'] * 1e3:.1f}",
                                   f"{c['switchml']['tat_s']['p50'] / base:.2f}x", c["switchml"]["retransmissions"],
-                                  c["packets_dropped"]) for c in loss_rows],
+                                  c["packets_dropped"], f"{c['ring']['cct_ms']['p50']:.1f}",
+                                  f"{c['ring']['cct_ms']['p50'] / ring_base:.2f}x",
+                                  c["ring"]["counters"]["retransmitted_packets"]) for c in loss_rows],
                                 title=f"TAT under loss ({loss_rows[0]['workers']} workers, "
                                       f"{human_size(4 * loss_rows[0]['elements'])}; seed 003 Figure 6)"))
     return "\n\n".join(out)
@@ -132,9 +143,11 @@ def plot(doc, folder):
     loss = [c for c in doc["cases"] if c["kind"] == "loss"]
     if loss:
         base = loss[0]["switchml"]["tat_s"]["p50"]
+        ring_base = loss[0]["ring"]["cct_ms"]["p50"]
         plots.bars(folder / "loss-inflation.png", "TAT inflation under loss on every link (Figure 6)",
                    [f"{c['loss']:.2%}" for c in loss],
-                   [("TAT / loss-free TAT", [c["switchml"]["tat_s"]["p50"] / base for c in loss])])
+                   [("SwitchML: TAT / loss-free TAT", [c["switchml"]["tat_s"]["p50"] / base for c in loss]),
+                    ("ring AllReduce: time / loss-free", [c["ring"]["cct_ms"]["p50"] / ring_base for c in loss])])
         # Figure 7: packets one worker sent per interval, and where each run's TAT ended.
         width = max(c["switchml"]["tat_s"]["per_iteration"][0] for c in loss) / 50
         series, marks = {}, []

@@ -24,6 +24,10 @@ LOSSLESS, CONTROL, LOSSY = range(3)
 ETH_HEADER = 14
 
 ECN_MODES = ("red", "step", "off")
+# Who marks: the kernel's RED qdisc where it exists ("auto" picks it), or the eBPF program.
+ECN_MARKERS = ("auto", "red", "bpf")
+# The data path's ecn_mode for a class whose RED qdisc marks: the program only counts the marks.
+ECN_QDISC = 3
 WATCHDOG_ACTIONS = ("drop", "forward")
 SWITCH_ROLES = ("leaf", "spine")     # the ports that account, mark and pause
 
@@ -65,6 +69,7 @@ class QueueSpec:
     ecn: EcnProfile = field(default_factory=EcnProfile)
     ecn_by_role: tuple = ()          # ((role, EcnProfile), ...): overrides for one role's ports
     pfc: PfcSettings = field(default_factory=PfcSettings)
+    ecn_marker: str = "auto"         # auto | red | bpf (see ECN_MARKERS)
 
     def ecn_for(self, role):
         return dict(self.ecn_by_role).get(role, self.ecn)
@@ -91,14 +96,14 @@ class QueueSpec:
         return cls(lossless_dscp=tuple(data["lossless_dscp"]), control_dscp=tuple(data["control_dscp"]),
                    ecn=EcnProfile(**data["ecn"]),
                    ecn_by_role=tuple((role, EcnProfile(**p)) for role, p in items),
-                   pfc=PfcSettings(**data["pfc"]))
+                   pfc=PfcSettings(**data["pfc"]), ecn_marker=data.get("ecn_marker", "auto"))
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """What the data path enforces for one port and class (all bytes; pmax in 1/2^20)."""
 
-    ecn_mode: int          # 0 off, 1 red, 2 step
+    ecn_mode: int          # 0 off, 1 red, 2 step (3, ECN_QDISC: a RED qdisc marks, see queues/red.py)
     kmin: int
     kmax: int
     pmax: int
@@ -302,6 +307,13 @@ def queues_from_dict(value, where="queues"):
                                     f"every other DSCP is lossy)")
                 kwargs[f"{cls}_dscp"] = _dscps(dscps, f"{where}.classes.{cls}")
         elif key == "ecn":
+            if isinstance(item, dict) and "marker" in item:
+                marker = item["marker"]
+                if marker not in ECN_MARKERS:
+                    raise SpecError(f"{where}.ecn.marker: must be one of {', '.join(ECN_MARKERS)}, "
+                                    f"got {marker!r}")
+                kwargs["ecn_marker"] = marker
+                item = {k: v for k, v in item.items() if k != "marker"}
             if isinstance(item, dict):
                 general = {k: v for k, v in item.items() if k not in SWITCH_ROLES}
                 base = _ecn_from_dict(general, f"{where}.ecn")

@@ -40,11 +40,11 @@ class QCfg(ctypes.Structure):
 
 STAT_FIELDS = ("tx_pkts", "tx_bytes", "marks", "drops", "lossless_drops", "wd_drops", "occ", "occ_hwm",
                "held", "held_hwm", "pause_tx", "xon_tx", "pause_rx", "pause_ns", "xoff_ts",
-               "rx_pkts", "rx_bytes")
+               "rx_pkts", "rx_bytes", "ce_queued")
 
 
 class QStat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int64 if name in ("occ", "held") else ctypes.c_uint64)
+    _fields_ = [(name, ctypes.c_int64 if name in ("occ", "held", "ce_queued") else ctypes.c_uint64)
                 for name in STAT_FIELDS] + [("paused", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
 
 

@@ -6,10 +6,12 @@
  *   - classify by DSCP and steer into the class's htb leaf (skb->priority = 1:<minor>);
  *   - account the egress queue of (port, class); tail-drop lossy traffic above the buffer;
  *     drop lossless traffic only when its ingress port overran XOFF + headroom;
- *   - at switch ports, mark CE on ECN-capable packets by the RED or step profile.
+ *   - at switch ports, mark CE on ECN-capable packets by the RED or step profile; or, where the
+ *     port's RED qdisc marks instead (ecn_mode ECN_QDISC), note packets that enter already CE;
  * ingress (a packet arrived from the other end of the cable):
  *   - the packet has left the peer port's queue: the peer's egress occupancy falls, and so do the
  *     bytes the peer's switch holds for the port that packet had entered by (XON when low enough);
+ *     a CE packet from a port whose qdisc marks counts as that port's mark unless it entered CE;
  *   - at a switch, the packet now counts against this ingress port (XOFF when high enough) and
  *     the flow is remembered so its departure can be charged back to this port.
  * XOFF and XON go to user space over a ring buffer; the user-space PFC agent closes or opens the
@@ -31,6 +33,8 @@
 #define PROB_BITS 20
 #define HTB_MAJOR 0x00010000u
 
+#define ECN_QDISC 3           /* the port's RED qdisc marks; this program only counts */
+
 #define EV_XOFF 1
 #define EV_XON 2
 
@@ -44,7 +48,7 @@ struct port {
 };
 
 struct qcfg {
-	__u32 ecn_mode;       /* 0 off, 1 RED, 2 step */
+	__u32 ecn_mode;       /* 0 off, 1 RED, 2 step, 3 ECN_QDISC */
 	__u32 kmin;
 	__u32 kmax;
 	__u32 pmax;           /* probability in 1/2^20 */
@@ -74,6 +78,7 @@ struct qstat {
 	__u64 xoff_ts;
 	__u64 rx_pkts;
 	__u64 rx_bytes;
+	__s64 ce_queued;      /* ECN_QDISC: packets that entered already CE, not yet seen leave */
 	__u32 paused;
 	__u32 pad;
 };
@@ -278,7 +283,7 @@ static __always_inline void admit(struct port *pt, __u32 cls, __u32 len, __u64 n
 
 static __always_inline int should_mark(struct qcfg *cf, __s64 occ)
 {
-	if (!cf->ecn_mode || occ < (__s64)cf->kmin)
+	if (!cf->ecn_mode || cf->ecn_mode == ECN_QDISC || occ < (__s64)cf->kmin)
 		return 0;
 	if (cf->ecn_mode == 2 || occ >= (__s64)cf->kmax || cf->kmax <= cf->kmin)
 		return 1;
@@ -299,6 +304,21 @@ static __always_inline void mark_ce(struct __sk_buff *skb, __u32 tos)
 	__u16 new = *(__u16 *)bytes;
 	bpf_l3_csum_replace(skb, ETH_HLEN + __builtin_offsetof(struct iphdr, check), old, new, 2);
 	bpf_skb_store_bytes(skb, ETH_HLEN + 1, &bytes[1], 1, 0);
+}
+
+/* A CE packet arrived from the peer port (row `row`). If the peer's RED qdisc marks, it was marked
+ * there, unless it had entered that queue CE already: those are counted in ce_queued and each CE
+ * arrival takes one back first. Packets leave a class in order, so once the queue drains `marks`
+ * is exact; meanwhile it may lag by the CE packets still queued. */
+static __always_inline void qdisc_mark_seen(struct qstat *st, __u32 row)
+{
+	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
+	if (!cf || cf->ecn_mode != ECN_QDISC)
+		return;
+	__s64 queued = st->ce_queued;
+	if (queued > 0 && __sync_val_compare_and_swap(&st->ce_queued, queued, queued - 1) == queued)
+		return;
+	__sync_fetch_and_add(&st->marks, 1);
 }
 
 SEC("tc")
@@ -352,6 +372,8 @@ int fq_egress(struct __sk_buff *skb)
 		__sync_fetch_and_add(&st->marks, 1);
 		mark_ce(skb, p.tos);
 	}
+	if (cf->ecn_mode == ECN_QDISC && ecn == 3)
+		__sync_fetch_and_add(&st->ce_queued, 1);
 	return TC_ACT_OK;
 drop:
 	if (pt->is_switch)
@@ -373,8 +395,11 @@ int fq_ingress(struct __sk_buff *skb)
 	/* The packet has left the far end's egress queue, and with it the far switch. */
 	__u32 prow = pt->peer * NCLASS + cls;
 	struct qstat *up = bpf_map_lookup_elem(&stats, &prow);
-	if (up)
+	if (up) {
 		__sync_fetch_and_add(&up->occ, -(__s64)len);
+		if ((p.tos & 3) == 3)
+			qdisc_mark_seen(up, prow);
+	}
 	if (pt->peer_is_switch)
 		release(pt->peer_node, &p, cls, len, now);
 

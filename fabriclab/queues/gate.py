@@ -1,7 +1,8 @@
 """Pause gates: the tbf qdisc under a port's lossless htb class, closed (PFC XOFF) and opened (XON)
 over rtnetlink, in whichever network namespace the port lives.
 
-Why tbf: a changed tbf keeps its queue (only its child fifo's limit is set), refills its tokens and
+Why tbf: a changed tbf keeps its queue (only its child fifo's limit is set; a child that is not a
+fifo, such as the RED qdisc that marks ECN on full kernels, is left as it is), refills its tokens and
 never sends a packet it has no tokens for, so a gate closed to 1 byte/s holds everything behind it
 after at most one frame (the one a real port would finish serialising). htb cannot do this: a class
 changed to a tiny rate keeps the token debt of the packet it lets through and stays stuck for
@@ -31,7 +32,8 @@ GATE_PARENT = 0x00010010        # "1:10", the lossless htb class
 CLOSED_RATE = 1                 # bytes/s: tbf's smallest rate
 
 
-def _attr(kind, data):
+def nlattr(kind, data):
+    """One netlink attribute (length, type, payload), padded to 4 bytes."""
     length = 4 + len(data)
     return struct.pack("=HH", length, kind) + data + b"\0" * (-length % 4)
 
@@ -43,11 +45,11 @@ def _ratespec(rate_bytes_s):
 def tbf_change_message(seq, ifindex, rate_bytes_s, burst, limit, handle=GATE_HANDLE, parent=GATE_PARENT):
     """An RTM_NEWQDISC 'change' of the tbf at (parent, handle) on ifindex: rate, burst, fifo limit."""
     qopt = _ratespec(rate_bytes_s) + _ratespec(0) + struct.pack("=III", limit, 0, 0)
-    options = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("=I", burst))
+    options = nlattr(TCA_TBF_PARMS, qopt) + nlattr(TCA_TBF_BURST, struct.pack("=I", burst))
     if rate_bytes_s > 0xFFFFFFFF:
-        options += _attr(TCA_TBF_RATE64, struct.pack("=Q", rate_bytes_s))
+        options += nlattr(TCA_TBF_RATE64, struct.pack("=Q", rate_bytes_s))
     body = (struct.pack("=BxHiIII", socket.AF_UNSPEC, 0, ifindex, handle, parent, 0)
-            + _attr(TCA_KIND, b"tbf\0") + _attr(TCA_OPTIONS, options))
+            + nlattr(TCA_KIND, b"tbf\0") + nlattr(TCA_OPTIONS, options))
     return struct.pack("=IHHII", 16 + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, seq, 0) + body
 
 
@@ -64,7 +66,19 @@ def netlink_error(reply, seq):
     return None
 
 
-def _route_socket_in(ns_pid):
+def request(sock, message, seq, doing):
+    """Send one netlink request and wait for its ACK; returns the errno (0: done)."""
+    sock.send(message)
+    while True:
+        try:
+            err = netlink_error(sock.recv(65536), seq)
+        except socket.timeout:
+            raise LabError(f"no answer from the kernel {doing}") from None
+        if err is not None:
+            return err
+
+
+def route_socket_in(ns_pid):
     """A NETLINK_ROUTE socket bound to the network namespace of process ns_pid (None: ours).
     setns() moves only the calling thread, and only for the socket's creation."""
     if ns_pid is None:
@@ -99,22 +113,15 @@ class Gates:
 
     def _sock(self, ns_pid):
         if ns_pid not in self._socks:
-            sock = _route_socket_in(ns_pid)
+            sock = route_socket_in(ns_pid)
             sock.settimeout(2.0)
             self._socks[ns_pid] = sock
         return self._socks[ns_pid]
 
     def set(self, ns_pid, ifindex, rate_bytes_s, burst, limit, what=""):
         self._seq += 1
-        sock = self._sock(ns_pid)
-        sock.send(tbf_change_message(self._seq, ifindex, rate_bytes_s, burst, limit))
-        while True:
-            try:
-                err = netlink_error(sock.recv(65536), self._seq)
-            except socket.timeout:
-                raise LabError(f"no answer from the kernel changing the gate of {what or ifindex}") from None
-            if err is not None:
-                break
+        message = tbf_change_message(self._seq, ifindex, rate_bytes_s, burst, limit)
+        err = request(self._sock(ns_pid), message, self._seq, f"changing the gate of {what or ifindex}")
         if err:
             raise LabError(f"changing the pause gate of {what or ifindex} failed: {os.strerror(err)}")
 

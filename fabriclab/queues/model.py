@@ -11,7 +11,8 @@ Every cabled interface is a port (switch ports and host NICs alike). A port's eg
 `shaping.queued_commands`: htb at the link rate with a strict-priority control class and the
 lossless and lossy classes sharing the rest, a tbf pause gate under the lossless class. The eBPF
 programs on clsact (egress and ingress) classify, account, mark and signal pauses; the PFC agent
-(a thread) closes and opens gates.
+(a thread) closes and opens gates. With `ecn_mechanism="red"` (full kernels) the switch ports'
+lossless and lossy classes get RED qdiscs that mark instead of the program (queues/red.py).
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ from fabriclab.queues.gate import Gates
 from fabriclab.queues.ovsbuf import (RECEIVE_BUFFER_BYTES, enlarge_ovs_receive_buffers,
                                      enlarge_ovs_send_buffer, ovs_receive_drops)
 from fabriclab.queues.pfc import PfcAgent
+from fabriclab.queues.red import CLASSES as RED_CLASSES
+from fabriclab.queues.red import PLACES as RED_PLACES
+from fabriclab.queues.red import RedQdiscs, class_limit, red_params
 from fabriclab.shaping import gate_settings
 
 MECHANISM = "ebpf-clsact+tbf-gates"
+ECN_MECHANISMS = ("bpf-clsact", "red")
+# Counters the model keeps for itself, not reported per port.
+INTERNAL_FIELDS = ("xoff_ts", "ce_queued")
 # The egress filter's tc priority: prio 1 belongs to the routing apps' selection stage, which must
 # choose the port before the model accounts the packet at it.
 EGRESS_PRIO = 3                 # after the selection stage (1) and link loss (2)
@@ -71,11 +78,15 @@ def port_table(fabric):
 
 
 class QueueModel:
-    def __init__(self, fabric, net, run_id, spec=None):
+    def __init__(self, fabric, net, run_id, spec=None, ecn_mechanism="bpf-clsact"):
         self.fabric, self.net, self.run_id = fabric, net, run_id
         self.spec = spec or fabric.spec.queues
         if self.spec is None:
             raise LabError(f"fabric {fabric.spec.name!r} has no queues: section (the queue model is off)")
+        if ecn_mechanism not in ECN_MECHANISMS:
+            raise LabError(f"ECN mechanism must be one of {', '.join(ECN_MECHANISMS)}, got {ecn_mechanism!r}")
+        self.ecn_mechanism = ecn_mechanism
+        self.red = None              # RedQdiscs when RED marks
         self.ports = port_table(fabric)
         self.by_name = {p.name: p for p in self.ports}
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
@@ -98,6 +109,10 @@ class QueueModel:
             self.datapath = DataPath(self.run_id, len(self.ports)).load()
             self._write_config()
             self._attach()
+            if self.ecn_mechanism == "red":
+                self.red = RedQdiscs()
+                for p in self._red_ports():
+                    self._set_red(p, create=True)
             self.gates = Gates()
             self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.spec.pfc)
             self.agent.start()
@@ -113,6 +128,9 @@ class QueueModel:
         if self.gates is not None:
             self.gates.close()
             self.gates = None
+        if self.red is not None:
+            self.red.close()
+            self.red = None
         if self.datapath is not None:
             self.datapath.close()
             self.datapath = None
@@ -145,10 +163,29 @@ class QueueModel:
         for cls in range(NCLASS):
             t = config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu,
                                   self.ecn_override.get(p.idx))
+            ecn_mode = t.ecn_mode if p.role != "host" else 0
+            if self._red_marks(p) and config.CLASSES[cls] in RED_CLASSES:
+                ecn_mode = config.ECN_QDISC       # RED marks; the program counts its marks
             self.datapath.qcfg.update(p.idx * NCLASS + cls, QCfg(
-                t.ecn_mode if p.role != "host" else 0, t.kmin, t.kmax, t.pmax, t.limit,
+                ecn_mode, t.kmin, t.kmax, t.pmax, t.limit,
                 # hosts do not account ingress bytes (they are sinks), so never send XOFF
                 int(t.pfc), t.xoff, t.xon, t.headroom_limit, 0))
+
+    # -- RED (ecn_mechanism "red") ---------------------------------------------------------------
+    def _red_marks(self, p):
+        return self.ecn_mechanism == "red" and p.role != "host"
+
+    def _red_ports(self):
+        return [p for p in self.ports if self._red_marks(p)]
+
+    def red_settings(self, p, cls):
+        """The RedParams of port `p`'s class `cls` ("lossless" | "lossy") under its ECN profile."""
+        profile = self.ecn_override.get(p.idx) or self.spec.ecn_for(p.role)
+        return red_params(profile, p.buffer, class_limit(cls, p.buffer, self.fabric.spec.mtu))
+
+    def _set_red(self, p, create=False):
+        for cls in RED_CLASSES:
+            self.red.set(p.ifindex, cls, self.red_settings(p, cls), create=create, what=p.name)
 
     def _attach(self):
         pins = self.datapath
@@ -213,6 +250,8 @@ class QueueModel:
             for p in ports:
                 self.ecn_override.pop(p.idx, None)
                 self._write_thresholds(p)
+                if self.red is not None:
+                    self._set_red(p)
             return [p.name for p in ports]
         if mode is not None and mode not in config.ECN_MODES:
             raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {mode!r}")
@@ -231,6 +270,8 @@ class QueueModel:
         self.ecn_override.update(updated)
         for p in ports:
             self._write_thresholds(p)
+            if self.red is not None:
+                self._set_red(p)
         return [p.name for p in ports]
 
     def _ports_of(self, target):
@@ -257,11 +298,18 @@ class QueueModel:
         """One row per port and class: the data path's counters plus the gate's."""
         self.ovs_drops_total()        # a reading for report(since_ns) to start from
         gates = self.agent.snapshot() if self.agent else {}
+        red = self.red.stats() if self.red is not None else {}
         rows = []
         for p in self.ports:
             for cls in range(NCLASS):
                 st = self.datapath.stats.lookup(p.idx * NCLASS + cls)
-                values = {f: getattr(st, f) for f in STAT_FIELDS if f != "xoff_ts"} if st else {}
+                values = {f: getattr(st, f) for f in STAT_FIELDS if f not in INTERNAL_FIELDS} if st else {}
+                if self._red_marks(p) and config.CLASSES[cls] in RED_PLACES:
+                    # RED's own counters: what it marked (packets that came in CE included) and
+                    # dropped (never, unless its backstop overflowed).
+                    r = red.get((p.ifindex, RED_PLACES[config.CLASSES[cls]][0]), {})
+                    values["red_marked"] = r.get("marked", 0)
+                    values["red_drops"] = r.get("early", 0) + r.get("pdrop", 0)
                 values["paused"] = bool(st.paused) if st else False
                 values["pause_ms"] = round(values.pop("pause_ns", 0) / 1e6, 3)
                 row = {"port": p.name, "node": p.node, "role": p.role, "peer": self.ports[p.peer].name,
@@ -289,14 +337,16 @@ class QueueModel:
                 continue
             rows.append({"port": row["port"], "node": row["node"], "role": row["role"], "class": row["class"],
                          **moved})
-            for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms"):
+            for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms",
+                        *(("red_marked", "red_drops") if self.red is not None else ())):
                 totals[key] = round(totals.get(key, 0) + moved.get(key, 0), 3)
         # A frame OVS dropped on receive was counted into its switch and never leaves it: its
         # bytes stay held (a port may stay paused). Not zero means the run is suspect.
         now = self.ovs_drops_total()
         totals["ovs_receive_drops"] = now - next(
             (total for ns, total in reversed(self._ovs_readings) if ns <= since_ns), 0)
-        return {"mechanism": MECHANISM, "totals": totals, "ports": rows, "alarms": self.alarms(),
+        return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism, "totals": totals, "ports": rows,
+                "alarms": self.alarms(),
                 "pfc_reaction": self.agent.reaction_stats(since_ns) if self.agent else None}
 
     def alarms(self):
@@ -313,12 +363,17 @@ class QueueModel:
             if p.role in per_role:
                 continue
             t = config.thresholds(self.spec, p.role, config.LOSSLESS, p.buffer, p.rate_mbps, mtu)
-            per_role[p.role] = {"buffer_bytes": p.buffer, "rate_mbps": p.rate_mbps,
-                                "ecn": {"mode": ("off", "red", "step")[t.ecn_mode] if p.role != "host" else "off",
-                                        "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE},
+            ecn = {"mode": ("off", "red", "step")[t.ecn_mode] if p.role != "host" else "off",
+                   "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE}
+            if self._red_marks(p):
+                ecn["red"] = {cls: red_params(self.spec.ecn_for(p.role), p.buffer,
+                                              class_limit(cls, p.buffer, mtu)).describe()
+                              for cls in RED_CLASSES}
+            per_role[p.role] = {"buffer_bytes": p.buffer, "rate_mbps": p.rate_mbps, "ecn": ecn,
                                 "pfc": {"xoff": t.xoff, "xon": t.xon,
                                         "headroom": t.headroom_limit - t.xoff} if t.pfc else None}
-        return {"mechanism": MECHANISM, "ovs_send_buffer_bytes": self.ovs_send_buffer,
+        return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism,
+                "ovs_send_buffer_bytes": self.ovs_send_buffer,
                 "ovs_receive_buffer_bytes": RECEIVE_BUFFER_BYTES if self.ovs_receive_sockets else None,
                 "spec": self.spec.to_dict(), "ports_by_role": per_role}
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 
 LAB_PROCESS_MARKS = ("mininet:", "fabriclab.apps.runner", "fabriclab.traffic.generator",
-                     "fabriclab.traffic.agent")
+                     "fabriclab.traffic.agent", "fabriclab.traffic.verbs_agent")
 
 
 def bridges():

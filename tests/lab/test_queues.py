@@ -72,7 +72,10 @@ def test_model_runs_and_results_say_which_mechanism(lab):
     info = lab.queues.describe()
     assert info["mechanism"] == MECHANISM
     assert info["ports_by_role"]["leaf"]["pfc"]["xoff"] > 0
-    assert info["ovs_send_buffer_bytes"] >= 64 * 2**20
+    if lab.datapath == "user":            # the kernel datapath has no shared packet socket to enlarge
+        assert info["ovs_send_buffer_bytes"] >= 64 * 2**20
+    else:
+        assert info["ovs_send_buffer_bytes"] is None
     assert (lab.queues.datapath.pins / "fq_egress").exists()
     out = lab.host("h1").cmd("tc filter show dev h1-n0 egress")
     assert "fq_egress" in out and "direct-action" in out

@@ -25,7 +25,7 @@ MINIMAL = Capabilities(
 # The Vagrant VM: a distribution kernel with every module.
 FULL = dataclasses.replace(
     MINIMAL, kernel="6.8-generic", loadable_modules=True, ovs_kernel_module=True, red=True,
-    netem=True, prio=True, rdma_rxe=True, notes=())
+    netem=True, prio=True, rdma_rxe=True, pyverbs=True, notes=())
 
 
 def chosen(caps):
@@ -47,7 +47,7 @@ def test_minimal_kernel_uses_userspace_and_bpf():
 def test_full_kernel_uses_kernel_mechanisms():
     mech = chosen(FULL)
     assert mech["ovs_datapath"] == "kernel"
-    assert mech["ecn"] == "bpf-clsact"
+    assert mech["ecn"] == "red"
     assert mech["delay"] == "netem"
     assert mech["queue_model"] == "bpf-clsact"
     assert mech["roce"] == "rdma_rxe"
@@ -70,13 +70,29 @@ def test_shaping_falls_back_to_tbf_then_fails():
     assert [m.feature for m in doctor.missing_required(mechs)] == ["link shaping"]
 
 
-def test_ecn_marks_in_bpf_and_falls_back_to_red_only_without_bpf():
-    assert chosen(dataclasses.replace(MINIMAL, red=True))["ecn"] == "bpf-clsact"
-    assert chosen(dataclasses.replace(MINIMAL, red=True, clsact=False))["ecn"] == "red"
-    no_bpf = dataclasses.replace(MINIMAL, bpf_classifier=False)
-    mechs = doctor.mechanisms(no_bpf)
-    assert mechs["ecn"].mechanism == "unavailable" and not mechs["ecn"].available
-    assert mechs["queue_model"].mechanism == "unavailable"
+def test_ecn_marks_with_red_where_the_kernel_has_it_and_the_queue_model_runs():
+    with_red = doctor.mechanisms(dataclasses.replace(MINIMAL, red=True))
+    assert with_red["ecn"].mechanism == "red" and not with_red["ecn"].planned
+    assert with_red["queue_model"].mechanism == "bpf-clsact"     # accounting and PFC stay in BPF
+    without = doctor.mechanisms(MINIMAL)["ecn"]
+    assert without.mechanism == "bpf-clsact" and "Specified qdisc kind is unknown." in without.note
+
+
+def test_without_bpf_there_is_no_queue_model_and_no_marking_even_with_red():
+    for caps in (dataclasses.replace(MINIMAL, bpf_classifier=False),
+                 dataclasses.replace(MINIMAL, red=True, clsact=False)):
+        mechs = doctor.mechanisms(caps)
+        assert mechs["ecn"].mechanism == "unavailable" and not mechs["ecn"].available
+        assert mechs["queue_model"].mechanism == "unavailable"
+    assert "RED qdisc present" in doctor.mechanisms(dataclasses.replace(MINIMAL, red=True, clsact=False))["ecn"].note
+
+
+def test_delay_is_netem_or_none_and_neither_is_planned():
+    full, minimal = doctor.mechanisms(FULL)["delay"], doctor.mechanisms(MINIMAL)["delay"]
+    assert (full.mechanism, full.available, full.planned) == ("netem", True, False)
+    assert (minimal.mechanism, minimal.available, minimal.planned) == ("none", False, False)
+    assert "no netem" in minimal.note
+    assert not doctor.PLANNED
 
 
 def test_missing_clang_is_named_as_the_reason():

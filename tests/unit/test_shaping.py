@@ -1,11 +1,13 @@
-"""The tc commands that shape a port: htb at the link rate over a bfifo the size of the buffer.
+"""The tc commands that shape a port: htb at the link rate over a bfifo the size of the buffer,
+behind a netem for the cable's delay when the spec has one.
 
 Nothing is run; the argument lists are what Mininet's nodes and the root shell execute.
 """
 
 import pytest
 
-from fabriclab.shaping import ETH_HEADER, as_script, burst_bytes, shaping_commands
+from fabriclab.shaping import (ETH_HEADER, GATE_LIMIT_BYTES, NETEM_LIMIT_PACKETS, as_script, burst_bytes,
+                               delay_command, delay_usec, queued_commands, shaping_commands)
 
 
 def option(cmd, name):
@@ -105,3 +107,46 @@ def test_scripts_of_many_ports_concatenate():
 
 def test_as_script_of_nothing_is_empty():
     assert as_script([]) == ""
+
+
+# -- link delay: netem at the root, the shaping tree under it ---------------------------------------
+def test_a_delayed_port_has_netem_at_the_root_and_the_htb_tree_under_it():
+    netem, root, cls, fifo = shaping_commands("l1-eth3", 10, 65536, delay_ms=5)
+    assert netem == ["tc", "qdisc", "replace", "dev", "l1-eth3", "root", "handle", "5:", "netem",
+                     "delay", "5000us", "limit", str(NETEM_LIMIT_PACKETS)]
+    assert root == ["tc", "qdisc", "replace", "dev", "l1-eth3", "parent", "5:1", "handle", "1:", "htb",
+                    "default", "1"]
+    # The class and the buffer are as without delay: the buffer holds only the queue.
+    assert (cls, fifo) == tuple(shaping_commands("l1-eth3", 10, 65536)[1:])
+
+
+def test_no_delay_means_no_netem():
+    for delay in (0, 0.0):
+        cmds = shaping_commands("x", 10, 65536, delay_ms=delay)
+        assert len(cmds) == 3 and not any("netem" in c for c in cmds)
+
+
+@pytest.mark.parametrize("delay_ms, usec", [(5, 5000), (0.25, 250), (1.2345, 1234), (0.0001, 1), (40, 40000)])
+def test_netem_delay_is_whole_microseconds_and_never_rounds_to_nothing(delay_ms, usec):
+    assert delay_usec(delay_ms) == usec
+    assert option(delay_command("x", delay_ms), "delay") == f"{usec}us"
+
+
+def test_netem_limit_never_drops_before_the_buffers_do():
+    # Every packet a port can hold behind the delay: its largest buffer (the pause gate's backstop)
+    # in minimum-size frames.
+    assert NETEM_LIMIT_PACKETS > GATE_LIMIT_BYTES // 64
+
+
+def test_delay_command_refuses_no_delay():
+    with pytest.raises(ValueError, match="delay must be > 0"):
+        delay_command("x", 0)
+
+
+def test_the_queue_models_tree_hangs_under_netem_too():
+    cmds = queued_commands("s1-eth1", 20, 65536, 9000, delay_ms=2.5)
+    assert cmds[0][5:10] == ["root", "handle", "5:", "netem", "delay"] and option(cmds[0], "delay") == "2500us"
+    assert cmds[1][5:11] == ["parent", "5:1", "handle", "1:", "htb", "default"] and cmds[1][-1] == "30"
+    # Everything below the htb root is the same tree as without delay (the gate at 1:10 included).
+    assert cmds[2:] == queued_commands("s1-eth1", 20, 65536, 9000)[1:]
+    assert any(c[5:10] == ["parent", "1:10", "handle", "10:", "tbf"] for c in cmds)

@@ -10,11 +10,13 @@ import re
 import pytest
 
 from fabriclab.errors import LabError, SpecError
+from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import (
     MAX_PORTS_PER_LEAF,
     SPEC_DIR,
     Buffers,
     FabricSpec,
+    LinkDelay,
     load_spec,
     parse_rate_mbps,
     parse_size_bytes,
@@ -439,3 +441,75 @@ def test_rate_in_bytes_or_ambiguous_units_is_refused(text):
     # tc reads 'mbps' as megabytes per second: the lab refuses rather than guess a factor of 8.
     with pytest.raises(SpecError, match="rate must be"):
         parse_rate_mbps(text, "r")
+
+
+# -- link delay: real time in the spec, scaled into lab time ----------------------------------------
+@pytest.mark.parametrize("value, usec", [
+    ("500ns", 0.5), ("2us", 2.0), ("2 us", 2.0), ("1.5µs", 1.5), ("0.05ms", 50.0), ("0.0001s", 100.0),
+    (3, 3.0), (0.1, 0.1), (0, 0.0), ("0us", 0.0),
+])
+def test_delay_units(value, usec):
+    spec = spec_from_dict({"name": "d", "real_host_rate": "400G", "delay": {"fabric": value}})
+    assert spec.delay == LinkDelay(fabric_us=usec)
+    assert spec.delay.host_us == 0.0
+
+
+def test_delay_is_scaled_into_lab_time_by_the_time_scale():
+    # 10 Mbit/s for 400 Gbit/s: x40000, so 0.5 us of cable is 20 ms in the lab.
+    spec = spec_from_dict({"name": "d", "host_rate": "10Mbit", "real_host_rate": "400G",
+                           "delay": {"host": "250ns", "fabric": "500ns"}})
+    assert spec.time_scale == 40_000
+    assert spec.lab_delay_ms("host") == pytest.approx(10.0)
+    assert spec.lab_delay_ms("fabric") == pytest.approx(20.0)
+    assert spec.has_delay
+    assert spec.to_dict()["lab_delay_ms"] == {"host": pytest.approx(10.0), "fabric": pytest.approx(20.0)}
+    assert spec.to_dict()["delay"] == {"host_us": 0.25, "fabric_us": 0.5}
+
+
+def test_no_delay_by_default():
+    spec = spec_from_dict({"name": "d"})
+    assert not spec.has_delay and spec.lab_delay_ms("fabric") == 0.0
+    assert spec.to_dict()["lab_delay_ms"] == {"host": 0.0, "fabric": 0.0}
+
+
+@pytest.mark.parametrize("delay, expected", [
+    ({"fabric": "-1us"}, "spec: delay.fabric: delay must be >= 0, got '-1us'"),
+    ({"fabric": -2}, "spec: delay.fabric: delay must be >= 0, got -2"),
+    ({"host": "fast"}, "spec: delay.host: delay must be a number of microseconds or a string like '500ns' or '2us', got 'fast'"),
+    ({"host": "5 furlongs"}, "delay.host: delay must be a number of microseconds"),
+    ({"host": True}, "delay.host: delay must be a number of microseconds"),
+    ({"host": [1]}, "delay.host: delay must be a number of microseconds"),
+    ({"host": float("nan")}, "delay.host: delay must be finite"),
+    ({"spine": "1us"}, "spec: delay: unknown link kind 'spine' (known: host, fabric)"),
+    ("1us", "spec: delay: must map host/fabric to real one-way delays"),
+])
+def test_bad_delays_are_one_line_errors(delay, expected):
+    message = rejected({"name": "d", "real_host_rate": "400G", "delay": delay})
+    assert expected in message
+
+
+def test_delay_needs_a_time_scale():
+    message = rejected({"name": "d", "delay": {"fabric": "1us"}})
+    assert "spec 'd': delay is real time and needs real_host_rate" in message
+
+
+def test_a_lab_delay_that_would_stall_the_lab_is_refused():
+    # 1 ms of real cable at x40000 is 40 s in the lab.
+    message = rejected({"name": "d", "host_rate": 10, "real_host_rate": "400G", "delay": {"fabric": "1ms"}})
+    assert "delay.fabric 1000 us at time scale x40000 is 40000 ms in the lab; at most 10000 ms" in message
+
+
+def test_delay_given_directly_is_checked():
+    assert "delay.host must be >= 0 microseconds, got -1" in rejected_spec(
+        real_host_rate_mbps=400_000, delay=LinkDelay(host_us=-1))
+    assert "delay must be a LinkDelay" in rejected_spec(delay={"host_us": 1})
+
+
+def test_delay_problems_are_reported_with_the_others():
+    message = rejected({"name": "d", "spines": 0, "real_host_rate": "400G", "delay": {"host": "x"}})
+    assert message.startswith("2 problems") and "spines" in message and "delay.host" in message
+
+
+def test_fabric_json_keeps_the_delay():
+    spec = spec_from_dict({"name": "d", "real_host_rate": "400G", "delay": {"fabric": "500ns"}})
+    assert Fabric.from_json(Fabric(spec).to_json()).spec.delay == spec.delay
