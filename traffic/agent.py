@@ -219,14 +219,18 @@ class Agent:
                 conn.cts_due = True
         for port in self.ports:
             self.selector.register(port.listener, selectors.EVENT_READ, ("port", port))
+        self.connect_launcher(config["control"])
+        self.tell({"hello": self.rank, "pid": os.getpid()})
+
+    def connect_launcher(self, path):
+        """The control socket to the launcher (its unix socket at `path`), watched by the selector."""
         self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.control.connect(config["control"])
+            self.control.connect(path)
         except OSError as exc:
-            raise LabError(f"cannot reach the launcher at {config['control']}: {exc.strerror}") from None
+            raise LabError(f"cannot reach the launcher at {path}: {exc.strerror}") from None
         self.control.setblocking(False)
         self.selector.register(self.control, selectors.EVENT_READ, ("control", None))
-        self.tell({"hello": self.rank, "pid": os.getpid()})
 
     def close(self):
         for port in self.ports:

@@ -237,13 +237,7 @@ class VerbsAgent(Agent):
             self.connections[key].qps.append(qp)
         for conn in self.connections.values():
             conn.granted_to_me = float("inf")
-        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.control.connect(config["control"])
-        except OSError as exc:
-            raise LabError(f"cannot reach the launcher at {config['control']}: {exc.strerror}") from None
-        self.control.setblocking(False)
-        self.selector.register(self.control, selectors.EVENT_READ, ("control", None))
+        self.connect_launcher(config["control"])
         for port in self.ports:
             if self.event_driven:
                 self.selector.register(port.event_fd, selectors.EVENT_READ, ("cq", port))
@@ -302,12 +296,6 @@ class VerbsAgent(Agent):
 
         qp.qp.post_recv(RecvWR(wr_id=0, num_sge=1,
                                sg=[SGE(self.landing, LANDING_BYTES, qp.port.mr.lkey)]))
-
-    def close(self):
-        for port in self.ports:
-            port.close()
-        if self.control:
-            self.control.close()
 
     # -- the collective -------------------------------------------------------------------------
 

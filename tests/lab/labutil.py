@@ -51,3 +51,22 @@ def resources():
 def leaked(before, after):
     """What exists after that did not before, per kind (empty dict: nothing leaked)."""
     return {kind: sorted(after[kind] - before[kind]) for kind in before if after[kind] - before[kind]}
+
+
+# -- the queue model's counters, for queue tests -------------------------------------------------
+
+def queue_snapshot(lab):
+    """Every (port, class) row of the queue model's counters, keyed by (port, class)."""
+    return {(r["port"], r["class"]): r for r in lab.queues.counters()}
+
+
+def queue_delta(after, before, field):
+    """How much `field` moved between two snapshots, for the rows where it moved."""
+    return {key: after[key].get(field, 0) - before[key].get(field, 0) for key in after
+            if after[key].get(field, 0) != before[key].get(field, 0)}
+
+
+def port_towards(lab, host):
+    """The leaf port cabled to `host`'s first NIC."""
+    intf = lab.fabric.hosts[host].ports[0].intf
+    return lab.queues.ports[lab.queues.by_name[intf].peer].name

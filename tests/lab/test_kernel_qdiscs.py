@@ -18,6 +18,7 @@ from fabriclab.queues.config import PfcSettings, QueueSpec
 from fabriclab.topologies.spec import Buffers, FabricSpec, LinkDelay
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 
+from .labutil import port_towards, queue_delta, queue_snapshot
 from .tier import check_mechanism, full_tier
 
 pytestmark = [pytest.mark.lab, pytest.mark.fullkernel]
@@ -41,18 +42,7 @@ def lab():
         yield running
 
 
-def snapshot(lab):
-    return {(r["port"], r["class"]): r for r in lab.queues.counters()}
 
-
-def moved(after, before, field):
-    return {key: after[key].get(field, 0) - before[key].get(field, 0) for key in after
-            if after[key].get(field, 0) != before[key].get(field, 0)}
-
-
-def port_towards(lab, host):
-    intf = lab.fabric.hosts[host].ports[0].intf
-    return lab.queues.ports[lab.queues.by_name[intf].peer].name
 
 
 def qdiscs(dev):
@@ -91,13 +81,13 @@ def test_ecn_marks_come_from_red_where_the_kernel_has_it(lab, record_property):
         options = qdiscs(hot)["11:"]["options"]
         assert (options["min"], options["max"]) == (STEP_KMIN, STEP_KMIN)
     try:
-        before = snapshot(lab)
+        before = queue_snapshot(lab)
         # The lab's own RoCE agents (they send ECT(0) on every data packet); software emulation can
         # run an iteration far slower than its ideal time: be patient.
         run = run_collective(lab, CollectiveSpec("gather", sizes=(256 * 1024,), hosts=INCAST,
                                                  iterations=1, warmup=0, timeout_factor=200,
                                                  backend="udp"))
-        after = snapshot(lab)
+        after = queue_snapshot(lab)
     except Exception:
         stuck = [(r["port"], r["class"], r["occ"], r["held"], r.get("gate_closed"))
                  for r in lab.queues.counters() if r["occ"] or r["held"] or r.get("gate_closed")]
@@ -106,10 +96,10 @@ def test_ecn_marks_come_from_red_where_the_kernel_has_it(lab, record_property):
     finally:
         lab.queues.set_ecn("leaf", reset=True)
         lab.queues.set_ecn("spine", reset=True)
-    marks = moved(after, before, "marks")
+    marks = queue_delta(after, before, "marks")
     totals = run.queues["totals"]
     print(f"ecn={lab.ecn_mechanism} marks at {hot}: {marks.get((hot, 'lossless'), 0)}, "
-          f"red_marked: {moved(after, before, 'red_marked').get((hot, 'lossless'))}, totals: {totals}, "
+          f"red_marked: {queue_delta(after, before, 'red_marked').get((hot, 'lossless'))}, totals: {totals}, "
           f"ce_marked at receivers: {run.sizes[0]['counters'].get('ce_marked', 0)}, "
           f"pfc reaction: {run.queues['pfc_reaction']}")
     assert marks.get((hot, "lossless"), 0) > 0, marks
@@ -119,7 +109,7 @@ def test_ecn_marks_come_from_red_where_the_kernel_has_it(lab, record_property):
     if red:
         # RED's own counter saw them too (it also counts packets that came in marked), it dropped
         # nothing, and the gates' netlink changes left every RED in place.
-        red_marked = moved(after, before, "red_marked")
+        red_marked = queue_delta(after, before, "red_marked")
         assert 0 < marks[(hot, "lossless")] <= red_marked[(hot, "lossless")], (marks, red_marked)
         assert totals["red_marked"] >= totals["marks"] > 0
         assert totals["red_drops"] == 0
@@ -137,7 +127,7 @@ def test_a_closed_pause_gate_keeps_the_lossless_queue_and_its_red(lab, record_pr
     the tbf's own fifo elsewhere) must keep its packets and, where it is RED, stay RED."""
     check_mechanism(record_property, "ecn", lab.ecn_mechanism, "red")
     hot = port_towards(lab, "h2")
-    before = snapshot(lab)[(hot, "lossless")]
+    before = queue_snapshot(lab)[(hot, "lossless")]
     lab.queues.storm("h2", 30)                      # h2's NIC pauses its leaf port: the gate closes
     h1 = lab.host("h1")
     try:
@@ -154,7 +144,7 @@ def test_a_closed_pause_gate_keeps_the_lossless_queue_and_its_red(lab, record_pr
     finally:
         lab.queues.storm("h2", 0)                   # the storm ends: the gate opens
     out = h1.waitOutput()
-    after = snapshot(lab)[(hot, "lossless")]
+    after = queue_snapshot(lab)[(hot, "lossless")]
     print(f"ecn={lab.ecn_mechanism}: {held} request(s) held behind the closed gate of {hot}; "
           f"{out.strip().splitlines()[-2] if out.strip() else out!r}")
     assert held > 0, json.dumps(tree)

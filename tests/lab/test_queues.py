@@ -15,6 +15,8 @@ from fabriclab.queues.model import MECHANISM
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 
+from .labutil import port_towards, queue_delta, queue_snapshot
+
 pytestmark = pytest.mark.lab
 
 # Two hosts per leaf, two spines, 20 Mbit/s everywhere: a 3:1 incast into h2 congests l1's port
@@ -41,19 +43,7 @@ def lab():
         yield running
 
 
-def snapshot(lab):
-    return {(r["port"], r["class"]): r for r in lab.queues.counters()}
 
-
-def delta(after, before, field):
-    return {key: after[key].get(field, 0) - before[key].get(field, 0) for key in after
-            if after[key].get(field, 0) != before[key].get(field, 0)}
-
-
-def port_towards(lab, host):
-    """The leaf port cabled to `host`'s first NIC."""
-    intf = lab.fabric.hosts[host].ports[0].intf
-    return lab.queues.ports[lab.queues.by_name[intf].peer].name
 
 
 def settled(lab, within_s=2.0, classes=("lossless", "control", "lossy")):
@@ -82,12 +72,12 @@ def test_model_runs_and_results_say_which_mechanism(lab):
 
 
 def test_counters_match_the_packets_sent(lab):
-    before = snapshot(lab)
+    before = queue_snapshot(lab)
     h3 = lab.fabric.hosts["h3"].ports[0].ip
     out = lab.host("h1").cmd(f"ping -n -q -c 20 -i 0.05 -s 1000 -Q 0x68 {h3}")   # TOS 0x68: DSCP 26
     assert " 20 received" in out
-    after = snapshot(lab)
-    tx, rx = delta(after, before, "tx_pkts"), delta(after, before, "rx_pkts")
+    after = queue_snapshot(lab)
+    tx, rx = queue_delta(after, before, "tx_pkts"), queue_delta(after, before, "rx_pkts")
     assert tx[("h1-n0", "lossless")] == 20 and rx[("h1-n0", "lossless")] == 20      # requests out, replies in
     assert tx[("h3-n0", "lossless")] == 20 and rx[("h3-n0", "lossless")] == 20
     # Every packet a port sent arrived at the other end of its cable, hop by hop.
@@ -95,7 +85,7 @@ def test_counters_match_the_packets_sent(lab):
         peer = after[(port, cls)]["peer"]
         assert rx.get((peer, cls)) == n, (port, peer, cls)
     # 1000 B of ICMP payload + 8 + 20 + 14 = 1042 B per frame
-    assert delta(after, before, "tx_bytes")[("h1-n0", "lossless")] == 20 * 1042
+    assert queue_delta(after, before, "tx_bytes")[("h1-n0", "lossless")] == 20 * 1042
     assert settled(lab) == []
 
 
@@ -103,18 +93,18 @@ def test_ecn_marks_above_the_threshold_and_not_below(lab):
     lab.queues.set_ecn("leaf", mode="step", kmin=20 * 1024)
     lab.queues.set_ecn("spine", mode="step", kmin=20 * 1024)
     # One flow at line rate: its queues never reach 20 KiB, nothing is marked.
-    before = snapshot(lab)
+    before = queue_snapshot(lab)
     run = run_collective(lab, CollectiveSpec("bisection", sizes=(256 * 1024,), hosts=("h1", "h3"),
                                              iterations=1, warmup=0))
-    after = snapshot(lab)
+    after = queue_snapshot(lab)
     assert run.sizes[0]["counters"].get("ce_marked", 0) == 0
-    assert delta(after, before, "marks") == {}
+    assert queue_delta(after, before, "marks") == {}
     # 3:1 incast: l1's port towards h2 queues past 20 KiB and marks; receivers count the CEs.
     before = after
     run = run_collective(lab, CollectiveSpec("gather", sizes=(512 * 1024,), hosts=INCAST,
                                              iterations=1, warmup=0))
-    after = snapshot(lab)
-    marks = delta(after, before, "marks")
+    after = queue_snapshot(lab)
+    marks = queue_delta(after, before, "marks")
     hot = port_towards(lab, "h2")
     assert marks.get((hot, "lossless"), 0) > 0, marks
     assert after[(hot, "lossless")]["occ_hwm"] > 20 * 1024
@@ -127,15 +117,15 @@ def test_ecn_marks_above_the_threshold_and_not_below(lab):
 
 
 def test_lossless_incast_pauses_upstream_and_loses_nothing(lab):
-    before = snapshot(lab)
+    before = queue_snapshot(lab)
     run = run_collective(lab, CollectiveSpec("gather", sizes=(1 << 20,), hosts=INCAST, iterations=2,
                                              warmup=0, verify=True))
-    after = snapshot(lab)
+    after = queue_snapshot(lab)
     row = run.sizes[0]
     assert row["verify"]["ok"] and row["valid"]
     counters = row["counters"]
     assert counters.get("retransmitted_packets", 0) == 0 and counters.get("local_ack_timeout_err", 0) == 0
-    pause_tx, pause_rx = delta(after, before, "pause_tx"), delta(after, before, "pause_rx")
+    pause_tx, pause_rx = queue_delta(after, before, "pause_tx"), queue_delta(after, before, "pause_rx")
     assert pause_tx and pause_rx
     # Each XOFF an ingress port sent was received by the port at the other end of its cable.
     for (port, cls), n in pause_tx.items():
@@ -146,15 +136,15 @@ def test_lossless_incast_pauses_upstream_and_loses_nothing(lab):
     # The run's result carries the same counters (what `collective` writes to results.json).
     assert run.queues["totals"]["pause_tx"] == sum(pause_tx.values())
     assert run.queues["totals"]["lossless_drops"] == 0
-    assert delta(after, before, "gate_closes").get(("h1-n0", "lossless"), 0) > 0
-    assert delta(after, before, "lossless_drops") == {} and delta(after, before, "drops") == {}
-    assert delta(after, before, "pause_ms").get((port_towards(lab, "h1"), "lossless"), 0) > 0
+    assert queue_delta(after, before, "gate_closes").get(("h1-n0", "lossless"), 0) > 0
+    assert queue_delta(after, before, "lossless_drops") == {} and queue_delta(after, before, "drops") == {}
+    assert queue_delta(after, before, "pause_ms").get((port_towards(lab, "h1"), "lossless"), 0) > 0
     assert settled(lab) == []
     assert lab.queues.errors() == []
 
 
 def test_the_lossy_class_tail_drops_and_does_not_pause(lab):
-    before = snapshot(lab)
+    before = queue_snapshot(lab)
     h2 = lab.fabric.hosts["h2"].ports[0].ip
     server = lab.host("h2")
     server.cmd("for p in 5301 5302 5303; do iperf3 -s -1 -D -p $p; done")
@@ -162,12 +152,12 @@ def test_the_lossy_class_tail_drops_and_does_not_pause(lab):
         lab.host(host).sendCmd(f"iperf3 -u -b 20M -l 8000 -t 1.5 -c {h2} -p {port} >/dev/null 2>&1; echo done")
     for host in ("h1", "h3", "h4"):
         lab.host(host).waitOutput()
-    after = snapshot(lab)
+    after = queue_snapshot(lab)
     hot = port_towards(lab, "h2")
-    drops = delta(after, before, "drops")
+    drops = queue_delta(after, before, "drops")
     assert drops.get((hot, "lossy"), 0) > 0, drops
     assert after[(hot, "lossy")]["occ_hwm"] <= SPEC.buffers.leaf
-    assert delta(after, before, "pause_tx") == {}
+    assert queue_delta(after, before, "pause_tx") == {}
     # The lossy class's ingress accounts can be off by a packet (see docs/queues.md); only the
     # lossless class's drive pauses, and those must be exact.
     assert settled(lab, classes=("lossless",)) == []
@@ -177,13 +167,13 @@ def test_the_watchdog_fires_on_a_pause_storm_and_drops_the_stuck_queue(lab):
     hot = lab.queues.storm("h2", 2.0)          # h2's NIC streams pauses at its leaf port for 2 s
     assert hot == port_towards(lab, "h2")
     h2 = lab.fabric.hosts["h2"].ports[0].ip
-    before = snapshot(lab)
+    before = queue_snapshot(lab)
     lab.host("h1").cmd(f"ping -n -q -c 15 -i 0.1 -W 1 -Q 0x68 {h2}")
-    after = snapshot(lab)
+    after = queue_snapshot(lab)
     alarms = [a for a in lab.queues.alarms() if a["port"] == hot]
     assert alarms and alarms[0]["paused_ms"] >= 300 and alarms[0]["action"] == "drop"
     assert after[(hot, "lossless")]["watchdog_fires"] >= 1
-    assert delta(after, before, "wd_drops").get((hot, "lossless"), 0) > 0
+    assert queue_delta(after, before, "wd_drops").get((hot, "lossless"), 0) > 0
     lab.queues.storm("h2", 0)
     time.sleep(SPEC.queues.pfc.restore_ms / 1000 + 0.2)     # the watchdog's restoration period ends
     out = lab.host("h1").cmd(f"ping -n -q -c 3 -i 0.2 -Q 0x68 {h2}")

@@ -26,7 +26,6 @@ def _to(host):
 
 
 def _plan():
-    h1, h3 = _port("h1"), _port("h3")
     return {"generation": 1,
             "services": [{"switch": "l1", "address": "10.1.255.1", "udp_dst": 27182, "to": _to("h3")}],
             "groups": [{"switch": "l1", "address": "10.1.254.1", "members": [_to("h1"), _to("h2")]}],
