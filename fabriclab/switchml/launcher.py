@@ -189,14 +189,16 @@ def run_aggregation(lab, spec, tag="switchml"):
     # A switch aggregates inside its pipeline, at line rate on every port at once; the server that
     # stands in for it has one cable, which n workers would share. Its link runs at n times the
     # host rate for the run, so the cable is not what the comparison measures.
-    fat = {leaf: agg for leaf, agg in placement.aggregators.items()}
     rate = fabric.spec.host_rate_mbps
-    links = {leaf: rate * max(len(placement.workers[leaf]), len(placement.workers) if spec.hierarchy else 1)
-             for leaf in fat}
+    root_host = (plan.get("root") or {}).get("host")
+    links = {}                    # aggregator host -> its cable's rate for the run (Mbit/s)
+    for leaf, agg in placement.aggregators.items():
+        senders = max(len(placement.workers[leaf]), len(placement.workers) if spec.hierarchy else 1)
+        links[agg] = rate * senders * (2 if agg == root_host else 1)     # the root shares the host
     steering.apply(lab, plan)
     try:
-        for leaf, agg in fat.items():
-            lab.set_rate(leaf, agg, links[leaf] * (2 if spec.hierarchy and agg == (plan.get("root") or {}).get("host") else 1))
+        for leaf, agg in placement.aggregators.items():
+            lab.set_rate(leaf, agg, links[agg])
         root = plan.get("root")
         for leaf_name, agg in placement.aggregators.items():
             leaf = fabric.switches[leaf_name]
@@ -255,7 +257,7 @@ def run_aggregation(lab, spec, tag="switchml"):
             if proc.poll() is None:
                 proc.kill()
         steering.clear(lab)
-        for leaf, agg in fat.items():
+        for leaf, agg in placement.aggregators.items():
             lab.set_rate(leaf, agg, rate)
     if failure is not None:
         seen = "; ".join(f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(doc.get("counters", {}).items()))
@@ -263,7 +265,7 @@ def run_aggregation(lab, spec, tag="switchml"):
         raise LabError(f"{failure} ({seen})")
     report = _report(spec, fabric, placement, k, slots, total, workers_out, aggs_out, outputs)
     report["timeout_ms"] = timeout_ms
-    report["aggregator_link_mbps"] = {fat[leaf]: links[leaf] for leaf in fat}
+    report["aggregator_link_mbps"] = links
     return report
 
 
