@@ -81,6 +81,18 @@ def link_utilization(fabric, before, after):
     return rows
 
 
+def buffer_drops(fabric, before, after):
+    """Packets the buffers of every switch port dropped between two snapshots: the fabric links'
+    and the host-facing ports' (a leaf's downlink to a host overflows when uplinks converge)."""
+    fabric_intfs = {row[3] for row in fabric_directions(fabric)}
+    out = {"fabric": 0, "host_ports": 0}
+    for intf, count in after["drops"].items():
+        delta = count - before["drops"].get(intf, 0)
+        out["fabric" if intf in fabric_intfs else "host_ports"] += delta
+    out["total"] = out["fabric"] + out["host_ports"]
+    return out
+
+
 def max_mean_ratio(values):
     """Load of the busiest member over the mean: 1.0 is perfect balance (seed 000's ECMP metric)."""
     values = list(values)

@@ -636,6 +636,7 @@ class Launcher:
             # so utilizations are averages over it; the balance (max/mean) is what compares.
             "window_s": round(window[1]["time"] - window[0]["time"], 4),
             "links": links,
+            "buffer_drops": telemetry.buffer_drops(self.lab.fabric, *window),
             "balance": {"up": telemetry.balance(links, "up"),
                         "down": telemetry.balance(links, "down")},
             "cpu": cpu,

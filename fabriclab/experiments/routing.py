@@ -180,13 +180,14 @@ def table(doc):
                      f"{ring['cct_ms']['p99']:.0f}", _num(up.get("max_mean_ratio")),
                      f"{up.get('min_mbps', 0):.1f}-{up.get('max_mbps', 0):.1f}",
                      ring["counters"]["out_of_sequence"], ring["counters"]["retransmitted_packets"],
+                     (ring.get("buffer_drops") or {}).get("total", "-"),
                      _num(f.get("recovery_s")) if f else "", _num(after.get("max_mean_ratio")) if f else ""))
     scale = doc["scale"]
     title = (f"routing schemes on {doc['fabric']['name']}, links {scale['host_rate_mbps']:g} Mbit/s "
              f"(time scale x{scale['time_scale'] or 1:.0f}); uplink spread in Mbit/s averaged over "
              f"the measured iterations")
     header = ("case", "busbw Mbit/s", "CCT p50 ms", "p99", "uplink max/mean", "uplink min-max",
-              "OOS", "retrans", "recovery s", "max/mean after")
+              "OOS", "retrans", "drops", "recovery s", "max/mean after")
     return format_table(header, rows, title=title) + "\n" + doc["reference"]["finding"]
 
 

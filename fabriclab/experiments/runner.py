@@ -202,4 +202,5 @@ def size_summary(row):
             "counters": {k: c.get(k, 0) for k in ("out_of_sequence", "retransmitted_packets",
                                                   "local_ack_timeout_err", "ce_marked", "cnp_sent",
                                                   "cnp_handled")},
+            "buffer_drops": row.get("buffer_drops"),
             "cpu": row["cpu"], "valid": row["valid"]}

@@ -18,7 +18,10 @@ def test_routing_schemes_reproduce_the_ordering_of_seed_000(tmp_path):
     # QP scaling helps ECMP only while the QPs differ in source port; E-ECMP hashes the QP itself
     assert busbw["ECMP + 4 QPs"] > 1.5 * busbw["ECMP + 4 QPs shared sport"]
     assert busbw["E-ECMP + 4 QPs shared sport"] > 1.5 * busbw["ECMP + 4 QPs shared sport"]
-    assert oos["E-ECMP + 4 QPs shared sport"] == 0
+    # E-ECMP keeps each QP on one path, so it never reorders: an OOS packet there can only follow
+    # a packet a full buffer dropped (go-back-N), never a packet overtaken on another path
+    eecmp = cases["E-ECMP + 4 QPs shared sport"]["jobs"]["ring"]
+    assert oos["E-ECMP + 4 QPs shared sport"] == 0 or eecmp["buffer_drops"]["total"] > 0, eecmp
     # TE places every flow on its own uplink: the best balance and bandwidth of all
     assert mmr["TE"] < 1.25 and mmr["TE"] < mmr["ECMP"]
     assert busbw["TE"] == max(v for k, v in busbw.items() if "fails" not in k)

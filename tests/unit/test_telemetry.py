@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from fabriclab import telemetry
-from fabriclab.telemetry import COUNTERS, balance, link_utilization, max_mean_ratio
+from fabriclab.telemetry import COUNTERS, balance, buffer_drops, link_utilization, max_mean_ratio
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
 
@@ -103,6 +103,16 @@ def test_drops_are_the_increase_of_the_buffer_counter():
     assert rows[("l1-s1", "up")]["drops"] == 7
     assert rows[("l1-s1", "down")]["drops"] == 4       # no reading before counts as 0
     assert sum(r["drops"] for r in rows.values()) == 11
+
+
+def test_buffer_drops_split_fabric_links_from_host_facing_ports():
+    fabric = small_fabric()
+    link = fabric.find_link("l1", "s1")[0]
+    host_port = next(p for p in fabric.switch_ports("l1").values() if p not in fabric_intfs(fabric))
+    before = snap(0.0, {}, drops={link.a_intf: 2, host_port: 5})
+    after = snap(1.0, {}, drops={link.a_intf: 3, link.b_intf: 1, host_port: 9})
+    assert buffer_drops(fabric, before, after) == {"fabric": 2, "host_ports": 4, "total": 6}
+    assert buffer_drops(fabric, after, after)["total"] == 0
 
 
 def test_interfaces_missing_from_either_snapshot_are_skipped():
