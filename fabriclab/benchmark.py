@@ -108,8 +108,8 @@ def _agent_pair_rows(lab, seconds, offered=(200.0, 400.0, 800.0)):
 
 
 # Below the software switches' ceiling: past it OVS drops frames on receive that the model has
-# already counted into their switch, and the bytes they leave held can pause a port for good
-# (docs/queues.md, Limits).
+# already counted into their switch, and until the leak repair takes them off a port may stay
+# paused for bytes that are gone (docs/queues.md, Limits).
 QUEUE_OFFERED_MBPS = (100.0, 200.0, 300.0)
 
 

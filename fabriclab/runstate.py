@@ -14,6 +14,7 @@ import os
 import pathlib
 import secrets
 import shutil
+import threading
 import time
 
 RUN_ROOT = pathlib.Path(os.environ.get("FABRICLAB_RUN_ROOT", "/run/fabriclab"))
@@ -43,6 +44,8 @@ class RunState:
 
     def __init__(self, run_id, data=None):
         self.id = run_id
+        # Concurrent jobs' launchers record their agents from their own threads.
+        self._lock = threading.RLock()
         self.dir = RUN_ROOT / "runs" / run_id
         self.data = data or {
             "id": run_id,
@@ -96,18 +99,21 @@ class RunState:
         return self.dir / name
 
     def save(self):
-        tmp = self.dir / "state.json.tmp"
-        tmp.write_text(json.dumps(self.data, indent=1))
-        os.replace(tmp, self.dir / "state.json")
+        with self._lock:
+            tmp = self.dir / "state.json.tmp"
+            tmp.write_text(json.dumps(self.data, indent=1))
+            os.replace(tmp, self.dir / "state.json")
 
     def plan(self, bridges, interfaces):
-        self.data["bridges"] = sorted(set(self.data["bridges"]) | set(bridges))
-        self.data["interfaces"] = sorted(set(self.data["interfaces"]) | set(interfaces))
-        self.save()
+        with self._lock:
+            self.data["bridges"] = sorted(set(self.data["bridges"]) | set(bridges))
+            self.data["interfaces"] = sorted(set(self.data["interfaces"]) | set(interfaces))
+            self.save()
 
     def add_process(self, pid, role, match):
-        self.data["processes"].append({"pid": pid, "role": role, "match": match})
-        self.save()
+        with self._lock:
+            self.data["processes"].append({"pid": pid, "role": role, "match": match})
+            self.save()
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)

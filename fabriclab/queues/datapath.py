@@ -249,7 +249,8 @@ class DataPath:
             raise LabError(f"libbpf cannot open {path}: {os.strerror(ctypes.get_errno())}")
         self.obj = obj
         rows = max(1, self.nports) * NCLASS
-        for name, size in (("ports", max(1, self.nports)), ("qcfg", rows), ("stats", rows), ("ctl", rows)):
+        for name, size in (("ports", max(1, self.nports)), ("qcfg", rows), ("stats", rows), ("ctl", rows),
+                           ("bias", rows)):
             lib.bpf_map__set_max_entries(self._map_ptr(name), size)
         err = lib.bpf_object__load(obj)
         if err:
@@ -266,6 +267,7 @@ class DataPath:
         self.qcfg = Map(self._fd("qcfg"), ctypes.c_uint32, QCfg)
         self.stats = Map(self._fd("stats"), ctypes.c_uint32, QStat)
         self.ctl = Map(self._fd("ctl"), ctypes.c_uint32, Ctl)
+        self.bias = Map(self._fd("bias"), ctypes.c_uint32, ctypes.c_int64)    # see queues/leaks.py
         self.dscp_class = Map(self._fd("dscp_class"), ctypes.c_uint32, ctypes.c_uint32)
         return self
 

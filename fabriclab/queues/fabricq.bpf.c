@@ -15,7 +15,9 @@
  *   - at a switch, the packet now counts against this ingress port (XOFF when high enough) and
  *     the flow is remembered so its departure can be charged back to this port.
  * XOFF and XON go to user space over a ring buffer; the user-space PFC agent closes or opens the
- * upstream port's tbf gate for the class. Occupancies are exact: a packet counts from its enqueue
+ * upstream port's tbf gate for the class. A packet OVS itself drops was counted in by the ingress
+ * hook and never leaves: user space repairs such leaked accounts through the `bias` map (the bytes
+ * to take off a port's `held`; only user space writes it, see queues/leaks.py). Occupancies are exact: a packet counts from its enqueue
  * until the far end of the cable sees it, so the htb queue itself is what is measured.
  */
 #include <linux/bpf.h>
@@ -147,6 +149,13 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3072);
+	__type(key, __u32);
+	__type(value, __s64);
+} bias SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 64);
 	__type(key, __u32);
 	__type(value, __u32);
@@ -230,6 +239,27 @@ static __always_inline void hwm(__u64 *mark, __s64 value)
 		*mark = value;
 }
 
+/* What user space took off a row's held bytes: the leaked bytes it repaired. */
+static __always_inline __s64 bias_of(__u32 row)
+{
+	__s64 *b = bpf_map_lookup_elem(&bias, &row);
+	return b ? *b : 0;
+}
+
+/* Ingress port `idx` (row base) stops pausing its upstream for class cls: XON. */
+static __always_inline void resume(struct qstat *st, __u32 idx, __u32 cls, __u64 now, __s64 held)
+{
+	if (__sync_val_compare_and_swap(&st->paused, 1, 0) != 1)
+		return;
+	__u64 since = st->xoff_ts;
+	if (since && now > since)
+		__sync_fetch_and_add(&st->pause_ns, now - since);
+	__sync_fetch_and_add(&st->xon_tx, 1);
+	struct port *ip = bpf_map_lookup_elem(&ports, &idx);
+	if (ip)
+		emit(EV_XON, idx, ip->peer, cls, now, held);
+}
+
 /* The bytes a switch holds for the ingress port a flow entered by fall by len (the packet left
  * the switch, or was dropped in it); XON when they reach the port's XON threshold. */
 static __always_inline void release(__u32 node, struct pkt *p, __u32 cls, __u32 len, __u64 now)
@@ -244,18 +274,9 @@ static __always_inline void release(__u32 node, struct pkt *p, __u32 cls, __u32 
 	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
 	if (!st || !cf)
 		return;
-	__s64 held = __sync_fetch_and_add(&st->held, -(__s64)len) - len;
-	if (cf->pfc && st->paused && held <= (__s64)cf->xon &&
-	    __sync_val_compare_and_swap(&st->paused, 1, 0) == 1) {
-		__u64 since = st->xoff_ts;
-		if (since && now > since)
-			__sync_fetch_and_add(&st->pause_ns, now - since);
-		__sync_fetch_and_add(&st->xon_tx, 1);
-		__u32 key = *in;
-		struct port *ip = bpf_map_lookup_elem(&ports, &key);
-		if (ip)
-			emit(EV_XON, key, ip->peer, cls, now, held);
-	}
+	__s64 held = __sync_fetch_and_add(&st->held, -(__s64)len) - len - bias_of(row);
+	if (cf->pfc && st->paused && held <= (__s64)cf->xon)
+		resume(st, *in, cls, now, held);
 }
 
 /* A packet entered a switch by ingress port `pt`: count it against the port; XOFF at the
@@ -267,8 +288,12 @@ static __always_inline void admit(struct port *pt, __u32 cls, __u32 len, __u64 n
 	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
 	if (!st || !cf)
 		return;
-	__s64 held = __sync_fetch_and_add(&st->held, (__s64)len) + len;
+	__s64 held = __sync_fetch_and_add(&st->held, (__s64)len) + len - bias_of(row);
 	hwm(&st->held_hwm, held);
+	/* Paused with no more than XON held before this packet: nothing left to release would ever
+	 * send the XON (user space repaired a leak and opened the gate), so this arrival does. */
+	if (cf->pfc && st->paused && held - (__s64)len <= (__s64)cf->xon)
+		resume(st, pt->idx, cls, now, held);
 	if (cf->pfc && !st->paused && held >= (__s64)cf->xoff &&
 	    __sync_val_compare_and_swap(&st->paused, 0, 1) == 0) {
 		st->xoff_ts = now;
@@ -353,7 +378,7 @@ int fq_egress(struct __sk_buff *skb)
 				__u32 irow = *in * NCLASS + cls;
 				struct qstat *ist = bpf_map_lookup_elem(&stats, &irow);
 				struct qcfg *icf = bpf_map_lookup_elem(&qcfg, &irow);
-				if (ist && icf && ist->held > (__s64)icf->headroom_limit) {
+				if (ist && icf && ist->held - bias_of(irow) > (__s64)icf->headroom_limit) {
 					__sync_fetch_and_add(&st->lossless_drops, 1);
 					goto drop;
 				}

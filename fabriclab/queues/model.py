@@ -28,6 +28,7 @@ from fabriclab.errors import LabError
 from fabriclab.queues import config
 from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg
 from fabriclab.queues.gate import Gates
+from fabriclab.queues.leaks import LeakRepair, accounts_of
 from fabriclab.queues.ovsbuf import (RECEIVE_BUFFER_BYTES, enlarge_ovs_receive_buffers,
                                      enlarge_ovs_send_buffer, ovs_receive_drops)
 from fabriclab.queues.pfc import PfcAgent
@@ -114,7 +115,8 @@ class QueueModel:
                 for p in self._red_ports():
                     self._set_red(p, create=True)
             self.gates = Gates()
-            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.spec.pfc)
+            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.spec.pfc,
+                                  leaks=LeakRepair(accounts_of(self.ports, NCLASS, config.CLASSES, self._xon)))
             self.agent.start()
         except BaseException:
             self.stop()
@@ -170,6 +172,11 @@ class QueueModel:
                 ecn_mode, t.kmin, t.kmax, t.pmax, t.limit,
                 # hosts do not account ingress bytes (they are sinks), so never send XOFF
                 int(t.pfc), t.xoff, t.xon, t.headroom_limit, 0))
+
+    def _xon(self, p, cls):
+        """The XON threshold of port p's class cls where that class pauses, else None."""
+        t = config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu)
+        return t.xon if t.pfc else None
 
     # -- RED (ecn_mechanism "red") ---------------------------------------------------------------
     def _red_marks(self, p):
@@ -299,11 +306,17 @@ class QueueModel:
         self.ovs_drops_total()        # a reading for report(since_ns) to start from
         gates = self.agent.snapshot() if self.agent else {}
         red = self.red.stats() if self.red is not None else {}
+        bias = self.datapath.bias.lookup_all(len(self.ports) * NCLASS)
         rows = []
         for p in self.ports:
             for cls in range(NCLASS):
-                st = self.datapath.stats.lookup(p.idx * NCLASS + cls)
+                row = p.idx * NCLASS + cls
+                st = self.datapath.stats.lookup(row)
                 values = {f: getattr(st, f) for f in STAT_FIELDS if f not in INTERNAL_FIELDS} if st else {}
+                if st:
+                    # held as the data path uses it: less the leaked bytes repaired (queues/leaks.py)
+                    values["held"] -= bias[row]
+                    values["held_repaired"] = bias[row]
                 if self._red_marks(p) and config.CLASSES[cls] in RED_PLACES:
                     # RED's own counters: what it marked (packets that came in CE included) and
                     # dropped (never, unless its backstop overflowed).
@@ -333,24 +346,29 @@ class QueueModel:
             moved = {k: (v if k.endswith("_hwm") else round(v - prev.get(k, 0), 3))
                      for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                      and k not in ("occ", "held")}
-            if not any(moved.get(k) for k in ("tx_pkts", "rx_pkts", "drops", "pause_tx", "pause_rx", "gate_closes")):
+            if not any(moved.get(k) for k in ("tx_pkts", "rx_pkts", "drops", "pause_tx", "pause_rx", "gate_closes",
+                                              "held_repaired")):
                 continue
             rows.append({"port": row["port"], "node": row["node"], "role": row["role"], "class": row["class"],
                          **moved})
-            for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms",
+            for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms", "held_repaired",
                         *(("red_marked", "red_drops") if self.red is not None else ())):
                 totals[key] = round(totals.get(key, 0) + moved.get(key, 0), 3)
-        # A frame OVS dropped on receive was counted into its switch and never leaves it: its
-        # bytes stay held (a port may stay paused). Not zero means the run is suspect.
+        # A frame OVS dropped on receive was counted into its switch and never left it: the leak
+        # repair takes its bytes off (leak_repairs), but the frame is lost. Not zero: suspect run.
         now = self.ovs_drops_total()
         totals["ovs_receive_drops"] = now - next(
             (total for ns, total in reversed(self._ovs_readings) if ns <= since_ns), 0)
         return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism, "totals": totals, "ports": rows,
-                "alarms": self.alarms(),
+                "alarms": self.alarms(), "leak_repairs": self.leak_repairs(since_ns),
                 "pfc_reaction": self.agent.reaction_stats(since_ns) if self.agent else None}
 
     def alarms(self):
         return list(self.agent.alarms) if self.agent else []
+
+    def leak_repairs(self, since_ns=0):
+        """The leaked accounts repaired since `since_ns` (time.monotonic_ns()), oldest first."""
+        return [r.describe() for r in list(self.agent.repairs if self.agent else ()) if r.t_ns >= since_ns]
 
     def errors(self):
         return list(self.agent.errors) if self.agent else []

@@ -9,11 +9,15 @@ Watchdog (seed 000 section 6.3.2): a gate closed for longer than `watchdog_ms` r
 gate opens, pauses aimed at that port are ignored for `restore_ms`, and with action `drop` the data
 path drops new packets of that class at that port for the same time (the stuck queue drains onto
 the wire first). After the restoration period a port still asked to pause is paused again.
+
+Leak repair (queues/leaks.py): every LEAK_CHECK_NS the agent corrects ingress accounts that a
+packet dropped inside OVS left high, and opens the gate of a port that was left paused by them.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import sys
 import threading
 import time
@@ -39,14 +43,19 @@ class GateState:
 
 
 REACTIONS_KEPT = 10_000
+REPAIRS_KEPT = 10_000
 SWITCH_INTERVAL_S = 0.0005
+LEAK_CHECK_NS = 25_000_000
 
 
 class PfcAgent:
-    def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns):
+    def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns, leaks=None):
         """`ports` maps a port index to an object with ns_pid, ifindex, name, open_rate_bytes,
-        open_burst, gate_limit and closed_burst."""
+        open_burst, gate_limit and closed_burst; `leaks` is a LeakRepair (None: no repair)."""
         self.datapath, self.ports, self.gates, self.pfc = datapath, ports, gates, pfc
+        self.leaks = leaks
+        self.repairs = collections.deque(maxlen=REPAIRS_KEPT)
+        self._next_leak_check = 0
         self.clock = clock
         self.state = {idx: GateState() for idx in ports}
         self.alarms = []
@@ -136,6 +145,25 @@ class PfcAgent:
                 elif st.restore_until and st.restore_until <= now:
                     st.restore_until = 0
                 self._apply(idx, st, now)
+        if self.leaks is not None and now >= self._next_leak_check:
+            self._next_leak_check = now + LEAK_CHECK_NS
+            self.repair_leaks(now)
+
+    def repair_leaks(self, now):
+        """Correct leaked ingress accounts (see queues/leaks.py); returns the repairs made."""
+        stats = self.datapath.stats.lookup_all(len(self.ports) * NCLASS)
+        repairs = self.leaks.check(now, stats)
+        for fix in repairs:
+            self.datapath.bias.update(fix.row, ctypes.c_int64(fix.bias))
+            if fix.resume is not None and fix.resume in self.state:
+                # Nothing is left in the switch to send the XON: open the upstream's gate here;
+                # the port's next arrival clears its paused flag in the data path.
+                with self.lock:
+                    st = self.state[fix.resume]
+                    st.wanted = False
+                    self._apply(fix.resume, st, now)
+        self.repairs.extend(repairs)
+        return repairs
 
     def _fire_watchdog(self, idx, st, now):
         st.watchdog_fires += 1

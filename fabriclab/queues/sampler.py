@@ -58,6 +58,7 @@ class QueueSampler:
         self.rows = [(p, cls) for p in model.ports for cls in range(NCLASS)]
         self.times = []
         self.chunks = []
+        self.bias_chunks = []        # the leak repair's bias per row (queues/leaks.py), per sample
         self._stop = threading.Event()
         self._thread = None
         self.error = None
@@ -76,8 +77,10 @@ class QueueSampler:
 
     def _sample(self):
         values = self.model.datapath.stats.lookup_all(len(self.rows))
+        bias = self.model.datapath.bias.lookup_all(len(self.rows))
         self.times.append(time.monotonic() - self.t0)
         self.chunks.append(bytes(values))
+        self.bias_chunks.append(bytes(bias))
 
     def stop(self):
         import numpy as np
@@ -91,6 +94,8 @@ class QueueSampler:
             raise LabError(f"queue sampler failed: {self.error}")
         raw = np.frombuffer(b"".join(self.chunks), dtype=np.dtype(QStat)).reshape(len(self.chunks), len(self.rows))
         data = np.stack([raw[f].astype(np.int64) for f in FIELDS], axis=-1)
+        bias = np.frombuffer(b"".join(self.bias_chunks), dtype=np.int64).reshape(len(self.chunks), len(self.rows))
+        data[:, :, FIELDS.index("held")] -= bias
         rows = [RowInfo(p.name, p.node, p.role, p.peer_node, self.model.ports[p.peer].name,
                         self.model.ports[p.peer].role, config.CLASSES[cls], p.rate_mbps)
                 for p, cls in self.rows]
