@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 from fabriclab import doctor, linkloss
@@ -43,6 +44,7 @@ class Lab:
         check_app(routing)
         self.fabric = Fabric(spec)
         self.jobs = {}               # announced to the controller (jobs.json): name -> placement
+        self._jobs_lock = threading.Lock()   # concurrent launchers announce and retract jobs
         self.routing = routing
         self.verbose = verbose
         self.datapath = datapath
@@ -166,7 +168,8 @@ class Lab:
         self.controller.start()
         self.routing = routing
         self.controller.wait_programmed(timeout=timeout)
-        self._write_jobs()
+        with self._jobs_lock:
+            self._write_jobs()
         return self.controller.status()
 
     def stage_stats(self):
@@ -183,13 +186,15 @@ class Lab:
     def announce_job(self, name, pairs, wait_s=5.0):
         """Tell the controller a job's placement: [(source ip, destination ip, bytes)]. The TE
         app places the job's flows before this returns (bounded by `wait_s`)."""
-        self.jobs[name] = {"pairs": [list(p) for p in pairs], "time": time.time()}
-        self._write_jobs()
+        with self._jobs_lock:
+            self.jobs[name] = {"pairs": [list(p) for p in pairs], "time": time.time()}
+            self._write_jobs()
         self._wait_te(lambda jobs: name in jobs, wait_s)
 
     def retract_job(self, name):
-        if self.jobs.pop(name, None) is not None and self.run is not None:
-            self._write_jobs()
+        with self._jobs_lock:
+            if self.jobs.pop(name, None) is not None and self.run is not None:
+                self._write_jobs()
 
     def _write_jobs(self):
         path = self.run.path("jobs.json")

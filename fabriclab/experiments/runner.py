@@ -130,6 +130,7 @@ def run_jobs(lab, jobs, measured_stop=None, label="case"):
     from fabriclab.traffic.collective import Launcher, queue_report
 
     noise_stop = threading.Event()
+    measured_stop = measured_stop if measured_stop is not None else threading.Event()
     runs, failures, launchers, threads = {}, [], [], []
 
     def launch(job, stop, started=None):
@@ -143,6 +144,10 @@ def run_jobs(lab, jobs, measured_stop=None, label="case"):
                 runs[job.name] = queue_report(lab, launcher.run(), before)
             except BaseException as exc:          # noqa: BLE001 - re-raised in the main thread
                 failures.append((job.name, exc))
+                # The case has failed: the other jobs end after their current iteration rather
+                # than run out their iterations (a scenario's measured jobs run until stopped).
+                noise_stop.set()
+                measured_stop.set()
             finally:
                 if started is not None:
                     started.set()
@@ -167,8 +172,7 @@ def run_jobs(lab, jobs, measured_stop=None, label="case"):
     except BaseException:
         # Ctrl-C: end every job's agents now rather than wait out their iterations.
         noise_stop.set()
-        if measured_stop is not None:
-            measured_stop.set()
+        measured_stop.set()
         for launcher in launchers:
             launcher.cleanup()
         for _job, thread in threads:

@@ -65,3 +65,47 @@ def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for
     busy = next(g for g in healthy["runs"][0]["telemetry"]["symmetry"]
                 if g["group"] == "l1 uplinks" and g["metric"] == "busy")
     assert min(busy["members"].values()) > 5          # every uplink ran near its 10 Mbit/s
+
+
+def concurrent_tenants(duration_s=2.0):
+    return {"name": "tenants", "spec": TWO_BY_TWO, "duration_s": duration_s,
+            "jobs": [{"name": "a", "collective": "bisection", "sizes": ["256K"], "hosts": ["h1", "h3"]},
+                     {"name": "b", "collective": "bisection", "sizes": ["256K"], "hosts": ["h2", "h4"]}]}
+
+
+def test_several_measured_jobs_run_at_once_each_on_its_own_row(lab_for, run_scenario):
+    lab = lab_for(TWO_BY_TWO)
+    doc = run_scenario(concurrent_tenants(), lab=lab)
+    jobs = doc["runs"][0]["jobs"]
+    assert {name: job["role"] for name, job in jobs.items()} == {"a": "measured", "b": "measured"}
+    for job in jobs.values():
+        # two tenants may share an uplink under ECMP: each completes, at whatever rate it got
+        size = job["sizes"][0]
+        assert size["iterations"] >= 1 and size["busbw_mbps"] > 0, job
+    # both ran through the same 2 s window (the origin waits for both jobs' agents)
+    run = doc["runs"][0]
+    assert 1.8 <= run["end_s"] - run["origin_s"] < 6
+
+
+def test_a_job_that_fails_stops_the_others_and_is_named(lab_for, run_scenario, monkeypatch):
+    """Job b's agents cannot be recorded: it fails at start. Job a, already running with a clock
+    that waits for b, must stop after its current iteration instead of running on."""
+    import threading
+    import time
+
+    from fabriclab.errors import LabError
+
+    lab = lab_for(TWO_BY_TWO)
+    real = lab.run.add_process
+
+    def refuse_b(pid, role, match):
+        if threading.current_thread().name == "job-b":       # run_jobs names each job's thread
+            raise LabError("injected: cannot record job b's agent")
+        return real(pid, role, match)
+
+    monkeypatch.setattr(lab.run, "add_process", refuse_b)
+    t0 = time.monotonic()
+    with pytest.raises(LabError, match="job 'b' failed: injected"):
+        run_scenario(concurrent_tenants(duration_s=60), lab=lab)
+    assert time.monotonic() - t0 < 30
+    assert "job-a" not in lab.jobs and "job-b" not in lab.jobs

@@ -250,7 +250,11 @@ def test_there_are_shipped_examples():
     assert {p.stem for p in EXAMPLES} >= {"degraded_uplink", "flap_recovery", "victim_noise_faults"}
 
 
-def test_two_measured_jobs_are_refused_with_the_way_out():
-    """One job is measured; the others must say role: noise (two measured launchers are not run)."""
-    with pytest.raises(LabError, match="jobs a, b are all measured.*role: noise"):
-        scenario.parse({"name": "x", "spec": "tiny", "jobs": [{"name": "a"}, {"name": "b"}]})
+def test_several_measured_jobs_are_accepted_and_all_noise_is_refused():
+    s = scenario.parse({"name": "x", "spec": "tiny", "jobs": [{"name": "a", "hosts": ["h1", "h2"]},
+                                                               {"name": "b", "hosts": ["h3", "h4"]}]})
+    assert [j.noise for j in s.jobs] == [False, False]
+    with pytest.raises(LabError, match="every job is noise"):
+        scenario.parse({"name": "x", "spec": "tiny", "jobs": [{"name": "a", "role": "noise"}]})
+
+
