@@ -31,6 +31,11 @@ ECN_QDISC = 3
 WATCHDOG_ACTIONS = ("drop", "forward")
 SWITCH_ROLES = ("leaf", "spine")     # the ports that account, mark and pause
 
+# A switch's PFC watchdog catches pauses longer than 200 ms (seed 000 section 6.3.2). The default
+# watchdog stands for that in real time: at a lab time scale of x40000 it is 8000 s of lab time,
+# so it fires on a stuck port, never on a long but healthy pause. Storm tests set their own.
+REAL_WATCHDOG_MS = 200.0
+
 # Probabilities travel to the data path as integers in 1/2^20 steps.
 PROB_ONE = 1 << 20
 
@@ -57,7 +62,7 @@ class PfcSettings:
     xon: int | None = None
     headroom: int | None = None
     reaction_ms: float = 5.0
-    watchdog_ms: float = 500.0       # 0 turns the watchdog off
+    watchdog_ms: float | None = None  # lab ms; None: REAL_WATCHDOG_MS of real time, scaled; 0: off
     watchdog_action: str = "drop"
     restore_ms: float = 1000.0
 
@@ -112,6 +117,14 @@ class Thresholds:
     xoff: int
     xon: int
     headroom_limit: int    # ingress bytes above which a lossless packet is dropped
+
+
+def watchdog_lab_ms(pfc, time_scale):
+    """The watchdog's timeout in lab milliseconds: as set, or REAL_WATCHDOG_MS at the time scale
+    (1 where the spec states no real rate)."""
+    if pfc.watchdog_ms is not None:
+        return pfc.watchdog_ms
+    return REAL_WATCHDOG_MS * (time_scale or 1.0)
 
 
 def frame_bytes(mtu):
@@ -275,7 +288,11 @@ def _pfc_from_dict(value, where):
         elif key in ("reaction_ms", "restore_ms"):
             kwargs[key] = _number(item, f"{where}.{key}", 0.0, strict_low=True)
         elif key == "watchdog_ms":
-            kwargs[key] = _number(item, f"{where}.{key}", 0.0)
+            # `real`: the default, a switch's 200 ms of real time at the fabric's time scale
+            if isinstance(item, str) and item != "real":
+                raise SpecError(f"{where}.watchdog_ms: must be lab milliseconds (>= 0, 0: off) or 'real', "
+                                f"got {item!r}")
+            kwargs[key] = None if item == "real" else _number(item, f"{where}.{key}", 0.0)
         elif key == "watchdog_action":
             if item not in WATCHDOG_ACTIONS:
                 raise SpecError(f"{where}.watchdog_action: must be one of "

@@ -87,6 +87,9 @@ class QueueModel:
         if ecn_mechanism not in ECN_MECHANISMS:
             raise LabError(f"ECN mechanism must be one of {', '.join(ECN_MECHANISMS)}, got {ecn_mechanism!r}")
         self.ecn_mechanism = ecn_mechanism
+        # The PFC settings the agent runs: the watchdog in lab ms (the spec's default is real time)
+        self.pfc = dataclasses.replace(self.spec.pfc, watchdog_ms=config.watchdog_lab_ms(
+            self.spec.pfc, fabric.spec.time_scale))
         self.red = None              # RedQdiscs when RED marks
         self.ports = port_table(fabric)
         self.by_name = {p.name: p for p in self.ports}
@@ -115,7 +118,7 @@ class QueueModel:
                 for p in self._red_ports():
                     self._set_red(p, create=True)
             self.gates = Gates()
-            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.spec.pfc,
+            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.pfc,
                                   leaks=LeakRepair(accounts_of(self.ports, NCLASS, config.CLASSES, self._xon)))
             self.agent.start()
         except BaseException:
@@ -390,7 +393,12 @@ class QueueModel:
             per_role[p.role] = {"buffer_bytes": p.buffer, "rate_mbps": p.rate_mbps, "ecn": ecn,
                                 "pfc": {"xoff": t.xoff, "xon": t.xon,
                                         "headroom": t.headroom_limit - t.xoff} if t.pfc else None}
+        scale = self.fabric.spec.time_scale or 1.0
+        watchdog = self.pfc.watchdog_ms
         return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism,
+                "watchdog": {"lab_ms": watchdog, "real_ms": watchdog / scale if watchdog else 0,
+                             "from": "spec" if self.spec.pfc.watchdog_ms is not None else
+                             f"{config.REAL_WATCHDOG_MS:g} ms real x time scale {scale:g}"},
                 "ovs_send_buffer_bytes": self.ovs_send_buffer,
                 "ovs_receive_buffer_bytes": RECEIVE_BUFFER_BYTES if self.ovs_receive_sockets else None,
                 "spec": self.spec.to_dict(), "ports_by_role": per_role}

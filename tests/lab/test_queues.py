@@ -33,6 +33,9 @@ def test_stopping_the_lab_unpins_the_programs():
     with Lab(spec) as lab:
         pins = datapath.pin_dir(lab.run.id)
         assert pins.exists()
+        # the default watchdog: a switch's 200 ms, here unscaled (the spec states no real rate)
+        assert lab.queues.describe()["watchdog"] == {"lab_ms": 200.0, "real_ms": 200.0,
+                                                     "from": "200 ms real x time scale 1"}
     assert not pins.exists()
     assert not os.path.exists(pins)
 
@@ -61,6 +64,7 @@ def settled(lab, within_s=2.0, classes=("lossless", "control", "lossy")):
 def test_model_runs_and_results_say_which_mechanism(lab):
     info = lab.queues.describe()
     assert info["mechanism"] == MECHANISM
+    assert info["watchdog"] == {"lab_ms": 300, "real_ms": 300 / SPEC.time_scale, "from": "spec"}
     assert info["ports_by_role"]["leaf"]["pfc"]["xoff"] > 0
     if lab.datapath == "user":            # the kernel datapath has no shared packet socket to enlarge
         assert info["ovs_send_buffer_bytes"] >= 64 * 2**20

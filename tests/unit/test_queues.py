@@ -7,7 +7,7 @@ import pytest
 from fabriclab.errors import SpecError
 from fabriclab.queues import config
 from fabriclab.queues.config import (EcnProfile, PauseState, PfcSettings, QueueSpec, mark_probability,
-                                     mark_threshold, pfc_thresholds, queues_from_dict, thresholds)
+                                     mark_threshold, pfc_thresholds, queues_from_dict, thresholds, watchdog_lab_ms)
 from fabriclab.queues.gate import GATE_HANDLE, GATE_PARENT, netlink_error, tbf_change_message
 from fabriclab.queues.ovsbuf import tx_socket_inodes
 from fabriclab.queues.model import port_classid, port_table
@@ -112,6 +112,8 @@ def test_queues_section_parses_with_role_overrides():
     ({"pfc": {"xoff": 1000, "xon": 2000}}, "xon (2000) must be below xoff (1000)"),
     ({"pfc": {"watchdog_action": "reboot"}}, "watchdog_action: must be one of drop, forward"),
     ({"pfc": {"reaction_ms": 0}}, "reaction_ms: must be > 0"),
+    ({"pfc": {"watchdog_ms": "fast"}}, "watchdog_ms: must be lab milliseconds (>= 0, 0: off) or 'real'"),
+    ({"pfc": {"watchdog_ms": -1}}, "watchdog_ms: must be >= 0"),
     ({"classes": {"lossless": [26], "control": [26]}}, "DSCP 26 is in both"),
     ({"classes": {"lossless": [64]}}, "DSCP values are 0..63"),
     ({"classes": {"bulk": [8]}}, "unknown class 'bulk'"),
@@ -121,6 +123,15 @@ def test_queues_section_parses_with_role_overrides():
 def test_bad_queue_sections_are_one_line_errors(section, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
         queues_from_dict(section)
+
+
+def test_the_default_watchdog_is_a_switchs_200_ms_of_real_time_at_the_time_scale():
+    assert PfcSettings().watchdog_ms is None
+    assert queues_from_dict({"pfc": {"watchdog_ms": "real"}}).pfc.watchdog_ms is None
+    assert watchdog_lab_ms(PfcSettings(), 40_000) == 200.0 * 40_000     # 8000 s of lab time
+    assert watchdog_lab_ms(PfcSettings(), None) == 200.0                # no time scale stated
+    assert watchdog_lab_ms(PfcSettings(watchdog_ms=300), 40_000) == 300  # set: lab ms, as given
+    assert watchdog_lab_ms(PfcSettings(watchdog_ms=0), 40_000) == 0      # off
 
 
 def test_a_buffer_too_small_for_the_headroom_is_refused_with_the_numbers():
