@@ -22,9 +22,13 @@ def test_routing_schemes_reproduce_the_ordering_of_seed_000(tmp_path):
     # a packet a full buffer dropped (go-back-N), never a packet overtaken on another path
     eecmp = cases["E-ECMP + 4 QPs shared sport"]["jobs"]["ring"]
     assert oos["E-ECMP + 4 QPs shared sport"] == 0 or eecmp["buffer_drops"]["total"] > 0, eecmp
-    # TE places every flow on its own uplink: the best balance and bandwidth of all
+    # TE places every flow on its own uplink: better balance and bandwidth than every hash-based
+    # scheme. Flowlet's load-aware choices can find the same one-flow-per-uplink placement on
+    # this 1:1 fabric (CI saw 9.52 against TE's 9.44 Mbit/s), so it is held only to "close".
     assert mmr["TE"] < 1.25 and mmr["TE"] < mmr["ECMP"]
-    assert busbw["TE"] == max(v for k, v in busbw.items() if "fails" not in k)
+    hashed = ("ECMP", "ECMP + 4 QPs", "ECMP + 4 QPs shared sport", "E-ECMP + 4 QPs shared sport")
+    assert busbw["TE"] > max(busbw[k] for k in hashed), busbw
+    assert busbw["TE"] > 0.9 * busbw["flowlet"], busbw
     assert cases["TE"]["te"]["placed"] >= 16 and cases["TE"]["te"]["unplaced"] == 0
     # flowlet: load-aware first choices beat the hash; its stage made decisions
     assert busbw["flowlet"] > busbw["ECMP"]
