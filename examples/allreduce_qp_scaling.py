@@ -10,7 +10,7 @@ row per setting and returns them.
 
 import sys
 
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 

@@ -8,7 +8,7 @@ brings it back at 4 s, then prints l1's uplink rates over time and the run's tot
 
 import sys
 
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic.allpairs import all_pairs_plan
 from fabriclab.traffic.launcher import run_traffic

@@ -34,7 +34,7 @@ class LabPool:
         self.key, self.lab = None, None
 
     def get(self, spec, routing="ecmp"):
-        from fabriclab.lab import Lab
+        from fabriclab.lab.lab import Lab
         from fabriclab.topologies.spec import load_spec
 
         if self.key != str(spec) or self.lab is None or self.lab.net is None:
@@ -84,7 +84,7 @@ def lab_for(fabriclab_pool):
 def run_scenario(tmp_path):
     """run_scenario(path or mapping, lab=None, **kw) -> results document (folder in tmp_path)."""
     _need_root()
-    from fabriclab import scenario
+    from fabriclab.workflows import scenario
 
     def run(source, lab=None, out=None, **kw):
         sc = scenario.parse(source) if isinstance(source, dict) else scenario.load(source)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 
-from fabriclab.errors import LabError
+from fabriclab.errors import LabError, SpecError
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([KMG]?)B?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+# Buffer sizes in specs: bytes, or decimal (kb, mb) and binary (kib, mib) units.
+_BUFFER_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(b|kb|kib|mb|mib|gb|gib)\s*$|^\s*([0-9]+)\s*$", re.IGNORECASE)
+_BUFFER_UNIT_BYTES = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 2**20,
+                      "gb": 10**9, "gib": 2**30}
 
 
 def parse_size(text):
@@ -28,3 +32,20 @@ def human_size(size):
         if size >= scale and size % scale == 0:
             return f"{size // scale}{unit}"
     return f"{size}B" if size < 1024 else f"{size / 1024:.1f}K"
+
+
+def parse_size_bytes(value, where):
+    """A buffer size: a number of bytes or a string such as '64KiB', '1MB'."""
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, float) and value.is_integer():
+        size = int(value)
+    elif isinstance(value, str) and (m := _BUFFER_SIZE.match(value)):
+        size = int(m.group(3)) if m.group(3) else int(float(m.group(1)) * _BUFFER_UNIT_BYTES[m.group(2).lower()])
+    else:
+        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
+    if size <= 0:
+        raise SpecError(f"{where}: size must be > 0, got {value!r}")
+    return size

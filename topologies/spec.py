@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from fabriclab.errors import SpecError
+from fabriclab.units import parse_size_bytes
 from fabriclab.queues.config import QueueSpec, check_against_fabric, queues_from_dict
 
 KINDS = ("leafspine", "multiplane")
@@ -30,15 +31,12 @@ MAX_PORTS_PER_LEAF = 253
 # Rates are in bits: '20Mbit', '20Mbit/s', '400G'. 'B' and 'bps' are refused because tc reads them
 # as bytes, and a rate off by 8x is worse than an error.
 _RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgKMG]?)(bit|bit/s)?\s*$")
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(b|kb|kib|mb|mib|gb|gib)\s*$|^\s*([0-9]+)\s*$", re.IGNORECASE)
 _TIME_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)\s*$")
 _RATE_UNIT_MBPS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3}
 _TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
 # A lab delay beyond this stalls everything that waits on a round trip (ARP, the controller's
 # checks, ACK timeouts); real fabrics' microseconds at the lab's time scales stay far below it.
 MAX_LAB_DELAY_MS = 10_000.0
-_SIZE_UNIT_BYTES = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib": 2**20,
-                    "gb": 10**9, "gib": 2**30}
 
 
 def parse_rate_mbps(value, where):
@@ -58,21 +56,6 @@ def parse_rate_mbps(value, where):
     return rate
 
 
-def parse_size_bytes(value, where):
-    """A buffer size: a number of bytes or a string such as '64KiB', '1MB'."""
-    if isinstance(value, bool):
-        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, float) and value.is_integer():
-        size = int(value)
-    elif isinstance(value, str) and (m := _SIZE_RE.match(value)):
-        size = int(m.group(3)) if m.group(3) else int(float(m.group(1)) * _SIZE_UNIT_BYTES[m.group(2).lower()])
-    else:
-        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
-    if size <= 0:
-        raise SpecError(f"{where}: size must be > 0, got {value!r}")
-    return size
 
 
 def parse_delay_us(value, where):

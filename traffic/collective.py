@@ -23,7 +23,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fabriclab import cpuload, patience, telemetry
+from fabriclab.measure import cpuload
+
+from fabriclab.system import patience
+
+from fabriclab.measure import telemetry
 from fabriclab.errors import LabError
 from fabriclab.units import human_size
 from fabriclab.traffic import roce, schedules, softroce

@@ -14,7 +14,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fabriclab import cpuload, telemetry
+from fabriclab.measure import cpuload
+
+from fabriclab.measure import telemetry
 from fabriclab.errors import LabError
 from fabriclab.traffic import roce
 

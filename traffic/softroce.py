@@ -43,7 +43,7 @@ import secrets
 import subprocess
 from dataclasses import dataclass
 
-from fabriclab import shaping
+from fabriclab.system import shaping
 from fabriclab.errors import LabError
 
 BACKENDS = ("auto", "udp", "rxe")
@@ -118,7 +118,7 @@ def backend_for(spec):
     """select_backend with this machine's doctor (probed only when the spec leaves a choice)."""
     if spec.backend == "udp":
         return UDP
-    from fabriclab import doctor
+    from fabriclab.system import doctor
 
     return select_backend(spec, doctor.mechanisms(doctor.probe())["roce"])
 

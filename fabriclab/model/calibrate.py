@@ -11,29 +11,13 @@ the model's error. What the model leaves out shows up as that error: RoCE header
 
 from __future__ import annotations
 
-import json
 
 from fabriclab.errors import LabError
 from fabriclab.model import evaluate, flows
 from fabriclab.model.graph import ClosGraph
 from fabriclab.model.routes import Routes
-from fabriclab.table import format_table
-from fabriclab.units import human_size, parse_sizes
 
 MODEL_SCHEMES = ("ecmp", "ideal")
-
-
-def register(sub):
-    q = sub.add_parser("calibrate", help="run a collective in the emulation and in the flow model, "
-                                         "side by side with the model's error (needs root)")
-    q.add_argument("spec", metavar="SPEC", help="spec name or YAML path (one NIC per host, one plane)")
-    q.add_argument("--collective", choices=flows.COLLECTIVES, default="allreduce")
-    q.add_argument("--sizes", default="256K,1M", help="message sizes (default 256K,1M)")
-    q.add_argument("--qps", type=int, default=1, help="QPs per connection")
-    q.add_argument("--sport-mode", dest="sport_mode", choices=flows.SPORT_MODES, default="qp")
-    q.add_argument("--iterations", type=int, default=3)
-    q.add_argument("--format", choices=("table", "json"), default="table")
-    q.set_defaults(func=cmd_calibrate)
 
 
 def check_calibratable(spec):
@@ -80,8 +64,8 @@ def compare(emulated, modelled):
 def run_calibration(spec, collective="allreduce", sizes=(1 << 20,), qps=1, sport_mode="qp",
                     iterations=3):
     """Emulate, model, compare: returns (the emulation's results document, comparison rows)."""
-    from fabriclab import collective_cmd
-    from fabriclab.lab import Lab
+    from fabriclab.cli import collective as collective_cmd
+    from fabriclab.lab.lab import Lab
     from fabriclab.traffic.collective import CollectiveSpec, Launcher
 
     check_calibratable(spec)
@@ -97,27 +81,3 @@ def run_calibration(spec, collective="allreduce", sizes=(1 << 20,), qps=1, sport
     rows = compare(run.sizes, modelled)
     doc["calibration"] = {"model_schemes": list(MODEL_SCHEMES), "rows": rows}
     return doc, rows
-
-
-def cmd_calibrate(args):
-    from fabriclab import results
-    from fabriclab.topologies.spec import load_spec
-
-    spec = load_spec(args.spec)
-    doc, rows = run_calibration(spec, args.collective, parse_sizes(args.sizes), args.qps,
-                                args.sport_mode, args.iterations)
-    if args.format == "json":
-        print(json.dumps(doc, indent=1))
-        return 0
-    print(format_table(
-        ("size", "emulated CCT ms", "model ECMP ms", "error", "model ideal ms", "error",
-         "uplink max/mean emu", "model ECMP", "valid"),
-        [(human_size(r["size"]), f"{r['emulated_cct_s'] * 1e3:.1f}", f"{r['ecmp_cct_s'] * 1e3:.1f}",
-          f"{100 * r['ecmp_error']:+.1f} %", f"{r['ideal_cct_s'] * 1e3:.1f}",
-          f"{100 * r['ideal_error']:+.1f} %", r["emulated_uplink_max_mean"],
-          r["ecmp_uplink_max_mean"], "yes" if r["valid"] else "no (CPU saturated)")
-         for r in rows],
-        title=f"{args.collective} on {spec.name}: emulation vs flow model "
-              f"({len(doc['ranks'])} ranks, {args.qps} QP(s), links {spec.host_rate_mbps:g} Mbit/s)"))
-    print(f"\nresults: {results.write_result(doc)}")
-    return 0

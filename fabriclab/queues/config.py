@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from fabriclab.errors import SpecError
+from fabriclab.units import parse_size_bytes
 
 CLASSES = ("lossless", "control", "lossy")
 LOSSLESS, CONTROL, LOSSY = range(3)
@@ -222,7 +223,6 @@ class PauseState:
 # -- parsing the spec section ------------------------------------------------------------------
 
 def _size(value, where):
-    from fabriclab.topologies.spec import parse_size_bytes
     return parse_size_bytes(value, where)
 
 

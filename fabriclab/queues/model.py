@@ -35,7 +35,7 @@ from fabriclab.queues.pfc import PfcAgent
 from fabriclab.queues.red import CLASSES as RED_CLASSES
 from fabriclab.queues.red import PLACES as RED_PLACES
 from fabriclab.queues.red import RedQdiscs, class_limit, red_params
-from fabriclab.shaping import gate_settings
+from fabriclab.system.shaping import gate_settings
 
 MECHANISM = "ebpf-clsact+tbf-gates"
 ECN_MECHANISMS = ("bpf-clsact", "red")

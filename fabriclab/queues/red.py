@@ -40,7 +40,7 @@ import threading
 from fabriclab.errors import LabError
 from fabriclab.queues.config import ETH_HEADER, ecn_thresholds
 from fabriclab.queues.gate import NLMSG_ERROR, TCA_KIND, TCA_OPTIONS, nlattr, request, route_socket_in
-from fabriclab.shaping import GATE_LIMIT_BYTES
+from fabriclab.system.shaping import GATE_LIMIT_BYTES
 
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLMSG_DONE = 3

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabriclab import patience, steering
+from fabriclab.system import patience
+
+from fabriclab.lab import steering
 from fabriclab.errors import LabError
 from fabriclab.switchml.node import PORT, tensor_for
 from fabriclab.switchml.packet import HEADER_LEN, max_elements

@@ -10,7 +10,7 @@ from tests.lab import labutil
 
 pytestmark = pytest.mark.lab
 
-FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
+FABRICLAB = [sys.executable, "-m", "fabriclab.cli.main"]
 
 
 def test_run_with_a_link_failure_writes_results_with_scale(tmp_path):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic import schedules
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
@@ -91,7 +91,7 @@ def test_cts_admission_bounds_bytes_in_flight(lab):
     leaf_port = f"{rx_port.leaf}-eth{rx_port.leaf_port}"
 
     def run_gather(**extra):
-        from fabriclab import telemetry
+        from fabriclab.measure import telemetry
         before = telemetry.qdisc_drops([leaf_port]).get(leaf_port, 0)
         run = run_collective(lab, CollectiveSpec("gather", **spec, **extra))
         return run.sizes[0], telemetry.qdisc_drops([leaf_port]).get(leaf_port, 0) - before

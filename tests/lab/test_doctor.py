@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fabriclab import doctor
+from fabriclab.system import doctor
 
 pytestmark = [
     pytest.mark.lab,
@@ -106,7 +106,7 @@ def test_bpf_probe_agrees_with_clang():
 
 
 def test_doctor_command_json():
-    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli", "doctor", "--format", "json"],
+    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "doctor", "--format", "json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

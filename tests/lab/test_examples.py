@@ -33,7 +33,7 @@ def test_allreduce_qp_scaling_example_adds_source_ports_unless_shared(capsys):
 
 
 def test_failover_session_example_runs_at_the_prompt():
-    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli", "up", "tiny", "--script",
+    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "up", "tiny", "--script",
                            str(EXAMPLES / "failover_session.txt")], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from fabriclab.experiments import Options, ecn_dcqcn, incast, run_experiment, victim
+from fabriclab.workflows.experiments import Options, ecn_dcqcn, incast, run_experiment, victim
 
 pytestmark = pytest.mark.lab
 

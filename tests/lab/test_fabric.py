@@ -11,8 +11,8 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
 
-from fabriclab import telemetry
-from fabriclab.lab import Lab
+from fabriclab.measure import telemetry
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic import roce
 from fabriclab.traffic.allpairs import all_pairs_plan

@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic.allpairs import all_pairs_plan
 from fabriclab.traffic.launcher import run_traffic

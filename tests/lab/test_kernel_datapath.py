@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 

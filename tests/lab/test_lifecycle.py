@@ -9,14 +9,14 @@ import time
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab import Lab
-from fabriclab.runstate import RUN_ROOT
+from fabriclab.lab.lab import Lab
+from fabriclab.lab.runstate import RUN_ROOT
 from fabriclab.topologies.spec import load_spec
 from tests.lab import labutil
 
 pytestmark = pytest.mark.lab
 
-FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
+FABRICLAB = [sys.executable, "-m", "fabriclab.cli.main"]
 
 
 def cli(*args, timeout=120, **kw):
@@ -94,7 +94,7 @@ def test_unknown_host_is_a_clear_error():
 def test_clean_repairs_a_killed_run():
     before = labutil.resources()
     proc = subprocess.Popen([sys.executable, "-c",
-                             "from fabriclab.lab import Lab; from fabriclab.topologies.spec import load_spec;"
+                             "from fabriclab.lab.lab import Lab; from fabriclab.topologies.spec import load_spec;"
                              "import time; Lab(load_spec('tiny')).start(); time.sleep(300)"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from fabriclab import telemetry
-from fabriclab.lab import Lab
+from fabriclab.measure import telemetry
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic.allpairs import all_pairs_plan
 from fabriclab.traffic.launcher import run_traffic

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fabriclab import provision as prov
+from fabriclab.system import provision as prov
 from fabriclab.errors import LabError
 
 pytestmark = [
@@ -29,7 +29,7 @@ def test_second_run_changes_nothing():
     first.raise_for_failure()
 
     proc = subprocess.run(
-        [sys.executable, "-m", "fabriclab.cli", "provision", "--venv", VENV],
+        [sys.executable, "-m", "fabriclab.cli.main", "provision", "--venv", VENV],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "provision: ok, 0 changed" in proc.stdout, proc.stdout

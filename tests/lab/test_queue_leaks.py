@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.queues.config import PfcSettings, QueueSpec
 from fabriclab.topologies.spec import FabricSpec
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.queues import datapath
 from fabriclab.queues.config import PfcSettings, QueueSpec
 from fabriclab.queues.model import MECHANISM
@@ -198,7 +198,7 @@ def test_bad_runtime_changes_are_refused(lab):
 
 
 def test_prompt_commands_show_and_change_the_model(lab, capsys):
-    from fabriclab.prompt import LabPrompt
+    from fabriclab.cli.prompt import LabPrompt
 
     prompt = LabPrompt.__new__(LabPrompt)        # the commands only need the lab (no Mininet CLI loop)
     prompt.lab = lab
@@ -218,7 +218,7 @@ def test_prompt_commands_show_and_change_the_model(lab, capsys):
 
 
 def test_clean_unpins_what_a_killed_run_left_and_keeps_live_runs(lab):
-    from fabriclab.clean import clean
+    from fabriclab.lab.clean import clean
 
     stale = datapath.PIN_ROOT / "20000101-000000-dead00"
     stale.mkdir(parents=True)

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from fabriclab import telemetry
+from fabriclab.measure import telemetry
 from fabriclab.apps.select_stage import SelectStage, eecmp_member, flow_hash
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic import roce
 from fabriclab.traffic.collective import CollectiveSpec, run_collective

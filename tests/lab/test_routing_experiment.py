@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fabriclab.experiments import Options, routing, run_experiment
+from fabriclab.workflows.experiments import Options, routing, run_experiment
 
 pytestmark = pytest.mark.lab
 

@@ -6,7 +6,7 @@ import csv
 import pathlib
 import pytest
 
-from fabriclab import report
+from fabriclab.results import report
 
 pytestmark = pytest.mark.lab
 
@@ -47,7 +47,7 @@ def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
 
 
 def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for, run_scenario, tmp_path):
-    from fabriclab import scenario
+    from fabriclab.workflows import scenario
 
     lab = lab_for("routing", "te")
     sc = scenario.load(EXAMPLES / "degraded_uplink.yaml")

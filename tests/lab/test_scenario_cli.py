@@ -12,7 +12,7 @@ from tests.lab import labutil
 
 pytestmark = pytest.mark.lab
 
-FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
+FABRICLAB = [sys.executable, "-m", "fabriclab.cli.main"]
 
 
 def test_ctrl_c_during_a_scenario_leaves_nothing_behind(tmp_path):

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from fabriclab import doctor
+from fabriclab.system import doctor
 from fabriclab.errors import LabError
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic import softroce
 from fabriclab.traffic.collective import CollectiveSpec, Launcher, place_ranks, run_collective

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from fabriclab import steering
+from fabriclab.lab import steering
 from fabriclab.errors import LabError
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
 
 pytestmark = pytest.mark.lab

@@ -5,9 +5,9 @@ result bit for bit."""
 
 import pytest
 
-from fabriclab import linkloss
+from fabriclab.lab import linkloss
 from fabriclab.errors import LabError
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.switchml.launcher import AggregationSpec, run_aggregation
 from fabriclab.topologies.spec import FabricSpec
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fabriclab.experiments import Options, module, run_experiment
+from fabriclab.workflows.experiments import Options, module, run_experiment
 
 pytestmark = pytest.mark.lab
 

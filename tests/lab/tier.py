@@ -8,7 +8,7 @@ fails; on any other kernel they must run what `doctor` chose there, and say whic
 
 import os
 
-from fabriclab import doctor
+from fabriclab.system import doctor
 
 TIER_ENV = "FABRICLAB_TIER"
 

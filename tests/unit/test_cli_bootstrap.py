@@ -6,7 +6,7 @@ import sys
 NO_MININET = """
 import sys
 sys.modules["mininet"] = None          # any `import mininet...` now raises ImportError
-from fabriclab import cli
+from fabriclab.cli import main as cli
 parser = cli.build_parser()
 for argv in (["provision", "--check"], ["doctor"], ["clean"], ["check", "tiny"], ["specs"],
              ["run", "tiny"], ["up", "tiny"], ["demo"], ["benchmark"], ["model", "profiles"]):

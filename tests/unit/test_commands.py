@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from fabriclab import cli, commands
+from fabriclab.cli import main as cli
+
+from fabriclab.cli import fabric as commands
 from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec, shipped_specs
@@ -16,11 +18,11 @@ from fabriclab.topologies.spec import load_spec, shipped_specs
 
 @pytest.fixture(autouse=True)
 def no_lab(monkeypatch):
-    import fabriclab.lab
+    import fabriclab.lab.lab
 
     def refuse(*args, **kwargs):
         raise AssertionError("a unit test tried to build a lab")
-    monkeypatch.setattr(fabriclab.lab, "Lab", refuse)
+    monkeypatch.setattr(fabriclab.lab.lab, "Lab", refuse)
 
 
 # -- parse_fault ----------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from fabriclab import cpuload
-from fabriclab.cpuload import SATURATED, between, valid
+from fabriclab.measure import cpuload
+from fabriclab.measure.cpuload import SATURATED, between, valid
 
 TCK = os.sysconf("SC_CLK_TCK")
 

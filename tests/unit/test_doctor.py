@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from fabriclab import doctor
-from fabriclab.doctor import Capabilities
+from fabriclab.cli import machine
+from fabriclab.system import doctor
+from fabriclab.system.doctor import Capabilities
 from fabriclab.errors import EnvironmentProblem
 
 # This project's machines: no modules, userspace OVS, htb/tbf/bfifo, clsact + bpf, no RED/netem.
@@ -127,7 +128,7 @@ def test_not_root_message_asks_for_root_first():
     caps = dataclasses.replace(MINIMAL, root=False, htb=None, tbf=None,
                                notes=(("htb", "not probed: needs root"),))
     mechs = doctor.mechanisms(caps)
-    message = doctor._missing_message(doctor.missing_required(mechs))
+    message = doctor.missing_message(doctor.missing_required(mechs))
     assert message.startswith("not running as root")
     assert "link shaping" in message
     assert "needs root" in mechs["shaping"].note
@@ -164,13 +165,13 @@ def test_json_is_machine_readable():
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_doctor_exit_codes(monkeypatch, capsys, fmt):
     monkeypatch.setattr(doctor, "probe", lambda refresh=False: MINIMAL)
-    assert doctor.run_doctor(argparse.Namespace(format=fmt)) == 0
+    assert machine.run_doctor(argparse.Namespace(format=fmt)) == 0
     out = capsys.readouterr().out
     assert "bpf-clsact" in out
 
     broken = dataclasses.replace(MINIMAL, ovs_running=False)
     monkeypatch.setattr(doctor, "probe", lambda refresh=False: broken)
-    assert doctor.run_doctor(argparse.Namespace(format=fmt)) == 1
+    assert machine.run_doctor(argparse.Namespace(format=fmt)) == 1
     err = capsys.readouterr().err
     assert "missing required: Open vSwitch" in err and "lab.sh bootstrap" in err
 
@@ -179,7 +180,7 @@ def test_optional_features_missing_still_exit_zero(monkeypatch, capsys):
     bare = dataclasses.replace(MINIMAL, clsact=False, bpf_classifier=None, clang=False,
                                iperf3=False, ethtool=False)
     monkeypatch.setattr(doctor, "probe", lambda refresh=False: bare)
-    assert doctor.run_doctor(argparse.Namespace(format="table")) == 0
+    assert machine.run_doctor(argparse.Namespace(format="table")) == 0
     assert "unavailable" in capsys.readouterr().out
 
 
@@ -196,6 +197,6 @@ def test_probe_is_cached_per_process(monkeypatch):
 
 def test_register_adds_doctor_command():
     parser = argparse.ArgumentParser()
-    doctor.register(parser.add_subparsers(dest="command"))
+    machine.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["doctor", "--format", "json"])
-    assert args.func is doctor.run_doctor and args.format == "json"
+    assert args.func is machine.run_doctor and args.format == "json"

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.experiments import EXPERIMENTS, Options, ecn_dcqcn, incast, module, victim
-from fabriclab.experiments.runner import case_slug
+from fabriclab.workflows.experiments import EXPERIMENTS, Options, ecn_dcqcn, incast, module, victim
+from fabriclab.workflows.experiments.runner import case_slug
 from fabriclab.queues.config import queues_from_dict
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
@@ -94,7 +94,7 @@ def test_yaml_off_is_the_off_mode():
 
 
 def test_cli_lists_and_refuses_bad_input_in_one_line(capsys, tmp_path):
-    from fabriclab.cli import main
+    from fabriclab.cli.main import main
 
     assert main(["experiment", "list"]) == 0
     out = capsys.readouterr().out

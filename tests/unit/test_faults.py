@@ -9,10 +9,10 @@ import types
 
 import pytest
 
-from fabriclab import faults
+from fabriclab.workflows import faults
 from fabriclab.errors import LabError
-from fabriclab.faults import MAX_STEPS, Step, Timeline, parse, random_flap_times, resolve, split_link, steps
-from fabriclab.lab import Lab
+from fabriclab.workflows.faults import MAX_STEPS, Step, Timeline, parse, random_flap_times, resolve, split_link, steps
+from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 
 

@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from fabriclab.apps.paths import next_hops
-from fabriclab.cli import main
+from fabriclab.cli.main import main
 from fabriclab.errors import LabError
 from fabriclab.model import evaluate, flows, placement
 from fabriclab.model.graph import ClosGraph, ClosParams

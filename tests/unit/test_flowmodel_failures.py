@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from fabriclab.cli import main
+from fabriclab.cli.main import main
 from fabriclab.model import evaluate, failures, flows
 from fabriclab.model.bench import run_size
 from fabriclab.model.graph import ClosGraph, ClosParams

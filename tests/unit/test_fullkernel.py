@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fabriclab import fullkernel
+from fabriclab.system import fullkernel
 from fabriclab.errors import EnvironmentProblem, LabError
 
 

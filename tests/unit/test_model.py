@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from fabriclab.cli import main
+from fabriclab.cli.main import main
 from fabriclab.errors import LabError
 from fabriclab.model import collectives as c
 from fabriclab.model.hardware import Hop, Profile, load_profile, parse_bandwidth, shipped_profiles
-from fabriclab.model.cli import predict
+from fabriclab.cli.model import predict
 from fabriclab.units import parse_sizes
 
 US = 1e-6

@@ -1,6 +1,6 @@
 """Charts render headless into PNG files (no display, no root)."""
 
-from fabriclab import plots
+from fabriclab.results import plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -8,8 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from fabriclab import recovery, symmetry
-from fabriclab.portsampler import PortSeries, columns
+from fabriclab.measure import recovery
+
+from fabriclab.measure import symmetry
+from fabriclab.measure.portsampler import PortSeries, columns
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 

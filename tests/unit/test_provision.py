@@ -4,7 +4,8 @@ import argparse
 
 import pytest
 
-from fabriclab import provision as prov
+from fabriclab.cli import machine
+from fabriclab.system import provision as prov
 from fabriclab.errors import EnvironmentProblem, LabError
 
 
@@ -80,6 +81,6 @@ def test_needs_root(monkeypatch):
 
 def test_register_adds_provision_command():
     parser = argparse.ArgumentParser()
-    prov.register(parser.add_subparsers(dest="command"))
+    machine.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["provision", "--check", "--venv", "/opt/v"])
-    assert args.func is prov.run_provision and args.check and args.venv == "/opt/v"
+    assert args.func is machine.run_provision and args.check and args.venv == "/opt/v"

@@ -11,7 +11,7 @@ from fabriclab.queues.config import (EcnProfile, PauseState, PfcSettings, QueueS
 from fabriclab.queues.gate import GATE_HANDLE, GATE_PARENT, netlink_error, tbf_change_message
 from fabriclab.queues.ovsbuf import tx_socket_inodes
 from fabriclab.queues.model import port_classid, port_table
-from fabriclab.shaping import gate_settings, queued_commands
+from fabriclab.system.shaping import gate_settings, queued_commands
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec, spec_from_dict
 

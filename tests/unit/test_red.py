@@ -7,15 +7,17 @@ import struct
 
 import pytest
 
-from fabriclab import doctor, results
+from fabriclab.system import doctor
+
+from fabriclab.results import document
 from fabriclab.errors import LabError
-from fabriclab.lab import Lab
+from fabriclab.lab.lab import Lab
 from fabriclab.queues import config, red
 from fabriclab.queues.config import EcnProfile, QueueSpec, queues_from_dict
 from fabriclab.queues.model import QueueModel
 from fabriclab.queues.red import (MAX_P_ONE, OFF_BYTES, PLACES, RedParams, class_limit, dump_message,
                                   parse_red_stats, plog, red_message, red_params)
-from fabriclab.shaping import GATE_LIMIT_BYTES
+from fabriclab.system.shaping import GATE_LIMIT_BYTES
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec, LinkDelay
 
@@ -236,11 +238,11 @@ def test_without_queues_nothing_marks_and_without_delay_nothing_warns(capsys):
 def test_results_record_the_real_and_the_lab_delay_and_whether_it_ran():
     lab = _lab()
     lab._choose_kernel_mechanisms(doctor.mechanisms(FULL))
-    assert results.link_delay(lab) == {"real_us": {"host": 0.0, "fabric": 0.25},
+    assert document.link_delay(lab) == {"real_us": {"host": 0.0, "fabric": 0.25},
                                        "lab_ms": {"host": 0.0, "fabric": pytest.approx(10.0)},
                                        "applied": True}
     lab.delay_mechanism = "none"
-    assert results.link_delay(lab)["applied"] is False
+    assert document.link_delay(lab)["applied"] is False
 
 
 def test_a_marker_override_survives_dataclass_replace():

@@ -7,7 +7,10 @@ import re
 
 import pytest
 
-from fabriclab import plots, report
+from fabriclab.results import plots
+
+from fabriclab.results import report
+from fabriclab.cli import results as cli_results
 from fabriclab.errors import LabError
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -239,7 +242,7 @@ def test_compare_plot_and_cli(tmp_path, capsys):
     _experiment(tmp_path / "exp")
     _png(report.compare_plot([tmp_path / "flap", tmp_path / "exp"], tmp_path / "cmp.png"))
     parser = argparse.ArgumentParser()
-    report.register(parser.add_subparsers(dest="command"))
+    cli_results.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["compare", str(tmp_path / "flap"), str(tmp_path / "exp"), "--format", "json",
                               "--plot", str(tmp_path / "cli.png")])
     assert args.func(args) == 0

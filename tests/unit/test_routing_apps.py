@@ -10,7 +10,7 @@ from fabriclab.apps.ecmp import EcmpRouting, FailoverGroup, SwitchState, diff, g
 from fabriclab.apps.select_stage import eecmp_member, flow_hash, group_members, net_key
 from fabriclab.apps.te import (PRIO_TE, Demand, DemandKey, TeRouting, cspf, demand_keys, job_demands,
                                merge_demands)
-from fabriclab.controller import check_app
+from fabriclab.lab.controller import check_app
 from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec

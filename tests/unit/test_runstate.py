@@ -1,6 +1,6 @@
 """The run registry in a temporary folder: records written at once, read back, listed, and judged live.
 
-RUN_ROOT is read when fabriclab.runstate is imported, so each test points the module's global at
+RUN_ROOT is read when fabriclab.lab.runstate is imported, so each test points the module's global at
 its own tmp_path; nothing under /run is touched.
 """
 
@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from fabriclab import runstate
-from fabriclab.runstate import RunState
+from fabriclab.lab import runstate
+from fabriclab.system import procs
+from fabriclab.lab.runstate import RunState
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def test_create_writes_the_record_before_anything_else(run_root):
     data = on_disk(state)
     assert data["id"] == state.id and data["spec"] == "tiny"
     assert data["pid"] == os.getpid()
-    assert data["cmdline"] == runstate.pid_cmdline(os.getpid())
+    assert data["cmdline"] == procs.pid_cmdline(os.getpid())
     assert (data["bridges"], data["interfaces"], data["processes"]) == ([], [], [])
     assert not (state.dir / "state.json.tmp").exists()
 
@@ -124,7 +125,7 @@ def test_a_run_whose_process_is_dead_is_not_live():
     proc.wait()
     state = RunState.create("tiny")
     state.data["pid"] = proc.pid
-    assert runstate.pid_alive(proc.pid) is False
+    assert procs.pid_alive(proc.pid) is False
     assert state.live is False
 
 
@@ -140,9 +141,9 @@ def test_a_live_pid_running_another_program_is_not_live():
     try:
         state = RunState.create("tiny")
         state.data["pid"] = proc.pid          # alive, but not the command line recorded
-        assert runstate.pid_alive(proc.pid) is True
+        assert procs.pid_alive(proc.pid) is True
         assert state.live is False
-        state.data["cmdline"] = runstate.pid_cmdline(proc.pid)
+        state.data["cmdline"] = procs.pid_cmdline(proc.pid)
         assert state.live is True
     finally:
         proc.stdin.close()
@@ -157,7 +158,7 @@ def test_a_record_without_a_pid_is_not_live(pid):
 
 
 def test_pid_cmdline_of_this_process_and_of_no_process():
-    line = runstate.pid_cmdline(os.getpid())
+    line = procs.pid_cmdline(os.getpid())
     assert "python" in line.split(" ")[0]
     assert "\0" not in line and line.endswith(" ")     # argv joined by spaces, NULs replaced
-    assert runstate.pid_cmdline(2**22 + 1) is None    # above any pid_max
+    assert procs.pid_cmdline(2**22 + 1) is None    # above any pid_max

@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from fabriclab import lab as lab_mod
-from fabriclab import scenario
+from fabriclab.lab import lab as lab_mod
+from fabriclab.workflows import scenario
 from fabriclab.errors import LabError
-from fabriclab.scenario import DURATION_ITERATIONS, METRIC_DEFAULTS, load, parse, prepare
+from fabriclab.workflows.scenario import DURATION_ITERATIONS, METRIC_DEFAULTS, load, parse, prepare
 
 ROOT = pathlib.Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))

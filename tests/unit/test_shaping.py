@@ -6,7 +6,7 @@ Nothing is run; the argument lists are what Mininet's nodes and the root shell e
 
 import pytest
 
-from fabriclab.shaping import (ETH_HEADER, GATE_LIMIT_BYTES, NETEM_LIMIT_PACKETS, as_script, burst_bytes,
+from fabriclab.system.shaping import (ETH_HEADER, GATE_LIMIT_BYTES, NETEM_LIMIT_PACKETS, as_script, burst_bytes,
                                delay_command, delay_usec, queued_commands, shaping_commands)
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabriclab import doctor
+from fabriclab.system import doctor
 from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
@@ -314,7 +314,7 @@ def test_launcher_adds_the_devices_counters(monkeypatch):
 
 
 def test_cli_takes_a_backend():
-    from fabriclab import collective_cmd
+    from fabriclab.cli import collective as collective_cmd
 
     args = collective_cmd.prompt_parser().parse_args(["--backend", "rxe", "--sizes", "64K"])
     assert collective_cmd.spec_from_args(args).backend == "rxe"

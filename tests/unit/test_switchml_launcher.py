@@ -2,7 +2,7 @@
 
 import pytest
 
-from fabriclab import linkloss
+from fabriclab.lab import linkloss
 from fabriclab.apps.steering import steering_state
 from fabriclab.errors import LabError
 from fabriclab.switchml import launcher

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from fabriclab import telemetry
-from fabriclab.telemetry import COUNTERS, balance, buffer_drops, link_utilization, max_mean_ratio
+from fabriclab.measure import telemetry
+from fabriclab.measure.telemetry import COUNTERS, balance, buffer_drops, link_utilization, max_mean_ratio
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
 

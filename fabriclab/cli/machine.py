@@ -1,0 +1,133 @@
+"""Verbs about the machine: provision, doctor, the full-kernel test tier, clean."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from fabriclab.lab import clean as lab_clean
+from fabriclab.system import doctor, fullkernel, provision
+
+
+def register(subparsers):
+    register_provision(subparsers)
+    register_doctor(subparsers)
+    register_fullkernel(subparsers)
+    register_clean(subparsers)
+
+
+# -- provision ----------------------------------------------------------------------------------
+def register_provision(subparsers):
+    parser = subparsers.add_parser(
+        "provision",
+        help="install and start what the lab needs (runs playbooks/site.yml); needs root",
+        description="Install the lab's packages, start Open vSwitch and keep the lab's virtualenv "
+                    "installed, by running playbooks/site.yml on this machine. Safe to re-run: "
+                    "a provisioned machine reports 0 changed.")
+    parser.add_argument("--check", action="store_true",
+                        help="check mode: report what would change, change nothing")
+    parser.add_argument("--venv", metavar="DIR",
+                        help="the lab's virtualenv (default: the venv this command runs from, "
+                             "else <project>/.venv)")
+    parser.set_defaults(func=run_provision)
+
+
+def _current_venv():
+    return sys.prefix if sys.prefix != sys.base_prefix else None
+
+
+def run_provision(args):
+    result = provision.provision(provision.PROJECT_DIR, venv_dir=args.venv or _current_venv(), check=args.check)
+    result.raise_for_failure()
+    print(provision.summary_line(result))
+    return 0
+
+
+# -- doctor -------------------------------------------------------------------------------------
+def register_doctor(subparsers):
+    parser = subparsers.add_parser(
+        "doctor",
+        help="probe the kernel and show which mechanism the lab uses for each feature",
+        description="Probe this machine (by really trying each mechanism) and show, per lab "
+                    "feature, whether it works and what the lab will use. Exits 1 if something "
+                    "required is missing.")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="output format (default: table)")
+    parser.set_defaults(func=run_doctor)
+
+
+def run_doctor(args):
+    caps = doctor.probe()
+    mechs = doctor.mechanisms(caps)
+    tier = fullkernel.probe()
+    if args.format == "json":
+        doc = json.loads(doctor.render_json(caps, mechs))
+        doc["fullkernel_tier"] = dataclasses.asdict(tier)
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"kernel {caps.kernel}; OVS bridges will use datapath_type="
+              f"{doctor.ovs_datapath_type(caps)}")
+        print(doctor.render_table(mechs))
+        state = f"available ({tier.how}, kernel {tier.kernel})" if tier.available else "unavailable"
+        print(f"full-kernel test tier: {state}: {tier.note}")
+    missing = doctor.missing_required(mechs)
+    if missing:
+        print("fabriclab doctor: " + doctor.missing_message(missing), file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- fullkernel ---------------------------------------------------------------------------------
+def register_fullkernel(subparsers):
+    p = subparsers.add_parser(
+        "fullkernel", help="the full-kernel test tier: run tests on a kernel with OVS, RED, netem and "
+                           "rdma_rxe (a virtme-ng guest when this kernel lacks them)")
+    p.add_argument("action", choices=("status", "test"),
+                   help="status: how the tier would run here; test: run pytest on it")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS",
+                   help="after `test`, everything is pytest's (so fabriclab's options go before the "
+                        "action); default: -m fullkernel tests/lab -rs")
+    p.add_argument("--timeout", type=float, default=fullkernel.DEFAULT_TIMEOUT_S,
+                   help=f"seconds before the whole run is stopped (default {fullkernel.DEFAULT_TIMEOUT_S:.0f})")
+    p.add_argument("--kernel", help="a vmlinuz to boot (default: the newest in /boot with the modules)")
+    p.add_argument("--guest", action="store_true",
+                   help="boot a guest even when the running kernel is complete")
+    p.add_argument("--kvm", action="store_true",
+                   help="run the guest with KVM instead of software emulation (where nested KVM works)")
+    p.set_defaults(func=cmd_fullkernel)
+
+
+DEFAULT_SELECTION = ("-m", "fullkernel", "tests/lab", "-rs")
+
+
+def cmd_fullkernel(args):
+    if args.action == "status":
+        tier = fullkernel.probe(args.kernel, args.guest, kvm=args.kvm)
+        state = f"available ({tier.how}, kernel {tier.kernel})" if tier.available else "unavailable"
+        print(f"full-kernel tier: {state}: {tier.note}")
+        return 0 if tier.available else 1
+    pytest_args = list(args.pytest_args or DEFAULT_SELECTION)
+    if pytest_args and pytest_args[0] == "--":
+        pytest_args = pytest_args[1:]
+    result = fullkernel.run_tests(pytest_args, args.timeout, args.kernel, args.guest, kvm=args.kvm)
+    boot = f", guest booted in {result.boot_s:.0f} s" if result.boot_s is not None else ""
+    print(f"full-kernel tier: pytest exit {result.exit_code} on {result.kernel} ({result.how}{boot}, "
+          f"{result.total_s:.0f} s in all)", flush=True)
+    return result.exit_code
+
+
+# -- clean --------------------------------------------------------------------------------------
+def register_clean(subparsers):
+    p = subparsers.add_parser("clean", help="remove what killed runs left (bridges, veths, "
+                                            "namespaces, controller and agent processes)")
+    p.add_argument("--all", action="store_true", help="also tear down runs that are still live")
+    p.set_defaults(func=run_clean)
+
+
+def run_clean(args):
+    doctor.require_environment()
+    report = lab_clean.clean(all_runs=args.all)
+    print("\n".join(report) if report else "nothing to clean")
+    return 0

@@ -1,0 +1,49 @@
+"""The `fabriclab` command line: verb subcommands, each registered by the module that owns it."""
+
+import argparse
+import importlib
+import sys
+
+from fabriclab.errors import LabError
+
+# Each module exposes register(subparsers), which adds its parser(s) and sets
+# `func` (a callable taking the parsed args and returning an exit code).
+COMMAND_MODULES = [
+    "fabriclab.cli.machine",      # provision, doctor, fullkernel, clean
+    "fabriclab.cli.fabric",       # check, specs, up, run, demo
+    "fabriclab.cli.collective",
+    "fabriclab.cli.benchmark",
+    "fabriclab.cli.model",
+    "fabriclab.cli.experiment",
+    "fabriclab.cli.scenario",
+    "fabriclab.cli.results",      # report, compare
+]
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="fabriclab",
+        description="Emulation lab for AI training fabrics (Mininet + Open vSwitch + os-ken).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except LabError as exc:
+        print(f"fabriclab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fabriclab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

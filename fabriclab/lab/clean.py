@@ -1,0 +1,82 @@
+"""`fabriclab clean`: remove what killed runs left behind, exactly as their run records say.
+
+For each run whose owning process is gone: stop the processes it recorded (only if the PID still
+runs the recorded command), delete its OVS bridges and its root-namespace interfaces, and drop
+the record. Bridges tagged with a run id that has no live run are deleted too, so a record lost
+mid-write still gets repaired. Killing the Mininet shells is what frees the hosts' namespaces.
+Network namespaces left by a killed `doctor` probe (flprobe-<pid>, pid gone) go too, and so do the
+queue model's pinned eBPF programs (/sys/fs/bpf/fabriclab/<run id>) of runs that are gone, and
+soft-RoCE leftovers of collectives (rdma devices on interfaces no live run owns, policy rules of
+ours whose table is empty).
+Nothing is matched by name alone, and live runs are left alone unless --all is given.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from fabriclab.system.doctor import cleanup_stale_probes
+from fabriclab.queues.datapath import pinned_runs, remove_pins
+from fabriclab.lab.runstate import RunState
+from fabriclab.system.procs import pid_alive, pid_cmdline
+from fabriclab.lab.teardown import (delete_bridges, delete_interfaces, delete_link_group, existing_bridges,
+                                tagged_bridges)
+from fabriclab.traffic import softroce
+
+
+def _stop_process(proc):
+    pid, match = proc["pid"], proc["match"]
+    cmdline = pid_cmdline(pid)
+    if not cmdline or match not in cmdline:
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and pid_alive(pid) and pid_cmdline(pid):
+            time.sleep(0.05)
+        if not pid_alive(pid) or not pid_cmdline(pid):
+            return True
+    return True
+
+
+def clean(all_runs=False):
+    """Returns one line per action taken, for the user."""
+    report = []
+    live_ids = set()
+    live_interfaces = set()
+    for run in RunState.all():
+        if run.live and not all_runs:
+            live_ids.add(run.id)
+            live_interfaces.update(run.data.get("interfaces", []))
+            report.append(f"run {run.id} is live (pid {run.data['pid']}): left alone (use --all)")
+            continue
+        stopped = sum(_stop_process(p) for p in run.data.get("processes", []))
+        listed = run.data.get("interfaces", [])
+        present_before = [i for i in listed if os.path.exists(f"/sys/class/net/{i}")]
+        if run.data.get("link_group"):
+            delete_link_group(run.data["link_group"])
+        bridges = existing_bridges(run.data.get("bridges", []))
+        delete_bridges(bridges)
+        delete_interfaces(listed)
+        intfs = len(present_before)
+        remove_pins(run.id)
+        run.remove()
+        report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
+                      f"and {intfs} interfaces")
+    for bridge, run_id in sorted(tagged_bridges().items()):
+        if run_id not in live_ids:
+            delete_bridges([bridge])
+            report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
+    for run_id in pinned_runs():
+        if run_id not in live_ids:
+            remove_pins(run_id)
+            report.append(f"eBPF programs and maps (queue model, routing stage) of vanished run {run_id}: unpinned")
+    for name in cleanup_stale_probes():
+        report.append(f"namespace {name} of a killed `doctor` probe: deleted")
+    report += softroce.remove_leftovers(live_interfaces)
+    return report

@@ -1,0 +1,119 @@
+"""The controller process: one os-ken runtime per run, on loopback, started and stopped by the lab."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from fabriclab.system import patience
+from fabriclab.apps import RoutingError, parse_routing
+from fabriclab.errors import LabError
+
+RUNNER_MODULE = "fabriclab.apps.runner"
+
+
+def check_app(routing):
+    """(app name, options) of a routing choice such as `flowlet:gap_us=500`; LabError if bad."""
+    try:
+        return parse_routing(routing)
+    except RoutingError as exc:
+        raise LabError(str(exc)) from None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Controller:
+    def __init__(self, routing, fabric, run):
+        self.app, self.options = check_app(routing)
+        self.routing = routing
+        self.fabric = fabric
+        self.run = run
+        self.port = None
+        self.proc = None
+        self.fabric_path = run.path("fabric.json")
+        self.status_path = run.path("controller.json")
+        self.log_path = run.path("controller.log")
+
+    def start(self, timeout=20.0):
+        timeout = patience.scaled(timeout)
+        self.fabric_path.write_text(self.fabric.to_json())
+        self.port = self.port or free_port()      # a restart keeps the port the switches know
+        log = open(self.log_path, "a")
+        env = dict(os.environ, OSKEN_HUB_TYPE="native")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", RUNNER_MODULE, "--app", self.app, "--fabric", str(self.fabric_path),
+             "--status", str(self.status_path), "--port", str(self.port),
+             "--options", json.dumps(self.options), "--run-id", self.run.id],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True)   # Ctrl-C at the prompt must not reach the controller
+        log.close()
+        self.run.add_process(self.proc.pid, "controller", RUNNER_MODULE)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise LabError(f"controller app {self.app!r} exited with code {self.proc.returncode}: "
+                               f"{self.last_log_line()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise LabError(f"controller app {self.app!r} did not listen on 127.0.0.1:{self.port} "
+                       f"within {timeout:.0f} s (log: {self.log_path})")
+
+    def last_log_line(self):
+        try:
+            lines = [line for line in self.log_path.read_text().splitlines() if line.strip()]
+        except OSError:
+            return "no log"
+        return lines[-1] if lines else "empty log"
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self):
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait(self, predicate, timeout, what):
+        """Poll the status file until predicate(status) holds; LabError naming `what` otherwise."""
+        timeout = patience.scaled(timeout)
+        deadline = time.monotonic() + timeout
+        status = {}
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise LabError(f"controller exited while waiting for {what}: {self.last_log_line()}")
+            status = self.status()
+            if status and predicate(status):
+                return status
+            time.sleep(0.05)
+        missing = sorted(set(self.fabric.switches) - set(status.get("connected", [])))
+        detail = f"; switches not connected: {', '.join(missing[:5])}" if missing else ""
+        raise LabError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+
+    def wait_programmed(self, timeout=30.0, after_generation=-1):
+        return self.wait(lambda s: s.get("programmed") and s["generation"] > after_generation,
+                         timeout, "the controller to program the fabric")
+
+    def stop(self, timeout=5.0):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

@@ -1,0 +1,393 @@
+"""A running lab: spec -> fabric -> Mininet + OVS -> controller app, with one owner for teardown.
+
+    with Lab(load_spec("default"), routing="ecmp") as lab:
+        lab.link_down("l1", "s1")
+        ...
+
+Bring-up validates everything it can before creating anything (spec, app name, root, Open vSwitch,
+free names), records each resource before making it, and tears everything down on any exit: an
+exception, Ctrl-C, or SIGTERM (turned into an exception so `finally` runs). SIGKILL leaves the run
+record for `fabriclab clean`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from fabriclab.system import doctor
+
+from fabriclab.lab import linkloss
+from fabriclab.system.doctor import require_environment
+from fabriclab.apps import select_stage
+from fabriclab.apps.paths import all_paths
+from fabriclab.lab.controller import Controller, check_app
+from fabriclab.errors import LabError
+from fabriclab.queues.datapath import remove_pins
+from fabriclab.queues.model import QueueModel
+from fabriclab.lab.runstate import RunState
+from fabriclab.lab import network as mininet_net
+from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.spec import FabricSpec
+
+
+class Terminated(LabError):
+    """SIGTERM arrived; raised so that teardown runs."""
+
+
+class Lab:
+    def __init__(self, spec, routing="ecmp", verbose=False, datapath=None):
+        if not isinstance(spec, FabricSpec):
+            raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
+        check_app(routing)
+        self.fabric = Fabric(spec)
+        self.jobs = {}               # announced to the controller (jobs.json): name -> placement
+        self._jobs_lock = threading.Lock()   # concurrent launchers announce and retract jobs
+        self.routing = routing
+        self.verbose = verbose
+        self.datapath = datapath
+        self.run = None
+        self.net = None
+        self.controller = None
+        self.queues = None           # the QueueModel when the spec has a queues: section
+        # What marks ECN ("red" | "bpf-clsact"; "none" without the queue model) and what delays
+        # links ("netem" | "none"), as chosen at start from what the kernel has.
+        self.ecn_mechanism = "none"
+        self.delay_mechanism = "none"
+        self.warnings = []           # one line each, printed to stderr when the lab starts
+        self.timings = {}
+        self.events = []             # every fault and repair, timestamped (see _log)
+        self._down = {}              # link key -> Link taken down through the lab
+        self._lossy = {}             # link key -> (Link, fraction) with random loss
+        self._reshaped = {}          # (link key, nodes) -> (Link, nodes) shaped off the spec's rate
+        self._old_sigterm = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, timeout=60.0):
+        require_environment()
+        if self.datapath is None:
+            self.datapath = "kernel" if doctor.ovs_datapath_type(doctor.probe()) == "system" else "user"
+        spec = self.fabric.spec
+        if spec.queues is not None or spec.has_delay:
+            self._choose_kernel_mechanisms(doctor.mechanisms(doctor.probe()))
+        mininet_net.check_free(self.fabric, RunState.all())
+        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+        t0 = time.monotonic()
+        try:
+            self.run = RunState.create(self.fabric.spec.name)
+            self.run.plan(*mininet_net.planned_resources(self.fabric))
+            self.controller = Controller(self.routing, self.fabric, self.run)
+            self.controller.start()
+            self.net = mininet_net.new_network(self.controller.port, self.verbose)
+            mininet_net.populate(self.net, self.fabric, self.run, self.datapath,
+                                 delay=self.delay_mechanism == "netem")
+            if self.fabric.spec.queues is not None:
+                self.queues = QueueModel(self.fabric, self.net, self.run.id,
+                                         ecn_mechanism=self.ecn_mechanism).start()
+            self.timings["build_s"] = time.monotonic() - t0
+            self.controller.wait_programmed(timeout=timeout)
+            if self.queues is not None and self.datapath == "user":
+                # Only the userspace datapath transmits through one shared packet socket.
+                self.queues.ensure_ovs_buffers()
+            self.timings["up_s"] = time.monotonic() - t0
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _choose_kernel_mechanisms(self, mechs):
+        """ECN marking and link delay for this spec on this kernel (doctor's choices); a spec that
+        insists on RED where there is none is refused, a delay the kernel cannot add is a warning."""
+        spec = self.fabric.spec
+        if spec.queues is not None:
+            ecn = mechs["ecn"]
+            marker = spec.queues.ecn_marker
+            if marker == "red" and ecn.mechanism != "red":
+                raise LabError(f"spec {spec.name!r}: queues.ecn.marker is red, but this kernel cannot mark "
+                               f"with RED ({ecn.note}); use marker auto or bpf")
+            self.ecn_mechanism = "red" if ecn.mechanism == "red" and marker != "bpf" else "bpf-clsact"
+        if spec.has_delay:
+            if mechs["delay"].mechanism == "netem":
+                self.delay_mechanism = "netem"
+            else:
+                self.delay_mechanism = "none"
+                self._warn(f"this kernel cannot delay links ({mechs['delay'].note}): spec {spec.name!r} "
+                           f"runs without its delay: {self.delay_text()}; results record delay: none")
+
+    def link_delay_ms(self, kind):
+        """The one-way delay the lab puts on a `kind` ('host' | 'fabric') cable: the spec's, scaled
+        to lab time, where the kernel has netem; 0 where it does not."""
+        return self.fabric.spec.lab_delay_ms(kind) if self.delay_mechanism == "netem" else 0.0
+
+    def delay_text(self):
+        spec = self.fabric.spec
+        return ", ".join(f"{kind} {getattr(spec.delay, kind + '_us'):g} us real = "
+                         f"{spec.lab_delay_ms(kind):g} ms lab" for kind in ("host", "fabric"))
+
+    def _warn(self, line):
+        self.warnings.append(line)
+        print(f"fabriclab: warning: {line}", file=sys.stderr)
+
+    def stop(self):
+        t0 = time.monotonic()
+        try:
+            if self.queues is not None:
+                self.queues.stop()
+                self.queues = None
+            if self.net is not None:
+                mininet_net.stop(self.net, self.run.data["link_group"])
+                self.net = None
+            linkloss.close(self)             # the loss programs (their filters left with the veths)
+            if self.controller is not None:
+                self.controller.stop()
+                self.controller = None
+            if self.run is not None:
+                remove_pins(self.run.id)         # the routing stage's maps (the links are gone)
+                self.run.remove()
+                self.run = None
+        finally:
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+        self.timings["down_s"] = time.monotonic() - t0
+
+    # -- routing --------------------------------------------------------------------------------------
+    def set_routing(self, routing, timeout=30.0):
+        """Replace the controller with another routing app (or the same with other options) on
+        the live fabric. The switches keep forwarding on the old entries until the new app
+        connects (at most about a second: they retry every 1 s) and rewrites them."""
+        check_app(routing)
+        old = self.controller
+        old.stop()
+        select_stage.detach(self.fabric)
+        remove_pins(target=select_stage.pins_for(self.run.id))
+        self.controller = Controller(routing, self.fabric, self.run)
+        self.controller.port = old.port
+        self.controller.start()
+        self.routing = routing
+        self.controller.wait_programmed(timeout=timeout)
+        with self._jobs_lock:
+            self._write_jobs()
+        return self.controller.status()
+
+    def stage_stats(self):
+        """Counters of the E-ECMP/flowlet selection stage (None when the app has none)."""
+        return select_stage.read_stats(self.run.id)
+
+    def te_placement(self):
+        """The TE app's last placement (te-placement.json), or None for other apps."""
+        try:
+            return json.loads(self.run.path("te-placement.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def announce_job(self, name, pairs, wait_s=5.0):
+        """Tell the controller a job's placement: [(source ip, destination ip, bytes)]. The TE
+        app places the job's flows before this returns (bounded by `wait_s`)."""
+        with self._jobs_lock:
+            self.jobs[name] = {"pairs": [list(p) for p in pairs], "time": time.time()}
+            self._write_jobs()
+        self._wait_te(lambda jobs: name in jobs, wait_s)
+
+    def retract_job(self, name):
+        with self._jobs_lock:
+            if self.jobs.pop(name, None) is not None and self.run is not None:
+                self._write_jobs()
+
+    def _write_jobs(self):
+        path = self.run.path("jobs.json")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"jobs": self.jobs}))
+        os.replace(tmp, path)
+
+    def _wait_te(self, predicate, wait_s):
+        if self.controller is None or self.controller.app != "te":
+            return
+        self.controller.wait(lambda s: predicate(s.get("te", {}).get("jobs", [])) and s.get("programmed"),
+                             wait_s, "the TE app to place the announced job")
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    # -- nodes and links --------------------------------------------------------------------------
+    def host(self, name):
+        if name not in self.fabric.hosts:
+            raise LabError(f"no host {name!r} in fabric {self.fabric.spec.name!r} "
+                           f"(hosts: h1..h{len(self.fabric.hosts)})")
+        return self.net.get(name)
+
+    def resolve_link(self, node1, node2, member=None):
+        for node in (node1, node2):
+            if node not in self.fabric.switches and node not in self.fabric.hosts:
+                raise LabError(f"no node {node!r} in fabric {self.fabric.spec.name!r}")
+        links = self.fabric.find_link(node1, node2, member)
+        if not links:
+            raise LabError(f"no link between {node1} and {node2}"
+                           + (f" with member {member + 1}" if member is not None else ""))
+        return links
+
+    def set_link(self, node1, node2, up, member=None, wait=True, timeout=10.0):
+        """Take the link(s) between two nodes down or up; wait for the controller to reprogram."""
+        links = self.resolve_link(node1, node2, member)
+        self.set_links(links, up, wait, timeout, f"{node1}-{node2}")
+        return links
+
+    def set_links(self, links, up, wait=True, timeout=10.0, what="the links", event=None):
+        """Take resolved Link objects down or up (logged); wait for the controller when asked."""
+        before = self.controller.status().get("generation", 0)
+        # Only links that change state move the controller (bringing up an up link is a no-op).
+        changed = [link for link in links if (link.key in self._down) == up]
+        for link in links:
+            mininet_net.set_link(self.net, link, up)
+            if up:
+                self._down.pop(link.key, None)
+            else:
+                self._down[link.key] = link
+        self._log(*(event or ("link_up" if up else "link_down", ", ".join(link.label for link in links))))
+        keys = {link.key for link in changed if link.kind == "fabric"}
+        if not (wait and keys):
+            return
+
+        def settled(status):
+            down = {tuple(k) for k in status.get("down_links", [])}
+            return (status.get("programmed") and status["generation"] > before
+                    and (keys.isdisjoint(down) if up else keys <= down))
+        self.controller.wait(settled, timeout, f"the controller to see {what} {'up' if up else 'down'}")
+
+    def set_rate(self, node1, node2, rate_mbps, member=None):
+        """Shape the link(s) between two nodes to rate_mbps (a degraded link); None restores the
+        spec's rate. Routing does not change: a degraded link stays up, as a flaky optic does."""
+        return self.reshape_links(self.resolve_link(node1, node2, member), rate_mbps)
+
+    def reshape_links(self, links, rate_mbps):
+        """Shape resolved Link objects to rate_mbps (None: the spec's rate), logged."""
+        if rate_mbps is not None and (isinstance(rate_mbps, bool) or not rate_mbps > 0):
+            raise LabError(f"rate must be > 0 Mbit/s, got {rate_mbps!r}")
+        for link in links:
+            self._reshape(link, rate_mbps)
+        self._log("degrade" if rate_mbps else "restore_rate", ", ".join(link.label for link in links),
+                  rate_mbps=rate_mbps)
+        return links
+
+    def _reshape(self, link, rate_mbps, nodes=None):
+        mininet_net.set_rate(self.net, link, rate_mbps or link.rate_mbps, self.fabric.spec.mtu, nodes)
+        key = (link.key, nodes)
+        if rate_mbps:
+            self._reshaped[key] = (link, nodes)
+        else:
+            self._reshaped.pop(key, None)
+
+    def set_loss(self, links, fraction):
+        """Drop `fraction` of the packets at random in both directions of resolved Link objects
+        (a BPF drop on each sending port, fabriclab.lab.linkloss); 0 ends it. Logged; `restore` ends it."""
+        from fabriclab.lab import linkloss
+
+        linkloss.set_loss(self, links, fraction)
+        for link in links:
+            if fraction:
+                self._lossy[link.key] = (link, fraction)
+            else:
+                self._lossy.pop(link.key, None)
+        self._log("loss" if fraction else "restore_loss", ", ".join(link.label for link in links),
+                  fraction=fraction or None)
+        return links
+
+    def slow_receiver(self, host, fraction):
+        """Limit what a host's NICs receive to `fraction` of their rate (a slow receiver: the leaf
+        port towards each NIC is shaped down); None or 1 restores it."""
+        self.host(host)
+        if fraction is not None and (isinstance(fraction, bool) or not 0 < fraction <= 1):
+            raise LabError(f"slow receiver fraction must be in (0, 1], got {fraction!r}")
+        restore = fraction is None or fraction == 1
+        for port in self.fabric.hosts[host].ports:
+            link = next(k for k in self.fabric.host_links if k.a_intf == port.intf)
+            self._reshape(link, None if restore else link.rate_mbps * fraction, nodes=(link.b,))
+        self._log("restore_receiver" if restore else "slow_receiver", host, fraction=fraction)
+
+    def set_switch(self, name, up, wait=True, timeout=10.0):
+        """Fail a switch (every cable on it goes down at once, as a power loss would) or bring it
+        back. A failed leaf cuts its hosts off."""
+        if name not in self.fabric.switches:
+            raise LabError(f"no switch {name!r} in fabric {self.fabric.spec.name!r}")
+        links = [link for link in self.fabric.links if name in (link.a, link.b)]
+        self.set_links(links, up, wait, timeout, f"switch {name}", ("switch_up" if up else "switch_down", name))
+        return links
+
+    def restart_controller(self, timeout=30.0):
+        """Stop the controller app and start it again (a controller crash and restart). The
+        switches keep forwarding on their entries meanwhile (fail mode secure). Returns the
+        seconds until the new app had programmed the fabric."""
+        t0 = time.monotonic()
+        self._log("controller_stop", self.controller.app)
+        self.set_routing(self.routing, timeout)
+        took = time.monotonic() - t0
+        self._log("controller_programmed", self.controller.app, took_s=round(took, 3))
+        return took
+
+    def restore(self, wait=True, timeout=10.0):
+        """Undo every fault made through the lab: links up, rates back to the spec, no loss."""
+        for link, nodes in list(self._reshaped.values()):
+            self._reshape(link, None, nodes)
+        if self._lossy:
+            self.set_loss([link for link, _ in self._lossy.values()], 0)
+        if self._down:
+            self.set_links(list(self._down.values()), True, wait, timeout, "the restored links")
+
+    def injected(self):
+        """What the lab's faults changed and has not yet repaired: links down, links reshaped."""
+        return {"links_down": sorted(link.label for link in self._down.values()),
+                "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
+                                   for link, nodes in self._reshaped.values()),
+                "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in self._lossy.values())}
+
+    def _log(self, event, target, **detail):
+        self.events.append({"time": time.time(), "event": event, "target": target,
+                            **{k: v for k, v in detail.items() if v is not None}})
+
+    def link_down(self, node1, node2, member=None, **kw):
+        return self.set_link(node1, node2, False, member, **kw)
+
+    def link_up(self, node1, node2, member=None, **kw):
+        return self.set_link(node1, node2, True, member, **kw)
+
+    def flap(self, node1, node2, count=1, down_s=1.0, up_s=1.0, member=None):
+        """Down then up, `count` times; returns the controller's reaction times per transition."""
+        reactions = []
+        for _ in range(count):
+            for up, hold in ((False, down_s), (True, up_s)):
+                t0 = time.monotonic()
+                self.set_link(node1, node2, up, member)
+                reactions.append({"up": up, "reprogrammed_s": time.monotonic() - t0})
+                time.sleep(hold)
+        return reactions
+
+    def down_links(self):
+        return {tuple(k) for k in self.controller.status().get("down_links", [])}
+
+    def paths(self, src, dst):
+        """Equal-cost paths between two host ports (by host, address or interface name)."""
+        a, b = self.fabric.host_port(src), self.fabric.host_port(dst)
+        for ref, port in ((src, a), (dst, b)):
+            if port is None:
+                raise LabError(f"no host or host port {ref!r} in fabric {self.fabric.spec.name!r}")
+        if a.plane != b.plane:
+            return []
+        return all_paths(self.fabric, a.leaf, b.leaf, frozenset(self.down_links()))
+
+    def ping(self, src_port, dst_port, count=1, timeout_s=1):
+        """True if `count` pings from one host port reach another (source bound to the port)."""
+        node = self.net.get(src_port.host)
+        out = node.cmd(f"ping -n -q -c {count} -i 0.2 -W {timeout_s} -I {src_port.ip} {dst_port.ip}")
+        return f"{count} received" in out or f" {count} packets received" in out
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated("terminated by SIGTERM; fabric torn down")

@@ -1,0 +1,106 @@
+"""The run registry: what each run created, written down *before* it is created.
+
+Every run owns a folder /run/fabriclab/runs/<id>/ with state.json listing its OVS bridges, its
+root-namespace interfaces, and the PIDs of its controller and Mininet shells (each with the command
+line it must still have, so a recycled PID is never killed). A run killed with SIGKILL leaves that
+record behind; `fabriclab clean` reads it and removes exactly those resources: nothing is found or
+killed by name. /run is a tmpfs, so records vanish at reboot together with what they describe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import threading
+import time
+
+from fabriclab.system.procs import pid_alive, pid_cmdline
+
+RUN_ROOT = pathlib.Path(os.environ.get("FABRICLAB_RUN_ROOT", "/run/fabriclab"))
+OVS_RUN_KEY = "fabriclab-run"   # external_ids key on every bridge a run creates
+LINK_GROUP_BASE = 0x4C000000     # interface groups fabriclab uses (Linux's default group is 0)
+
+
+
+
+class RunState:
+    """One run's record. Mutators persist at once (atomic rename), so a crash loses nothing."""
+
+    def __init__(self, run_id, data=None):
+        self.id = run_id
+        # Concurrent jobs' launchers record their agents from their own threads.
+        self._lock = threading.RLock()
+        self.dir = RUN_ROOT / "runs" / run_id
+        self.data = data or {
+            "id": run_id,
+            "pid": os.getpid(),
+            "cmdline": pid_cmdline(os.getpid()),
+            "started": time.time(),
+            "spec": None,
+            "bridges": [],
+            "interfaces": [],
+            "processes": [],     # {"pid", "role", "match"}: match must be in /proc/<pid>/cmdline
+            # Root-namespace interfaces join this link group, so `ip link del group N` removes
+            # them all in one batched kernel operation (one by one costs an RCU wait each).
+            "link_group": LINK_GROUP_BASE + secrets.randbits(24),
+        }
+
+    @classmethod
+    def create(cls, spec_name):
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+        state = cls(run_id)
+        state.dir.mkdir(parents=True, exist_ok=False)
+        state.data["spec"] = spec_name
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, run_dir):
+        data = json.loads((pathlib.Path(run_dir) / "state.json").read_text())
+        return cls(data["id"], data)
+
+    @classmethod
+    def all(cls):
+        runs = []
+        base = RUN_ROOT / "runs"
+        for run_dir in sorted(base.glob("*")) if base.exists() else []:
+            try:
+                runs.append(cls.load(run_dir))
+            except (OSError, ValueError, KeyError):
+                runs.append(cls(run_dir.name, {"id": run_dir.name, "pid": None, "bridges": [],
+                                               "interfaces": [], "processes": [], "corrupt": True}))
+        return runs
+
+    @property
+    def live(self):
+        """True while the process that owns the run is still running."""
+        pid = self.data.get("pid")
+        if not pid:
+            return False
+        return pid_alive(pid) and pid_cmdline(pid) == self.data.get("cmdline")
+
+    def path(self, name):
+        return self.dir / name
+
+    def save(self):
+        with self._lock:
+            tmp = self.dir / "state.json.tmp"
+            tmp.write_text(json.dumps(self.data, indent=1))
+            os.replace(tmp, self.dir / "state.json")
+
+    def plan(self, bridges, interfaces):
+        with self._lock:
+            self.data["bridges"] = sorted(set(self.data["bridges"]) | set(bridges))
+            self.data["interfaces"] = sorted(set(self.data["interfaces"]) | set(interfaces))
+            self.save()
+
+    def add_process(self, pid, role, match):
+        with self._lock:
+            self.data["processes"].append({"pid": pid, "role": role, "match": match})
+            self.save()
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,58 @@
+"""Removing a run's kernel and Open vSwitch resources in bulk.
+
+Shared by a normal stop (topologies/mininet_net.py) and by `fabriclab clean`, and free of Mininet
+so the CLI loads before Mininet is installed. Bulk operations matter: deleting interfaces one by
+one costs the kernel an RCU grace period each, so a run's root-namespace interfaces share a link
+group that one `ip link del group` removes in a single batch.
+"""
+
+import os
+import subprocess
+
+from fabriclab.lab.runstate import OVS_RUN_KEY
+
+
+def _ovs(*args):
+    return subprocess.run(["ovs-vsctl", "--timeout=60", *args], capture_output=True, text=True)
+
+
+def delete_link_group(group):
+    """Delete every interface in a link group in one batched kernel operation."""
+    subprocess.run(["ip", "link", "del", "group", str(group)], capture_output=True)
+
+
+def delete_interfaces(names):
+    """Delete the named interfaces that still exist (a veth's peer goes with it); returns them."""
+    present = [name for name in names if os.path.exists(f"/sys/class/net/{name}")]
+    if present:
+        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True, text=True,
+                       input="".join(f"link del {name}\n" for name in present))
+    return present
+
+
+def existing_bridges(names):
+    return [name for name in names if _ovs("br-exists", name).returncode == 0]
+
+
+def delete_bridges(names):
+    """Delete OVS bridges (and the interfaces that were their ports) in one transaction."""
+    names = list(names)
+    if not names:
+        return
+    ports = [intf for name in names for intf in _ovs("list-ifaces", name).stdout.split()]
+    _ovs(*[arg for name in names for arg in ("--", "--if-exists", "del-br", name)])
+    delete_interfaces(ports)
+
+
+def tagged_bridges():
+    """{bridge: run id} for every OVS bridge a fabriclab run created."""
+    out = _ovs("--format=csv", "--data=bare", "--no-headings", "--columns=name,external_ids",
+               "find", "Bridge", f"external_ids:{OVS_RUN_KEY}!=\"\"")
+    bridges = {}
+    for line in out.stdout.splitlines():
+        name, _, ids = line.partition(",")
+        for item in ids.strip('"').split():
+            key, _, value = item.partition("=")
+            if key == OVS_RUN_KEY:
+                bridges[name] = value
+    return bridges

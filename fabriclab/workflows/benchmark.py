@@ -1,0 +1,195 @@
+"""`fabriclab benchmark`: rerunnable speed and scale figures, printed as tables.
+
+1. Bring-up (Mininet + OVS built), programmed (controller finished) and teardown times for
+   leaf/spine fabrics of growing size.
+2. Throughput of one host pair across leaf-spine-leaf (three userspace switches): the lab's RoCEv2
+   agent and the collective agent (an RC sender with ACKs) next to iperf3 (TCP and UDP) on the
+   same path, with links shaped far above what the CPU can forward, so the number is the software
+   data path's ceiling on this machine.
+3. Ring AllReduce bus bandwidth on the idle default fabric, as a fraction of the link rate.
+4. The queue model's overhead: the same host pair with the model off and on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+
+from fabriclab.measure.cpuload import CpuMeter
+from fabriclab.errors import EnvironmentProblem, LabError
+from fabriclab.topologies.spec import FabricSpec
+
+DEFAULT_SIZES = "2x2x1,4x2x2,4x4x4,8x4x4,12x8x4"
+PAIR_RATE_MBPS = 10000.0
+
+
+def parse_fabric_sizes(text):
+    sizes = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)\s*", item)
+        if not m or 0 in (values := tuple(int(v) for v in m.groups())):
+            raise LabError(f"bad size {item!r}: expected LEAVESxSPINESxHOSTS_PER_LEAF, e.g. 4x2x2")
+        sizes.append(values)
+    return sizes
+
+
+def bench_bringup(sizes, routing="ecmp"):
+    from fabriclab.lab.lab import Lab
+
+    rows = []
+    for leaves, spines, hosts in sizes:
+        spec = FabricSpec(name=f"bench-{leaves}x{spines}x{hosts}", leaves=leaves, spines=spines,
+                          hosts_per_leaf=hosts, host_rate_mbps=10, fabric_rate_mbps=10)
+        lab = Lab(spec, routing=routing)
+        with lab:
+            summary = lab.fabric.summary()
+        rows.append({"fabric": spec.name, "switches": summary["switches"], "hosts": summary["hosts"],
+                     "links": summary["links"], "build_s": round(lab.timings["build_s"], 2),
+                     # switches connect while the rest is built: this is the wait left after it
+                     "controller_wait_s": round(lab.timings["up_s"] - lab.timings["build_s"], 3),
+                     "teardown_s": round(lab.timings["down_s"], 2)})
+    return rows
+
+
+def bench_pair(seconds=5.0):
+    """One host pair through l1-spine-l2: the RoCEv2 agent, then iperf3 TCP and UDP."""
+    from fabriclab.lab.lab import Lab
+
+    if shutil.which("iperf3") is None:
+        raise EnvironmentProblem("iperf3 is not installed: run `sudo ./lab.sh bootstrap`")
+    spec = FabricSpec(name="bench-pair", leaves=2, spines=1, hosts_per_leaf=1,
+                      host_rate_mbps=PAIR_RATE_MBPS, fabric_rate_mbps=PAIR_RATE_MBPS)
+    with Lab(spec) as lab:
+        src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
+        h1, h2 = lab.host("h1"), lab.host("h2")
+        rows = _agent_pair_rows(lab, seconds)
+        server = h2.popen(["iperf3", "-s", "-1", "-B", dst.ip], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+        lab.run.add_process(server.pid, "iperf3", "iperf3")
+        try:
+            time.sleep(0.5)
+            for proto, extra in (("TCP", []), ("UDP", ["-u", "-b", "800M", "-l", "1400"])):
+                if proto == "UDP":
+                    server.wait(5)
+                    server = h2.popen(["iperf3", "-s", "-1", "-B", dst.ip], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+                    lab.run.add_process(server.pid, "iperf3", "iperf3")
+                    time.sleep(0.5)
+                meter = CpuMeter()
+                out = h1.cmd(f"iperf3 -J -c {dst.ip} -B {src.ip} -t {seconds:g} {' '.join(extra)}")
+                rows.append({**_iperf_row(proto, out), **_cpu_columns(meter.read())})
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    return rows
+
+
+def _agent_pair_rows(lab, seconds, offered=(200.0, 400.0, 800.0)):
+    """h1 -> h2 with the RoCEv2 agent (one QP) at each offered rate: delivered, loss, CPU."""
+    from fabriclab.traffic.launcher import run_traffic
+
+    src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
+    rows = []
+    for rate in offered:
+        flow = {"id": "bench", "src": src.ip, "dst": dst.ip, "src_qpn": 0x11, "dst_qpn": 0x12,
+                "sport": None, "rate_mbps": rate}
+        run = run_traffic(lab, {"h1": [flow]}, duration_s=seconds)
+        t = run.totals()
+        rows.append({"tool": f"fabriclab RoCEv2 agent (1 QP, {run.payload_bytes} B)",
+                     "offered_mbps": rate, "delivered_mbps": t["delivered_mbps"],
+                     "loss": t["loss"], **_cpu_columns(run.cpu())})
+    return rows
+
+
+# Below the software switches' ceiling: past it OVS drops frames on receive that the model has
+# already counted into their switch, and until the leak repair takes them off a port may stay
+# paused for bytes that are gone (docs/queues.md, Limits).
+QUEUE_OFFERED_MBPS = (100.0, 200.0, 300.0)
+
+
+def bench_queue_overhead(seconds=5.0):
+    """The queue model's cost on the data path: the same host pair and offered rates with the
+    model off (htb + fifo per port) and on (classes, pause gate, eBPF on every port's egress and
+    ingress). Buffers are deep and the links far faster than the offered load, so nothing queues
+    or pauses: what differs is the per-packet work, visible as delivered rate and CPU."""
+    from fabriclab.lab.lab import Lab
+    from fabriclab.queues.config import PfcSettings, QueueSpec
+    from fabriclab.topologies.spec import Buffers
+
+    rows = []
+    buffers = Buffers(host=4 << 20, leaf=4 << 20, spine=4 << 20)
+    for model, queues in (("off", None), ("on", QueueSpec(pfc=PfcSettings(reaction_ms=0.1, watchdog_ms=0)))):
+        spec = FabricSpec(name="bench-queues", leaves=2, spines=1, hosts_per_leaf=1, buffers=buffers,
+                          host_rate_mbps=PAIR_RATE_MBPS, fabric_rate_mbps=PAIR_RATE_MBPS, queues=queues)
+        with Lab(spec) as lab:
+            for row in _agent_pair_rows(lab, seconds, QUEUE_OFFERED_MBPS):
+                rows.append({"model": model, **row})
+    return rows
+
+
+COLLECTIVE_PAIR_RATE_MBPS = 300.0
+
+
+def bench_collective_pair():
+    """h2 writes to h1 (a 2-rank Gather) over links at 300 Mbit/s, below this machine's software
+    switch ceiling: an RC sender with ACKs and go-back-N has no congestion control (RoCE relies
+    on PFC), so it is measured where the path keeps up, and its CPU cost is per core."""
+    from fabriclab.lab.lab import Lab
+    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+    spec = FabricSpec(name="bench-rc-pair", leaves=2, spines=1, hosts_per_leaf=1,
+                      host_rate_mbps=COLLECTIVE_PAIR_RATE_MBPS,
+                      fabric_rate_mbps=COLLECTIVE_PAIR_RATE_MBPS)
+    with Lab(spec) as lab:
+        meter = CpuMeter()
+        run = run_collective(lab, CollectiveSpec("gather", sizes=(32 << 20,), hosts=("h1", "h2"),
+                                                 iterations=1, warmup=0, chunk_bytes=1 << 20))
+        load = meter.read()
+    row = run.sizes[0]
+    seconds = row["time_s"]["mean"]
+    busy = row["agent_cpu_s"][1] / seconds        # the sending agent's share of one core
+    mbps = row["counters"]["tx_bytes"] * 8 / seconds / 1e6
+    return {"tool": f"collective agent, RC WRITE ({run.payload_bytes} B)",
+            "line_mbps": COLLECTIVE_PAIR_RATE_MBPS, "delivered_mbps": round(mbps, 1),
+            "packets_per_s": round(row["counters"]["tx_packets"] / seconds),
+            "retransmitted": row["counters"]["retransmitted_packets"],
+            "sender_core_busy": round(busy, 3),
+            "mbps_per_sender_core": round(mbps / busy, 1) if busy else None,
+            **_cpu_columns(load)}
+
+
+def bench_collective(sizes=(256 << 10, 1 << 20, 4 << 20)):
+    """Ring AllReduce on the shipped default fabric, idle: busbw against the link rate."""
+    from fabriclab.lab.lab import Lab
+    from fabriclab.topologies.spec import load_spec
+    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+    with Lab(load_spec("default")) as lab:
+        run = run_collective(lab, CollectiveSpec("allreduce", sizes=tuple(sizes), iterations=3))
+    return [{"size": r["size"], "ranks": r["ranks"], "cct_ms": round(r["time_s"]["mean"] * 1e3, 1),
+             "ideal_ms": round(r["ideal_time_s"] * 1e3, 1), "busbw_mbps": round(r["busbw_mbps"], 2),
+             "busbw_fraction": round(r["busbw_fraction_of_nic"], 3),
+             "machine_busy": r["cpu"]["machine"]} for r in run.sizes]
+
+
+def _cpu_columns(load):
+    return {"machine_busy": load["machine"], "ovs_thread_busy": load["ovs_forwarding"]}
+
+
+def _iperf_row(proto, out):
+    try:
+        end = json.loads(out[out.index("{"):])["end"]
+    except (ValueError, KeyError):
+        raise LabError(f"iperf3 {proto} gave no result: {out.strip().splitlines()[-1:] or out!r}") from None
+    if proto == "TCP":
+        mbps = end["sum_received"]["bits_per_second"] / 1e6
+        return {"tool": "iperf3 TCP", "offered_mbps": None, "delivered_mbps": round(mbps, 1),
+                "loss": None}
+    s = end["sum"]
+    return {"tool": "iperf3 UDP (1400 B)", "offered_mbps": 800.0,
+            "delivered_mbps": round(s["bits_per_second"] / 1e6 * (1 - s["lost_percent"] / 100), 1),
+            "loss": round(s["lost_percent"] / 100, 4)}
