@@ -16,24 +16,17 @@ import statistics
 import sys
 import time
 
-from fabriclab.measure import portsampler
-
-from fabriclab.measure import symmetry
+from fabriclab.measure import portsampler, symmetry
+from fabriclab.measure.counters import SYS_NET
 from fabriclab.table import format_table
 
 REFRESH_S = 1.0
 
 
-def read(cols):
-    """{column name: bytes} of every column now (missing interfaces read as 0)."""
-    out = {}
-    for c in cols:
-        try:
-            with open(f"{portsampler.SYS_NET}/{c.intf}/statistics/{c.counter}") as fh:
-                out[c.name] = int(fh.read())
-        except OSError:
-            out[c.name] = 0
-    return out
+def read(counters, cols):
+    """{column name: bytes} of every column now, from `counters` open on `cols` (a missing
+    interface reads as 0)."""
+    return {c.name: value or 0 for c, value in zip(cols, counters.read())}
 
 
 def frame(lab_name, routing, cols, before, after, seconds, down=(), events=(), queues=None, width=100):
@@ -86,24 +79,25 @@ def queue_summary(model):
             "drops": sum(r.get("drops", 0) + r.get("lossless_drops", 0) + r.get("wd_drops", 0) for r in rows)}
 
 
-def watch(lab, seconds=None, refresh_s=REFRESH_S, stream=None):
+def watch(lab, seconds=None, refresh_s=REFRESH_S, stream=None, sys_net=SYS_NET):
     """Redraw the view every `refresh_s` until `seconds` pass (None: until Ctrl-C)."""
     stream = stream or sys.stdout
     cols = portsampler.columns(lab.fabric)
     clear = "\033[H\033[2J" if stream.isatty() else ""
     width = os.get_terminal_size().columns if stream.isatty() else 100
     end = None if seconds is None else time.monotonic() + seconds
-    before, t0 = read(cols), time.monotonic()
-    try:
-        while end is None or time.monotonic() < end:
-            time.sleep(refresh_s if end is None else max(0.0, min(refresh_s, end - time.monotonic())))
-            after, t1 = read(cols), time.monotonic()
-            if t1 - t0 <= 0:
-                continue
-            down = lab.injected()["links_down"]
-            stream.write(clear + frame(lab.fabric.spec.name, lab.routing, cols, before, after, t1 - t0, down,
-                                       lab.events, queue_summary(lab.queues), width) + "\n\n")
-            stream.flush()
-            before, t0 = after, t1
-    except KeyboardInterrupt:
-        stream.write("\n")
+    with portsampler.open_counters(cols, sys_net) as counters:
+        before, t0 = read(counters, cols), time.monotonic()
+        try:
+            while end is None or time.monotonic() < end:
+                time.sleep(refresh_s if end is None else max(0.0, min(refresh_s, end - time.monotonic())))
+                after, t1 = read(counters, cols), time.monotonic()
+                if t1 - t0 <= 0:
+                    continue
+                down = lab.injected()["links_down"]
+                stream.write(clear + frame(lab.fabric.spec.name, lab.routing, cols, before, after, t1 - t0, down,
+                                           lab.events, queue_summary(lab.queues), width) + "\n\n")
+                stream.flush()
+                before, t0 = after, t1
+        except KeyboardInterrupt:
+            stream.write("\n")

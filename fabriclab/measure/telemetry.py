@@ -1,49 +1,19 @@
-"""Counters read from the kernel, and what they say about link balance.
+"""Counter snapshots of a fabric, and what they say about link balance.
 
-Switch ports live in the root namespace, so their veth counters are files under /sys/class/net;
-Open vSwitch's userspace datapath transmits through them, so tx_bytes of a switch port is what that
-port put on the wire. Buffer drops are the bfifo qdisc's drop counter (`tc -s -j qdisc`).
+A snapshot is every switch port's counters (read by `counters`), its buffer's drops and the CPU's,
+with the time they were read; two snapshots give each fabric link direction's Mbit/s and drops.
 """
 
 from __future__ import annotations
 
-import json
-import pathlib
 import statistics
-import subprocess
 import time
 
 from fabriclab.measure import cpuload
+from fabriclab.measure.counters import COUNTERS, SYS_NET, TC_QDISC_STATS, qdisc_drops, read_counters
 
-COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "rx_dropped")
-SYS_NET = pathlib.Path("/sys/class/net")
-
-
-def read_counters(intfs):
-    """{intf: {counter: value}} for root-namespace interfaces (missing interfaces are skipped)."""
-    out = {}
-    for intf in intfs:
-        base = SYS_NET / intf / "statistics"
-        try:
-            out[intf] = {name: int((base / name).read_text()) for name in COUNTERS}
-        except OSError:
-            continue
-    return out
-
-
-def qdisc_drops(intfs):
-    """{intf: packets dropped by its buffer (bfifo)} from one `tc -s -j qdisc show` call."""
-    wanted = set(intfs)
-    proc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
-    drops = {}
-    try:
-        qdiscs = json.loads(proc.stdout or "[]")
-    except ValueError:
-        return drops
-    for q in qdiscs:
-        if q.get("dev") in wanted and q.get("kind") == "bfifo":
-            drops[q["dev"]] = q.get("drops", 0)
-    return drops
+__all__ = ["COUNTERS", "balance", "buffer_drops", "fabric_directions", "link_utilization", "max_mean_ratio",
+           "qdisc_drops", "read_counters", "snapshot"]
 
 
 def fabric_directions(fabric):
@@ -55,11 +25,12 @@ def fabric_directions(fabric):
     return rows
 
 
-def snapshot(fabric):
-    """Counters of every switch port and the CPU's, with the time they were read."""
+def snapshot(fabric, sys_net=SYS_NET, tc=TC_QDISC_STATS):
+    """Counters of every switch port and the CPU's, with the time they were read (ports that are
+    missing are left out)."""
     intfs = [intf for s in fabric.switches for intf in fabric.switch_ports(s).values()]
-    return {"time": time.monotonic(), "counters": read_counters(intfs), "drops": qdisc_drops(intfs),
-            "cpu": cpuload.sample()}
+    return {"time": time.monotonic(), "counters": read_counters(intfs, sys_net=sys_net),
+            "drops": qdisc_drops(intfs, tc), "cpu": cpuload.sample()}
 
 
 def link_utilization(fabric, before, after):

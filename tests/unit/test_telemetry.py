@@ -1,16 +1,14 @@
 """Link utilization and balance from counter snapshots made by hand: no root, no network.
 
 A snapshot is what `telemetry.snapshot` returns; here the counters are written out so that every
-Mbit/s, utilization and drop count below can be checked with a pencil.
+Mbit/s, utilization and drop count below can be checked with a pencil. Reading them from the
+kernel is test_counters.py's.
 """
 
-import json
 import math
-import subprocess
 
 import pytest
 
-from fabriclab.measure import telemetry
 from fabriclab.measure.telemetry import COUNTERS, balance, buffer_drops, link_utilization, max_mean_ratio
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
@@ -184,37 +182,3 @@ def test_balance_of_measured_rows():
     assert up["links"] == 4 and up["max_mbps"] == 6.0 and up["max_mean_ratio"] == 2.0
     assert balance(rows, "down")["max_mean_ratio"] is None      # nothing sent downwards
 
-
-# -- reading the kernel (faked) -------------------------------------------------------------------
-
-def test_read_counters_reads_sysfs_and_skips_missing(tmp_path, monkeypatch):
-    stats = tmp_path / "l1-eth2" / "statistics"
-    stats.mkdir(parents=True)
-    for i, name in enumerate(COUNTERS):
-        (stats / name).write_text(f"{1000 + i}\n")
-    monkeypatch.setattr(telemetry, "SYS_NET", tmp_path)
-    out = telemetry.read_counters(["l1-eth2", "gone-eth1"])
-    assert out == {"l1-eth2": {name: 1000 + i for i, name in enumerate(COUNTERS)}}
-
-
-def fake_tc(monkeypatch, stdout):
-    def run(cmd, **kwargs):
-        assert cmd[:2] == ["tc", "-s"]
-        return subprocess.CompletedProcess(cmd, 0, stdout=stdout, stderr="")
-    monkeypatch.setattr(telemetry.subprocess, "run", run)
-
-
-def test_qdisc_drops_counts_only_the_bfifo_of_wanted_ports(monkeypatch):
-    fake_tc(monkeypatch, json.dumps([
-        {"kind": "htb", "handle": "1:", "dev": "l1-eth2", "drops": 99},
-        {"kind": "bfifo", "handle": "10:", "parent": "1:1", "dev": "l1-eth2", "drops": 5},
-        {"kind": "bfifo", "handle": "10:", "parent": "1:1", "dev": "s1-eth1", "drops": 0},
-        {"kind": "bfifo", "handle": "10:", "parent": "1:1", "dev": "eth0", "drops": 7},
-    ]))
-    assert telemetry.qdisc_drops(["l1-eth2", "s1-eth1", "s2-eth1"]) == {"l1-eth2": 5, "s1-eth1": 0}
-
-
-@pytest.mark.parametrize("stdout", ["", "not json"])
-def test_qdisc_drops_without_readable_output_is_empty(monkeypatch, stdout):
-    fake_tc(monkeypatch, stdout)
-    assert telemetry.qdisc_drops(["l1-eth2"]) == {}
