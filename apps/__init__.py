@@ -4,9 +4,10 @@ A routing choice is a string, `NAME` or `NAME:option=value,option=value`, e.g. `
 or `te:period_s=2`. `parse_routing` checks it (one-line errors) without importing os-ken, so the
 lab can refuse a bad choice before it builds anything.
 
-To add an app: write a routing class (desired state as data, see ecmp.py), a module with a
-FabricApp subclass that sets `routing_class` (and `stage` for a per-packet data-plane stage, see
-stage_app.py), and register it in APPS with its options.
+Every app runs in the same controller: the os-ken adapter (osken_app.py) around the controller
+core (core.py), composed from the app's AppInfo: its routing class, TE's engine, the per-packet
+selection stage. To add an app: write a routing class (desired state as data, see ecmp.py), give
+it a name in osken_app.ROUTING_CLASSES, and register the app in APPS with its options.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ class Option:
 
 @dataclass(frozen=True)
 class AppInfo:
-    module: str
     summary: str
     options: tuple = field(default_factory=tuple)
+    routing: str = "ecmp"          # the routing class: "ecmp" (ecmp.py) or "te" (te.py, with TE's engine)
+    stage: str | None = None       # the per-packet selection stage's mode (select_stage.py), if any
 
     def defaults(self):
         return {o.name: o.default for o in self.options}
@@ -58,26 +60,23 @@ _LOAD_WINDOW = Option("load_window_us", float, 2000.0,
                       "window of the per-port load estimate (bytes sent in the last 1-2 windows)", low=0)
 
 APPS = {
-    "ecmp": AppInfo("fabriclab.apps.ecmp_app",
-                    "ECMP: select groups hashing the 5-tuple, one per destination leaf"),
-    "eecmp": AppInfo("fabriclab.apps.eecmp_app",
-                     "E-ECMP: the 5-tuple plus the RoCE BTH destination QP, hashed per packet at "
-                     "the switch's egress stage", (_SEED,)),
-    "flowlet": AppInfo("fabriclab.apps.flowlet_app",
-                       "flowlet switching: a flow idle longer than the gap moves to the least-loaded "
+    "ecmp": AppInfo("ECMP: select groups hashing the 5-tuple, one per destination leaf"),
+    "eecmp": AppInfo("E-ECMP: the 5-tuple plus the RoCE BTH destination QP, hashed per packet at "
+                     "the switch's egress stage", (_SEED,), stage="hash"),
+    "flowlet": AppInfo("flowlet switching: a flow idle longer than the gap moves to the least-loaded "
                        "member; new flows start there",
                        (Option("gap_us", float, 10000.0, "flowlet interval (lab time; at 10-20 Mbit/s a packet takes 0.5-1 ms)", low=0),
                         _LOAD_WINDOW,
                         Option("qp", bool, False, "flows are 5-tuple + destination QP (default: 5-tuple)"),
-                        _SEED)),
-    "te": AppInfo("fabriclab.apps.te_app",
-                  "centralized TE: CSPF places <source port, destination prefix> entries at the "
+                        _SEED), stage="flowlet"),
+    "te": AppInfo("centralized TE: CSPF places <source port, destination prefix> entries at the "
                   "leaves above the ECMP defaults",
                   (Option("period_s", float, 1.0, "recompute period", low=0),
                    Option("max_utilization", float, 1.0,
                           "share of a link's rate CSPF may allocate", low=0),
                    Option("min_mbps", float, 0.1,
-                          "measured rate below which an unannounced flow is not a demand", low=-1))),
+                          "measured rate below which an unannounced flow is not a demand", low=-1)),
+                  routing="te"),
 }
 
 

@@ -1,45 +1,32 @@
-"""Entry point of the controller process: `python -m fabriclab.apps.runner --app NAME ...`.
+"""Entry point of the controller process: `python -m fabriclab.apps.runner --app NAME --run-dir DIR ...`
+(the arguments are control.command_line's).
 
-os-ken 4 ships no manager command, so the lab starts apps itself with AppManager.run_apps, after
+os-ken 4 ships no manager command, so the lab starts the app itself with AppManager.run_apps, after
 pinning the listener to loopback and choosing the hub explicitly (native threads, so eventlet
-never monkey-patches the standard library).
+never monkey-patches the standard library). The app's configuration travels as one object: the
+runner builds a control.AppConfig and puts it into AppManager's contexts, which os-ken hands to
+each app's constructor (osken_app.CONFIG_CONTEXT); nothing is passed through the environment.
 """
 
-import argparse
 import os
 import signal
 import sys
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")
 
-from fabriclab.apps import APPS  # noqa: E402
-from fabriclab.apps.base_app import ENV_APP, ENV_FABRIC, ENV_OPTIONS, ENV_RUN_ID, ENV_STATUS  # noqa: E402
+from fabriclab.apps import APPS, control  # noqa: E402
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="fabriclab-controller")
-    parser.add_argument("--app", required=True, choices=sorted(APPS))
-    parser.add_argument("--fabric", required=True, help="fabric JSON written by the lab")
-    parser.add_argument("--status", required=True, help="status JSON the app keeps up to date")
-    parser.add_argument("--port", type=int, required=True, help="OpenFlow listen port on 127.0.0.1")
-    parser.add_argument("--options", default="{}", help="the app's options as JSON (see fabriclab.apps)")
-    parser.add_argument("--run-id", default="", help="the lab run this controller serves")
-    parser.add_argument("--log", help="log file (default: stderr)")
-    args = parser.parse_args(argv)
-
-    os.environ[ENV_FABRIC] = args.fabric
-    os.environ[ENV_STATUS] = args.status
-    os.environ[ENV_OPTIONS] = args.options
-    os.environ[ENV_RUN_ID] = args.run_id
-    os.environ[ENV_APP] = args.app
-    import importlib
+    args = control.argument_parser(APPS).parse_args(argv)
+    config = control.AppConfig.from_args(args)
 
     from os_ken import cfg, log
     from os_ken.base.app_manager import AppManager
     from os_ken.controller import controller  # noqa: F401  (registers the ofp listen options)
 
     # os-ken modules register command-line options when imported; all must be in before parsing.
-    importlib.import_module(APPS[args.app].module)
+    from fabriclab.apps import osken_app
 
     conf_args = ["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)]
     if os.environ.get("FABRICLAB_CONTROLLER_DEBUG"):
@@ -51,7 +38,8 @@ def main(argv=None):
     # SIGTERM from the lab ends the process at once: os-ken's native hub threads cannot be
     # interrupted, and there is no state to flush (status writes are atomic renames).
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    AppManager.run_apps([APPS[args.app].module])
+    AppManager.get_instance().contexts[osken_app.CONFIG_CONTEXT] = config
+    AppManager.run_apps([osken_app.__name__])
     return 0
 
 

@@ -1,9 +1,9 @@
 """The uplink selection stage (select_stage.bpf.c) from Python: load, attach, program, read.
 
-The E-ECMP and flowlet apps load the stage in the controller process, attach it to the egress of
-every fabric port of every switch (tc clsact, prio 1) and write the members of every ECMP group
-into its `members` map whenever they recompute, before OpenFlow changes go out (a dead member
-leaves the map at the moment the controller hears of it). The maps are pinned under
+The E-ECMP and flowlet apps load the stage in the controller process; `StageSync` attaches it to
+the egress of every fabric port of every switch (tc clsact, prio 1) and writes the members of
+every ECMP group into its `members` map whenever the controller recomputes, before OpenFlow
+changes go out (a dead member leaves the map at the moment the controller hears of it). The maps are pinned under
 /sys/fs/bpf/fabriclab/<run id>/select/, so the lab can read the counters (`read_stats`) and
 `fabriclab clean` removes what a killed run left.
 
@@ -18,7 +18,9 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 
+from fabriclab.apps.control import StageStatus
 from fabriclab.errors import LabError
 from fabriclab.queues import datapath
 
@@ -135,6 +137,38 @@ def fabric_port_names(fabric, switch):
 
 def pins_for(run_id):
     return datapath.pin_dir(run_id) / "select"
+
+
+def stage_settings(mode, options):
+    """SelectStage's settings in `mode` from a routing app's options (apps/__init__.py)."""
+    settings = {"seed": options.get("seed", 0)}
+    if mode == "flowlet":
+        settings.update(hash_qp=options.get("qp", False), gap_ns=options["gap_us"] * 1e3,
+                        window_ns=options.get("load_window_us", 2000.0) * 1e3)
+    return settings
+
+
+class StageSync:
+    """Keeps a loaded stage attached to every connected switch's fabric ports and its members
+    equal to the select groups of the state the controller is about to program."""
+
+    def __init__(self, stage, fabric, mode):
+        self.stage = stage
+        self.fabric = fabric
+        self.mode = mode
+        self.updated = None
+
+    def before_program(self, desired, connected):
+        # Attach to a switch's ports once it has connected (its interfaces exist by then), and
+        # write the members first: a member whose link died must leave before anything else.
+        for switch in sorted(connected):
+            self.stage.attach(fabric_port_names(self.fabric, switch))
+        self.stage.set_members(group_members(self.fabric, desired))
+        self.updated = time.time()
+
+    def status(self):
+        return StageStatus(self.mode, str(self.stage.pins), len(self.stage.written), len(self.stage.attached),
+                           self.updated)
 
 
 class SelectStage:

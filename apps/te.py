@@ -188,16 +188,15 @@ class TeRouting(EcmpRouting):
         return states
 
 
-
 def job_demands(fabric, jobs):
-    """Demands from announced jobs: {name: {"pairs": [[src ip, dst ip, bytes], ...]}}.
+    """Demands from announced jobs: {name: control.Job} (each job's (src ip, dst ip, bytes) pairs).
 
     A NIC port sends at its line rate, shared among its destination leaves in proportion to the
     bytes its job sends to each; traffic to its own leaf takes no uplink and no share."""
     sent = {}                     # source port -> {dst leaf: bytes}
     origin = {}
     for name, job in sorted(jobs.items()):
-        for src_ip, dst_ip, nbytes in job.get("pairs", []):
+        for src_ip, dst_ip, nbytes in job.pairs:
             src, dst = fabric.ip_owner.get(src_ip), fabric.ip_owner.get(dst_ip)
             if src is None or dst is None or nbytes <= 0:
                 continue

@@ -12,8 +12,6 @@ record for `fabriclab clean`.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import threading
@@ -23,7 +21,7 @@ from fabriclab.system import doctor
 
 from fabriclab.lab import linkloss
 from fabriclab.system.doctor import require_environment
-from fabriclab.apps import select_stage
+from fabriclab.apps import control, select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.lab.controller import Controller, check_app
 from fabriclab.errors import LabError
@@ -180,16 +178,13 @@ class Lab:
 
     def te_placement(self):
         """The TE app's last placement (te-placement.json), or None for other apps."""
-        try:
-            return json.loads(self.run.path("te-placement.json").read_text())
-        except (OSError, ValueError):
-            return None
+        return control.read_placement(control.RunFiles(self.run.dir).te_placement)
 
     def announce_job(self, name, pairs, wait_s=5.0):
         """Tell the controller a job's placement: [(source ip, destination ip, bytes)]. The TE
         app places the job's flows before this returns (bounded by `wait_s`)."""
         with self._jobs_lock:
-            self.jobs[name] = {"pairs": [list(p) for p in pairs], "time": time.time()}
+            self.jobs[name] = control.Job.of(pairs)
             self._write_jobs()
         self._wait_te(lambda jobs: name in jobs, wait_s)
 
@@ -199,15 +194,12 @@ class Lab:
                 self._write_jobs()
 
     def _write_jobs(self):
-        path = self.run.path("jobs.json")
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"jobs": self.jobs}))
-        os.replace(tmp, path)
+        control.write_jobs(control.RunFiles(self.run.dir).jobs, self.jobs)
 
     def _wait_te(self, predicate, wait_s):
         if self.controller is None or self.controller.app != "te":
             return
-        self.controller.wait(lambda s: predicate(s.get("te", {}).get("jobs", [])) and s.get("programmed"),
+        self.controller.wait(lambda s: s.te is not None and predicate(s.te.jobs) and s.programmed,
                              wait_s, "the TE app to place the announced job")
 
     def __enter__(self):
@@ -242,7 +234,7 @@ class Lab:
 
     def set_links(self, links, up, wait=True, timeout=10.0, what="the links", event=None):
         """Take resolved Link objects down or up (logged); wait for the controller when asked."""
-        before = self.controller.status().get("generation", 0)
+        before = self.controller.snapshot().generation
         # Only links that change state move the controller (bringing up an up link is a no-op).
         changed = [link for link in links if (link.key in self._down) == up]
         for link in links:
@@ -257,9 +249,8 @@ class Lab:
             return
 
         def settled(status):
-            down = {tuple(k) for k in status.get("down_links", [])}
-            return (status.get("programmed") and status["generation"] > before
-                    and (keys.isdisjoint(down) if up else keys <= down))
+            return (status.programmed and status.generation > before
+                    and (keys.isdisjoint(status.down_links) if up else keys <= status.down_links))
         self.controller.wait(settled, timeout, f"the controller to see {what} {'up' if up else 'down'}")
 
     def set_rate(self, node1, node2, rate_mbps, member=None):
@@ -370,7 +361,7 @@ class Lab:
         return reactions
 
     def down_links(self):
-        return {tuple(k) for k in self.controller.status().get("down_links", [])}
+        return set(self.controller.snapshot().down_links)
 
     def paths(self, src, dst):
         """Equal-cost paths between two host ports (by host, address or interface name)."""

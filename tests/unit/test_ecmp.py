@@ -1,13 +1,16 @@
 """ECMP routing as data: the desired flows and groups per switch, and the diff that installs them.
 
-A small fake switch applies diff() operations and refuses any that OpenFlow would refuse or that
-would leave a flow pointing at a missing group, so ordering mistakes show up without a switch.
+The diffs are translated to OpenFlow (apps/openflow.py) and applied to the fake switch of
+fakeoftable.py, which refuses any message OpenFlow would refuse or that would leave a flow pointing
+at a missing group, so ordering mistakes show up without a switch; where packets then go is
+test_forwarding.py's subject.
 """
 
 import ipaddress
 
 import pytest
 
+from fabriclab.apps import openflow
 from fabriclab.apps.ecmp import (
     PRIO_ARP,
     PRIO_HOST,
@@ -22,6 +25,7 @@ from fabriclab.apps.ecmp import (
 from fabriclab.apps.paths import next_hops
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec, load_spec
+from tests.unit.fakeoftable import FakeDatapath, FakeOFTable
 
 ARP = Flow(PRIO_ARP, match(eth_type=0x0806), ("controller",))
 
@@ -40,42 +44,25 @@ def prefix_flow(leaf):
 
 
 class FakeSwitch:
-    """Flow and group tables that apply diff() ops the way a strict OpenFlow switch would."""
+    """A fake OpenFlow table that takes diff() ops through the OpenFlow translation."""
 
     def __init__(self):
-        self.flows = set()
-        self.groups = {}
+        self.dp = FakeDatapath(1)
+        self.table = FakeOFTable()
 
     def apply(self, ops):
         for op in ops:
-            kind = op[0]
-            if kind == "reset":
-                self.flows.clear()
-                self.groups.clear()
-            elif kind == "group_add":
-                assert op[1] not in self.groups, f"group {op[1]} added twice"
-                self.groups[op[1]] = op[2]
-            elif kind == "group_mod":
-                assert op[1] in self.groups, f"group {op[1]} modified before it exists"
-                self.groups[op[1]] = op[2]
-            elif kind == "group_del":
-                assert op[1] in self.groups, f"group {op[1]} deleted but absent"
-                users = [f for f in self.flows if f.action == ("group", op[1])]
-                assert not users, f"group {op[1]} deleted while flows use it: {users}"
-                del self.groups[op[1]]
-            elif kind == "flow_add":
-                flow = op[1]
-                if flow.action[0] == "group":
-                    assert flow.action[1] in self.groups, f"flow added before its group: {flow}"
-                self.flows.add(flow)
-            elif kind == "flow_del":
-                assert op[1] in self.flows, f"deleting a flow that is not there: {op[1]}"
-                self.flows.remove(op[1])
-            else:
-                raise AssertionError(f"unknown op {op!r}")
+            self.table.apply(openflow.messages(self.dp, op))
 
-    def state(self):
-        return SwitchState(set(self.flows), dict(self.groups))
+    def snapshot(self):
+        return self.table.snapshot()
+
+
+def programmed(state):
+    """The snapshot of a switch programmed with `state` from nothing."""
+    switch = FakeSwitch()
+    switch.apply(diff(None, state))
+    return switch.snapshot()
 
 
 # -- desired state -----------------------------------------------------------------------------------
@@ -194,7 +181,8 @@ def test_from_nothing_the_switch_is_reset_then_groups_come_before_flows():
     assert kinds.count("flow_add") == len(state.flows)
     switch = FakeSwitch()
     switch.apply(ops)
-    assert switch.state() == state
+    flows, groups = switch.snapshot()
+    assert len(flows) == len(state.flows) and set(groups) == set(state.groups)
 
 
 def test_an_empty_switch_still_starts_with_a_reset():
@@ -202,14 +190,18 @@ def test_an_empty_switch_still_starts_with_a_reset():
 
 
 def test_groups_are_deleted_after_the_flows_that_use_them():
-    old = SwitchState({Flow(PRIO_PREFIX, match(ipv4_dst="a"), ("group", 5)), ARP}, {5: (1, 2)})
-    new = SwitchState({Flow(PRIO_PREFIX, match(ipv4_dst="b"), ("group", 6)), ARP}, {6: (3,)})
+    old = SwitchState({Flow(PRIO_PREFIX, match(eth_type=0x0800, ipv4_dst="10.1.1.1"), ("group", 5)), ARP},
+                      {5: (1, 2)})
+    new = SwitchState({Flow(PRIO_PREFIX, match(eth_type=0x0800, ipv4_dst="10.1.1.2"), ("group", 6)), ARP},
+                      {6: (3,)})
     ops = diff(old, new)
     assert [op[0] for op in ops] == ["group_add", "flow_del", "flow_add", "group_del"]
     switch = FakeSwitch()
     switch.apply(diff(None, old))
     switch.apply(ops)
-    assert switch.state() == new
+    assert switch.snapshot() == programmed(new)
+    with pytest.raises(AssertionError, match="deleted while flows use it"):
+        switch.apply([("group_del", 6)])                     # the fake refuses the unsafe order
 
 
 def test_a_single_link_failure_is_only_group_mods():
@@ -239,9 +231,9 @@ def test_recovery_restores_the_groups():
         switch = FakeSwitch()
         switch.apply(diff(None, healthy[name]))
         switch.apply(diff(healthy[name], failed[name]))
-        assert switch.state() == failed[name]
+        assert switch.snapshot() == programmed(failed[name])
         switch.apply(diff(failed[name], healthy[name]))
-        assert switch.state() == healthy[name]
+        assert switch.snapshot() == programmed(healthy[name])
 
 
 def test_no_ops_when_nothing_changed(fab):
@@ -263,7 +255,7 @@ def test_diff_sequence_over_failures_keeps_the_fake_switch_consistent():
         desired = routing.desired(failed)
         for name, switch in switches.items():
             switch.apply(diff(installed.get(name), desired[name]))
-            assert switch.state() == desired[name]
+            assert switch.snapshot() == programmed(desired[name])
         installed = desired
 
 

@@ -2,18 +2,23 @@
 demands, and the selection stage's member table."""
 
 import pathlib
+import types
 
 import pytest
+from os_ken.ofproto import ofproto_v1_5_parser as ofparser
 
 from fabriclab.apps import APPS, RoutingError, parse_routing, routing_label
+from fabriclab.apps.control import AppConfig, Job, RunFiles
 from fabriclab.apps.ecmp import EcmpRouting, FailoverGroup, SwitchState, diff, group_id
 from fabriclab.apps.select_stage import eecmp_member, flow_hash, group_members, net_key
-from fabriclab.apps.te import (PRIO_TE, Demand, DemandKey, TeRouting, cspf, demand_keys, job_demands,
-                               merge_demands)
+from fabriclab.apps.te import (PRIO_TE, TE_COOKIE, Demand, DemandKey, TeRouting, cspf, demand_keys,
+                               job_demands, merge_demands)
+from fabriclab.apps.te_engine import TeEngine
 from fabriclab.lab.controller import check_app
 from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
+from tests.unit.fakeoftable import FakeDatapath
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +35,14 @@ def wide():
 
 
 # -- options ----------------------------------------------------------------------------------------
-def test_every_app_is_listed_with_a_module_and_defaults():
+def test_every_app_is_listed_with_its_parts_and_defaults():
+    from fabriclab.apps.osken_app import ROUTING_CLASSES
+
     assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te"}
     for name, info in APPS.items():
-        assert info.module.startswith("fabriclab.apps.")
+        assert info.routing in ROUTING_CLASSES and info.stage in (None, "hash", "flowlet")
         assert parse_routing(name) == (name, info.defaults())
+    assert [APPS[n].stage for n in ("ecmp", "eecmp", "flowlet", "te")] == [None, "hash", "flowlet", None]
 
 
 def test_options_parse_and_fill_defaults():
@@ -168,7 +176,7 @@ def test_failover_groups_are_deleted_before_the_groups_they_fall_back_to():
 
 def test_job_demands_share_the_nic_rate_by_bytes(wide):
     ip = {h: wide.hosts[h].ports[0].ip for h in ("h1", "h2", "h3", "h4")}
-    jobs = {"a": {"pairs": [[ip["h1"], ip["h3"], 300], [ip["h1"], ip["h2"], 100], [ip["h2"], ip["h4"], 50]]}}
+    jobs = {"a": Job.of([(ip["h1"], ip["h3"], 300), (ip["h1"], ip["h2"], 100), (ip["h2"], ip["h4"], 50)])}
     demands = {(d.key.leaf, d.host_port): d for d in job_demands(wide, jobs)}
     rate = wide.spec.host_rate_mbps
     h1 = demands[("l1", wide.hosts["h1"].ports[0].intf)]
@@ -178,3 +186,64 @@ def test_job_demands_share_the_nic_rate_by_bytes(wide):
                 DemandKey("l2", wide.hosts["h4"].ports[0].leaf_port, "l1"): 0.01}
     merged = merge_demands(wide, list(demands.values()), measured, min_mbps=0.1)
     assert [d.source for d in merged].count("measured") == 1
+
+
+# -- TE's engine ------------------------------------------------------------------------------------
+def _engine(fabric, tmp_path, clock, **options):
+    config = AppConfig("te", {"period_s": 0.5, **options}, fabric, RunFiles(tmp_path))
+    return TeEngine(config, TeRouting(fabric), clock=clock, wall=lambda: 1000.0)
+
+
+def _flow_stat(fabric, host, dst_leaf, nbytes):
+    port, leaf = fabric.hosts[host].ports[0], fabric.switches[dst_leaf]
+    return types.SimpleNamespace(match={"in_port": port.leaf_port, "eth_type": 0x0800,
+                                        "ipv4_dst": (f"10.{leaf.plane}.{leaf.index}.0", "255.255.255.0")},
+                                 stats={"byte_count": nbytes})
+
+
+def test_te_engine_asks_every_switch_and_waits_for_every_part_of_every_reply(wide, tmp_path):
+    engine = _engine(wide, tmp_path, clock=lambda: 0.0)
+    dps = {name: FakeDatapath(s.dpid) for name, s in wide.switches.items()}
+    sends = engine.requests(dps)
+    flows = [m for _dp, m in sends if isinstance(m, ofparser.OFPFlowDescStatsRequest)]
+    assert len(flows) == len(dps) and {m.cookie for m in flows} == {TE_COOKIE}
+    assert sum(isinstance(m, ofparser.OFPPortStatsRequest) for _dp, m in sends) == len(dps)
+    for name in dps:
+        engine.reply(name, "ports", [], more=False)
+        engine.reply(name, "flows", [], more=name == "l1")     # l1's flows come in two parts
+    assert engine.wait_replies(timeout=0) == [("l1", "flows")]
+    engine.reply("l1", "flows", [], more=False)
+    engine.reply("nosuch", "flows", [], more=False)            # not asked: ignored
+    assert engine.wait_replies(timeout=0) == []
+
+
+def test_te_engine_measures_unannounced_flows_and_places_announced_jobs(wide, tmp_path):
+    now = [10.0]
+    engine = _engine(wide, tmp_path, clock=lambda: now[0])
+    dps = {name: FakeDatapath(s.dpid) for name, s in wide.switches.items()}
+
+    def cycle(nbytes, reason="period"):
+        engine.requests(dps)
+        engine.reply("l1", "flows", [_flow_stat(wide, "h1", "l2", nbytes)], more=False)
+        return engine.place(engine.counters(), frozenset(), reason, started=now[0])
+
+    assert not cycle(0).placed                                 # a first sample: no rate yet
+    now[0] += 1.0
+    placement = cycle(1_250_000)                               # 10 Mbit/s over the second
+    (key,) = placement.placed
+    assert (key.leaf, key.in_port, key.dst_leaf) == ("l1", wide.hosts["h1"].ports[0].leaf_port, "l2")
+    assert engine.routing.placement is placement
+    doc = engine.doc
+    assert doc["demands"][0]["source"] == "measured" and doc["demands"][0]["mbps"] == pytest.approx(10.0)
+    assert doc["placed"][0]["host_port"] == "h1-n0" and doc["recomputes"] == 2
+    # an announced job wakes the engine and becomes a demand of its own
+    h2, h4 = (wide.hosts[h].ports[0].ip for h in ("h2", "h4"))
+    assert not engine.wake.is_set()
+    engine.jobs_changed({"ring": Job.of([(h2, h4, 1000)])})
+    assert engine.wake.is_set()
+    now[0] += 1.0
+    placement = cycle(1_250_000, reason="jobs")                # h1's counter did not move: no rate
+    assert [d["source"] for d in engine.doc["demands"]] == ["job:ring"] and len(placement.placed) == 1
+    status = engine.status()
+    assert (status.jobs, status.reason, status.recomputes, status.placed) == (("ring",), "jobs", 3, 1)
+    assert status.placement_file == str(tmp_path / "te-placement.json")

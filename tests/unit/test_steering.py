@@ -6,8 +6,7 @@ import pytest
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from fabriclab.apps import steering
-from fabriclab.apps.base_app import FabricApp
+from fabriclab.apps import openflow, steering
 from fabriclab.apps.ecmp import EcmpRouting, diff
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
@@ -101,7 +100,7 @@ def test_translation_to_openflow_rewrites_then_outputs():
     dp = types.SimpleNamespace(ofproto=ofp, ofproto_parser=parser)
     states = steering.steering_state(FABRIC, _plan())
     ops = diff(steering.SwitchState(), states["l1"])
-    messages = [FabricApp._translate(dp, op) for op in ops]
+    messages = [m for op in ops for m in openflow.messages(dp, op)]
     group_mods = [m for m in messages if isinstance(m, parser.OFPGroupMod)]
     assert len(group_mods) == 3 and all(m.type == ofp.OFPGT_ALL and len(m.buckets) == 2 for m in group_mods)
     group_mod = min(group_mods, key=lambda m: m.group_id)
