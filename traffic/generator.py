@@ -1,4 +1,4 @@
-"""The per-host RoCEv2 traffic agent.
+"""The all-pairs RoCEv2 traffic agent: one per host.
 
 Runs inside one Mininet host's network namespace::
 
@@ -8,7 +8,10 @@ and, at an agreed wall-clock time, sends paced RC RDMA WRITE traffic for the flo
 while counting the RoCEv2 traffic it receives. It needs no RDMA device: packets are built by
 `fabriclab.traffic.roce` and sent through a raw IPv4 socket with IP_HDRINCL, so the IP header
 (DSCP/ECN, ID, DF), the UDP source port and the ICRC on the wire are exactly the ones computed
-here. A real RoCE NIC or soft-RoCE would accept them.
+here. A real RoCE NIC or soft-RoCE would accept them. Each flow is a `WriteStream` on the lab's
+one RNIC core, shared with the collective agents: `ports.RawPort` per source address, `pacer`
+for when each packet goes, `send_policy` for refused sends. The receive side is
+`roce_receiver`'s.
 
 Config (JSON object; unknown keys are errors)::
 
@@ -52,26 +55,22 @@ unusable (one line on stderr, nothing written).
 """
 
 import argparse
-import errno
-import heapq
 import ipaddress
 import json
 import math
 import os
 import random
 import signal
-import socket
-import struct
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from fabriclab.errors import LabError
-from fabriclab.traffic import roce, sockets
-
-IP_PKTINFO = sockets.IP_PKTINFO
-SO_TIMESTAMPNS = sockets.SO_TIMESTAMPNS
+from fabriclab.traffic import roce, send_policy, sockets
+from fabriclab.traffic.pacer import Pace, Pacer, sleep_for
+from fabriclab.traffic.ports import IpIds, RawPort
+from fabriclab.traffic.roce_receiver import Receiver, ReceiverProcess
 
 CONFIG_DEFAULTS = {
     "listen": False,
@@ -91,26 +90,9 @@ SPORT_MODES = ("qp", "shared")
 MAX_START_DELAY_S = 600.0
 """An agent waits at most this long for start_at: a bigger delay is a clock or config mistake."""
 MAX_PAYLOAD_BYTES = 9000
-MAX_BURST_S = 0.005
-"""A flow that fell behind its schedule (sleep overshoot, CPU) catches up by at most this much.
-
-Long enough to ride out the scheduler's wake-up delays on a busy two-core machine (measured with
-four agents sending and receiving 60 Mbit/s each way: a 2 ms cap gave up 1-8% of the schedule,
-5 ms under 0.5%), short enough that the catch-up burst (5 ms of the flow's rate) stays small next
-to a switch buffer. What is given up beyond it is reported per flow as `behind_s`."""
-BACKOFF_S = 0.0005
-"""Pause after the local stack refused a packet (qdisc or socket buffer full) before retrying."""
-UNREACHABLE_BACKOFF_S = 0.01
-"""Pause after a routing error (link down, route withdrawn) before retrying the same packet."""
-SEND_AHEAD_S = 0.0005
-"""A packet due within this much is sent now: one wake-up serves nearby deadlines (Python's
-sleep costs more than the early send distorts pacing at lab rates)."""
-RECEIVE_POLL_S = 0.1
+STOP_POLL_S = 0.1
+"""How often a waiting sender checks its stop event."""
 LATE_START_WARNING_S = 0.05
-
-_BUSY_ERRNOS = frozenset({errno.ENOBUFS, errno.EAGAIN})
-_ROUTING_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN,
-                             errno.EHOSTDOWN, errno.ENXIO})
 
 
 # -- configuration --------------------------------------------------------------------------------
@@ -282,16 +264,18 @@ def load_config(path):
     return parse_config(data)
 
 
-host_addresses = sockets.host_addresses
-
-
 # -- sending --------------------------------------------------------------------------------------
 
-class _FlowSender:
-    """Per-flow send state: the message being written, the next PSN and IP ID, counters."""
+class WriteStream:
+    """One flow as a `pacer` sender: an endless stream of RDMA WRITE messages at the flow's rate.
+
+    Builds the message being written packet by packet (FIRST/MIDDLE/LAST with the next PSN and
+    IP ID) and counts what went.
+    """
 
     def __init__(self, spec, config, rng):
         self.spec = spec
+        self.dst = spec.dst
         self.dscp = config.dscp
         self.ecn = config.ecn
         self.message_bytes = config.message_bytes
@@ -302,70 +286,100 @@ class _FlowSender:
         # A real QP starts at a random PSN and the IP ID counter anywhere; random starts
         # also exercise the 24-bit and 16-bit wrap-around in every long run.
         self.psn = rng.randrange(roce.PSN_MODULUS)
-        self.ip_id = rng.randrange(1, 0x10000)
+        self.ip_ids = IpIds(rng.randrange(1, 0x10000))
         self.rkey = rng.randrange(1, 1 << 32)
         self.vaddr_base = rng.randrange(1, 1 << 20) << 12
-        self.seconds_per_byte = 8.0 / (spec.rate_mbps * 1e6)
+        self.pace = Pace(spec.rate_mbps)
         # QPs are paced independently on a NIC: start each flow at a random point of its first
         # packet interval, or flows of equal rate stay in phase and burst into the queue together.
         first_frame = roce.ETH_HEADER_LEN + roce.ROCE_OVERHEAD + roce.RETH_LEN + self.segments[0][1]
-        self.phase_s = rng.random() * first_frame * self.seconds_per_byte
+        self.phase_s = rng.random() * first_frame * self.pace.seconds_per_byte
+        self.end = 0.0
+        self.held = None
+        self.queued = False
+        self.size = 0                  # payload bytes of the packet built last
         self.packets = 0
         self.bytes = 0
         self.wire_bytes = 0
         self.enobufs = 0
         self.send_errors = 0
-        self.behind_s = 0.0
         self.first = None
         self.last = None
         self.failed = False
+        self.failure = None            # the fatal send error, if any
+        self.unreachable = None        # the first routing error, if any
 
-    def packet(self):
-        """The next packet of this flow (not yet committed: a refused send is retried as is)."""
+    def start(self, start_mono, end_mono):
+        self.pace.due = start_mono + self.phase_s
+        self.end = end_mono
+
+    def has_packet(self):
+        return self.pace.due < self.end
+
+    def next_packet(self, _now=None):
+        """Build the next packet; the stream moves on (a refused packet is held and resent)."""
         opcode, size = self.segments[self.segment]
         reth = None
         if opcode in roce.RETH_OPCODES:
             vaddr = self.vaddr_base + (self.message * self.message_bytes) % (1 << 40)
             reth = (vaddr, self.rkey, self.message_bytes)
         last = opcode in (roce.OP_RC_RDMA_WRITE_LAST, roce.OP_RC_RDMA_WRITE_ONLY)
-        return roce.build_ipv4_udp_roce_packet(
+        packet = roce.build_ipv4_udp_roce_packet(
             self.spec.src, self.spec.dst, self.spec.sport, opcode, self.spec.dst_qpn, self.psn,
             self.payloads[size], reth=reth, ack_req=last, dscp=self.dscp, ecn=self.ecn,
-            ip_id=self.ip_id), size
-
-    def commit(self, size, wire_len, when):
-        self.packets += 1
-        self.bytes += size
-        self.wire_bytes += wire_len
-        if self.first is None:
-            self.first = when
-        self.last = when
+            ip_id=self.ip_ids.take())
+        self.size = size
         self.psn = roce.psn_add(self.psn)
-        # Linux fills in the IP ID of a raw IP_HDRINCL packet when it is 0, which would change
-        # bytes the ICRC covers: skip 0.
-        self.ip_id = self.ip_id % 0xFFFF + 1
         self.segment += 1
         if self.segment == len(self.segments):
             self.segment = 0
             self.message += 1
+        return packet
+
+    def sent(self, wire_len, now):
+        self.packets += 1
+        self.bytes += self.size
+        self.wire_bytes += wire_len
+        if self.first is None:
+            self.first = now
+        self.last = now
+        self.pace.charge(wire_len, now)
+
+    def refused(self, refusal, _now):
+        if refusal.kind is send_policy.BUSY:
+            self.enobufs += 1
+        elif refusal.kind is send_policy.UNREACHABLE:
+            if not self.send_errors:
+                self.unreachable = refusal.error
+            self.send_errors += 1
+        else:
+            self.failed = True
+            self.failure = refusal.error
+
+    @property
+    def behind_s(self):
+        """Schedule given up to CPU stalls (see pacer.MAX_BURST_S)."""
+        return self.pace.behind_s
 
 
-class Sender:
-    """Paces every flow of this host from one thread with earliest-deadline-first scheduling.
+class HostSender:
+    """Paces every flow of this host from one thread.
 
-    Each flow has a next-send deadline that advances by (frame bits / rate) per packet; the
-    thread sends whichever flow is due, and sleeps when all are ahead of schedule. One raw socket
-    per source address, bound to it, so that `ip rule from <src>` policy routing chooses the NIC.
+    One `RawPort` per source address (bound to it, so that `ip rule from <src>` policy routing
+    chooses the NIC) with a `Pacer` serving the flows that leave through it: each flow is due
+    at its own rate; flows due together take turns, and under sustained backpressure they share
+    the link about equally, as a NIC's round-robin QP arbiter would.
     """
 
     def __init__(self, config, stop_event, seed=None):
         self.config = config
         self.stop_event = stop_event
         rng = random.Random(seed)
-        self.flows = [_FlowSender(spec, config, rng) for spec in config.flows]
+        self.flows = [WriteStream(spec, config, rng) for spec in config.flows]
         self.errors = []
         self.warnings = []
-        self.sockets = {}
+        self.ports = {}
+        self.pacers = []
         self._clock_offset = 0.0
         self.started = None
 
@@ -373,94 +387,51 @@ class Sender:
         """Create and bind the raw sockets; failures are the user's to fix (LabError)."""
         for flow in self.flows:
             src = flow.spec.src
-            if src in self.sockets:
-                continue
-            sock = sockets.open_raw_sender(src, f"flow {flow.spec.id!r}")
-            self.sockets[src] = sock
+            if src not in self.ports:
+                self.ports[src] = RawPort(src, f"flow {flow.spec.id!r}")
+        self.pacers = {src: Pacer(port) for src, port in self.ports.items()}
 
     def close(self):
-        for sock in self.sockets.values():
-            sock.close()
-        self.sockets.clear()
+        for port in self.ports.values():
+            port.close()
+        self.ports.clear()
 
     def _unix(self, mono):
         return mono + self._clock_offset
 
     def run(self, start_mono, end_mono):
-        """Send until `end_mono` (time.monotonic) or until the stop event is set.
-
-        The heap holds (wake time, deadline, flow index). The deadline is when the flow's next
-        packet is due; the wake time is later than the deadline only while the flow's socket is
-        backing off. Ties are broken by deadline, so flows held back by a full qdisc resume in
-        deadline order; under sustained backpressure they share the link about equally, as a
-        NIC's round-robin QP arbiter would.
-        """
+        """Send until `end_mono` (time.monotonic) or until the stop event is set."""
         self._clock_offset = time.time() - time.monotonic()
         self.started = start_mono
-        heap = [(start_mono + flow.phase_s, start_mono + flow.phase_s, index)
-                for index, flow in enumerate(self.flows)]
-        heapq.heapify(heap)
-        blocked_until = dict.fromkeys(self.sockets, 0.0)
+        for flow in self.flows:
+            flow.start(start_mono, end_mono)
+            self.pacers[flow.spec.src].activate(flow, start_mono)
+        pacers = list(self.pacers.values())
         stop = self.stop_event
         monotonic = time.monotonic
-        while heap and not stop.is_set():
-            wake, deadline, index = heap[0]
-            if deadline >= end_mono:
-                heapq.heappop(heap)
-                continue
+        while not stop.is_set():
             now = monotonic()
-            if wake > now + SEND_AHEAD_S:
-                time.sleep(min(wake - now - SEND_AHEAD_S, RECEIVE_POLL_S))
-                continue
-            flow = self.flows[index]
-            src = flow.spec.src
-            if blocked_until[src] > now:
-                heapq.heapreplace(heap, (blocked_until[src], deadline, index))
-                continue
-            packet, size = flow.packet()
-            try:
-                self.sockets[src].sendto(packet, socket.MSG_DONTWAIT, (flow.spec.dst, 0))
-            except OSError as exc:
-                retry_at = self._send_failed(flow, exc, now)
-                if retry_at is None:
-                    heapq.heappop(heap)
-                else:
-                    if exc.errno in _BUSY_ERRNOS:
-                        blocked_until[src] = retry_at
-                    heapq.heapreplace(heap, (retry_at, deadline, index))
-                continue
-            wire_len = len(packet) + roce.ETH_HEADER_LEN
-            flow.commit(size, wire_len, now)
-            # Earliest-deadline pacing; the deadline may trail "now" by at most MAX_BURST_S so
-            # that a stall is not followed by an unbounded burst. Schedule given up that way is
-            # accounted, so a rate shortfall is explained rather than silent.
-            floor = now - MAX_BURST_S
-            if deadline < floor:
-                flow.behind_s += floor - deadline
-                deadline = floor
-            deadline += wire_len * flow.seconds_per_byte
-            heapq.heapreplace(heap, (deadline, deadline, index))
+            wake = None
+            for pacer in pacers:
+                due = pacer.pump(now)
+                if due is not None and (wake is None or due < wake):
+                    wake = due
+            if wake is None:
+                break
+            time.sleep(min(sleep_for(wake, monotonic()), STOP_POLL_S))
+        self._report_refusals()
         self._check_flows(end_mono)
 
-    def _send_failed(self, flow, exc, now):
-        """Account a refused send; return when to retry, or None if the flow must stop."""
-        if exc.errno in _BUSY_ERRNOS:
-            flow.enobufs += 1
-            return now + BACKOFF_S
-        if exc.errno in _ROUTING_ERRNOS:
-            if flow.send_errors == 0:
-                self.warnings.append(f"flow {flow.spec.id!r}: {exc.strerror} sending to "
-                                     f"{flow.spec.dst} from {flow.spec.src}; retrying")
-            flow.send_errors += 1
-            return now + UNREACHABLE_BACKOFF_S
-        flow.failed = True
-        if exc.errno == errno.EMSGSIZE:
-            detail = (f"a {len(flow.packet()[0])}-byte packet exceeds the MTU towards "
-                      f"{flow.spec.dst}; lower payload_bytes")
-        else:
-            detail = f"send to {flow.spec.dst} failed: {exc.strerror or exc}"
-        self.errors.append(f"flow {flow.spec.id!r}: {detail}")
-        return None
+    def _report_refusals(self):
+        for flow in self.flows:
+            spec = flow.spec
+            if flow.failed:
+                detail = send_policy.failure_detail(flow.failure, len(flow.held or b""), spec.dst)
+                self.errors.append(f"flow {spec.id!r}: {detail}")
+            elif flow.send_errors:
+                self.warnings.append(f"flow {spec.id!r}: {flow.unreachable.strerror} sending to "
+                                     f"{spec.dst} from {spec.src}; retried "
+                                     f"({flow.send_errors} refusals)")
 
     def _check_flows(self, end_mono):
         """Warnings for slow or stalled flows, errors for flows that never sent anything."""
@@ -508,209 +479,15 @@ class Sender:
         return out
 
 
-# -- receiving ------------------------------------------------------------------------------------
-
-class _FlowCounter:
-    __slots__ = ("src", "sport", "dst", "dst_qpn", "packets", "bytes", "wire_bytes", "oos", "late",
-                 "ce", "first", "last", "expected_psn")
-
-    def __init__(self, src, sport, dst, dst_qpn):
-        self.src, self.sport, self.dst, self.dst_qpn = src, sport, dst, dst_qpn
-        self.packets = self.bytes = self.wire_bytes = self.oos = self.late = self.ce = 0
-        self.first = self.last = None
-        self.expected_psn = None
-
-    def as_dict(self):
-        return {"src": self.src, "sport": self.sport, "dst": self.dst, "dst_qpn": self.dst_qpn,
-                "packets": self.packets, "bytes": self.bytes, "wire_bytes": self.wire_bytes,
-                "oos": self.oos, "late": self.late, "ce": self.ce,
-                "first": self.first, "last": self.last}
-
-
-class ReceiveCounters:
-    """Per-flow receive counters, keyed by (source address, source UDP port, destination QP).
-
-    PSN tracking follows an RC responder: a packet with the expected PSN advances it; one ahead
-    of it (a gap: loss, or reordering) counts as out of sequence and the tracker resynchronises
-    on it; one behind it (a duplicate, or a packet overtaken by later ones) counts as out of
-    sequence and late, and leaves the expected PSN alone. One swapped pair of packets therefore
-    shows as oos=2, late=1.
-    """
-
-    def __init__(self):
-        self.counters = {}
-        self.malformed = 0
-
-    def add(self, data, length, src, sport, dst, tos, arrival):
-        """Count one UDP payload `data[:length]` from src:sport to the local address dst."""
-        if length < roce.BTH_LEN + roce.ICRC_LEN:
-            self.malformed += 1
-            return
-        bth = roce.parse_bth(data)
-        payload = roce.roce_payload_length(length, bth)
-        if payload < 0:
-            self.malformed += 1
-            return
-        key = (src, sport, bth.dest_qp)
-        counter = self.counters.get(key)
-        if counter is None:
-            counter = self.counters[key] = _FlowCounter(src, sport, dst, bth.dest_qp)
-            counter.first = arrival
-        counter.packets += 1
-        counter.bytes += payload
-        counter.wire_bytes += (length + roce.UDP_HEADER_LEN + roce.IPV4_HEADER_LEN
-                               + roce.ETH_HEADER_LEN)
-        counter.last = arrival
-        if (tos & 3) == roce.ECN_CE:
-            counter.ce += 1
-        expected = counter.expected_psn
-        if expected is None or bth.psn == expected:
-            counter.expected_psn = roce.psn_add(bth.psn)
-        elif roce.psn_behind(bth.psn, expected):
-            counter.oos += 1
-            counter.late += 1
-        else:
-            counter.oos += 1
-            counter.expected_psn = roce.psn_add(bth.psn)
-
-    def result(self):
-        return [self.counters[key].as_dict() for key in sorted(self.counters)]
-
-
-class Receiver:
-    """Counts RoCEv2 packets arriving on UDP port 4791, per (source address, source port, dest QP).
-
-    Binding 0.0.0.0:4791 also keeps the kernel from answering each packet with an ICMP port
-    unreachable. IP_PKTINFO gives the destination address, IP_RECVTOS the ECN bits (CE marks made
-    by the fabric), SO_TIMESTAMPNS the kernel's arrival time.
-    """
-
-    def __init__(self):
-        self.counts = ReceiveCounters()
-        self.sock = sockets.open_roce_listener()
-        self.sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        except OSError:
-            pass
-        self.sock.settimeout(RECEIVE_POLL_S)
-
-    def close(self):
-        self.sock.close()
-
-    def run(self, stop_event, until_mono):
-        buffer = bytearray(65536)
-        ancillary_size = socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)
-        recvmsg_into = self.sock.recvmsg_into
-        while not stop_event.is_set() and time.monotonic() < until_mono:
-            try:
-                length, ancillary, flags, address = recvmsg_into([buffer], ancillary_size)
-            except socket.timeout:
-                continue
-            except InterruptedError:
-                continue
-            arrival = None
-            dst = None
-            tos = 0
-            for level, kind, data in ancillary:
-                if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 12:
-                    dst = socket.inet_ntoa(data[8:12])
-                elif level == socket.IPPROTO_IP and kind == socket.IP_TOS and data:
-                    tos = data[0]
-                elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-                    seconds, nanos = struct.unpack_from("@qq", data)
-                    arrival = seconds + nanos * 1e-9
-            if arrival is None:
-                arrival = time.time()
-            if flags & socket.MSG_TRUNC:
-                self.counts.malformed += 1
-                continue
-            self.counts.add(buffer, length, address[0], address[1], dst, tos, arrival)
-
-    def result(self):
-        return self.counts.result()
-
-
-class ReceiverProcess:
-    """Runs a `Receiver` in a forked child process and hands its counters back through a pipe.
-
-    Sending and receiving in one Python process would share one GIL: a receiver busy with a
-    burst delays the sender's wake-ups (and the other way round), which shows up as pacing error
-    on hosts that send and receive at once, as every host of a collective does. Two processes
-    let the kernel schedule them on different cores. The child stops at its deadline, on SIGTERM
-    or SIGINT (the parent forwards its own), and when the parent dies.
-    """
-
-    def __init__(self, receiver):
-        self.receiver = receiver
-        self.pid = None
-        self.read_fd = None
-
-    def start(self, until_mono):
-        read_fd, write_fd = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_fd)
-            self._child(write_fd, until_mono, parent)
-        os.close(write_fd)
-        self.receiver.close()          # the child owns the socket now
-        self.pid, self.read_fd = pid, read_fd
-
-    def _child(self, write_fd, until_mono, parent):
-        status = 0
-        try:
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            signal.signal(signal.SIGINT, lambda *_: stop.set())
-            sockets.die_with_parent()
-            if os.getppid() != parent:         # the parent died before prctl took effect
-                stop.set()
-            try:
-                self.receiver.run(stop, until_mono)
-                report = {"received": self.receiver.result(),
-                          "malformed": self.receiver.counts.malformed}
-            except Exception as exc:           # reported by the parent as a run error
-                report = {"error": f"receiver failed: {exc!r}"}
-                status = 1
-            with os.fdopen(write_fd, "wb") as pipe:
-                pipe.write(json.dumps(report).encode())
-        finally:
-            os._exit(status)
-
-    def stop(self):
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-
-    def collect(self):
-        """Wait for the child; return its report ({"received", "malformed"} or {"error"})."""
-        chunks = []
-        with os.fdopen(self.read_fd, "rb") as pipe:
-            while True:
-                chunk = pipe.read(1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        os.waitpid(self.pid, 0)
-        self.pid = None
-        try:
-            return json.loads(b"".join(chunks))
-        except ValueError:
-            return {"error": "receiver process ended without a report"}
-
-
 # -- the agent ------------------------------------------------------------------------------------
 
-class Agent:
+class HostAgent:
     """Ties one host's sender and receiver to the shared start time and writes the result."""
 
     def __init__(self, config, seed=None):
         self.config = config
         self.stop_event = threading.Event()
-        self.sender = Sender(config, self.stop_event, seed) if config.flows else None
+        self.sender = HostSender(config, self.stop_event, seed) if config.flows else None
         self.receiver = None
         self.received = []
         self.malformed = 0
@@ -742,7 +519,7 @@ class Agent:
                 self.receiver.start(end_mono + config.linger_s)
             if self.sender:
                 while not self.stop_event.is_set() and time.monotonic() < start_mono:
-                    time.sleep(max(0.0, min(start_mono - time.monotonic(), RECEIVE_POLL_S)))
+                    time.sleep(max(0.0, min(start_mono - time.monotonic(), STOP_POLL_S)))
                 self.sender.run(start_mono, end_mono)
         except BaseException:
             self.stop_event.set()
@@ -774,7 +551,7 @@ class Agent:
             errors += self.sender.errors
             warnings += self.sender.warnings
         return {
-            "host_addresses": host_addresses(),
+            "host_addresses": sockets.host_addresses(),
             "config": {"start_at": self.config.start_at, "duration_s": self.config.duration_s,
                        "payload_bytes": self.config.payload_bytes,
                        "message_bytes": self.config.message_bytes, "dscp": self.config.dscp,
@@ -813,7 +590,7 @@ def main(argv=None):
         out_dir = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(out_dir):
             raise LabError(f"result directory {out_dir} does not exist")
-        agent = Agent(config, seed=args.seed)
+        agent = HostAgent(config, seed=args.seed)
 
         def on_signal(signum, _frame):
             agent.interrupted = True

@@ -10,6 +10,7 @@ import errno
 import json
 import signal
 import socket
+import struct
 import subprocess
 
 from fabriclab.errors import LabError
@@ -24,6 +25,9 @@ SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
 RECEIVE_BUFFER_BYTES = 8 << 20
 SEND_BUFFER_BYTES = 4 << 20
+ANCILLARY_SPACE = socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)
+"""Room for what `open_roce_listener` asks the kernel to attach: IP_PKTINFO, the TOS byte and
+SO_TIMESTAMPNS."""
 
 
 def host_addresses():
@@ -77,8 +81,10 @@ def open_raw_sender(src, what, send_buffer=None):
     return sock
 
 
-def open_roce_listener(address="0.0.0.0"):
-    """A UDP socket on port 4791 reporting each datagram's TOS byte (ECN CE marks).
+def open_roce_listener(address="0.0.0.0", *, destinations=False, timestamps=False):
+    """A UDP socket on port 4791 reporting each datagram's TOS byte (ECN CE marks), and with
+    `destinations` its destination address (IP_PKTINFO), with `timestamps` the kernel's arrival
+    time (SO_TIMESTAMPNS, where the kernel has it): see `read_ancillary`.
 
     Binding the port also keeps the kernel from answering RoCE packets with ICMP port unreachable.
     """
@@ -95,8 +101,31 @@ def open_roce_listener(address="0.0.0.0"):
                            f"(addresses: {', '.join(host_addresses()) or 'none'})") from None
         raise LabError(f"cannot listen on UDP port {roce.ROCEV2_UDP_PORT}: {exc.strerror}") from None
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    if destinations:
+        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+    if timestamps:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass
     set_buffer(sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
     return sock
+
+
+def read_ancillary(ancillary):
+    """(TOS byte, destination address or None, kernel arrival time or None) from recvmsg's
+    ancillary data on a socket from `open_roce_listener`."""
+    tos, dst, arrival = 0, None, None
+    for level, kind, data in ancillary:
+        if level == socket.IPPROTO_IP:
+            if kind == socket.IP_TOS and data:
+                tos = data[0]
+            elif kind == IP_PKTINFO and len(data) >= 12:
+                dst = socket.inet_ntoa(data[8:12])
+        elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanos = struct.unpack_from("@qq", data)
+            arrival = seconds + nanos * 1e-9
+    return tos, dst, arrival
 
 
 def die_with_parent():

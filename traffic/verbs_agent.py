@@ -1,10 +1,10 @@
 """The collective agent over real RDMA verbs: one per rank, on the rank's soft-RoCE (rdma_rxe)
-devices, driving the same RankEngine as the udp agent.
+devices, under the same rank driver as the udp agent.
 
     python -m fabriclab.traffic.verbs_agent --config RANK.json
 
-It speaks the udp agent's launcher protocol (traffic/agent.py: prepare, run, status, stop) with
-one exchange added before the first size, since a device numbers its own QPs and keys:
+It speaks the launcher's protocol (traffic/rank_driver.py: prepare, run, status, stop) with one
+exchange added before the first size, since a device numbers its own QPs and keys:
 
     -> {"hello": r, "verbs": {...}}      per port the device, its RoCEv2 GID and the memory's
                                          R_Key; the memory's base address and region layout;
@@ -16,10 +16,10 @@ Data path: per port a protection domain, one memory region over all of the rank'
 mmap, laid out once for the largest size; verify mode's numpy Memory is a view of it, so the
 device writes straight into the arrays the reductions read), one completion queue with a
 completion channel whose file descriptor the event loop selects on. Per QP of the plan an RC QP,
-connected with the plan's PSNs. A transfer is cut into NIC messages of `chunk_bytes` and spread
-over the connection's QPs exactly as the udp agent does; each message is an RDMA WRITE WITH
-IMMEDIATE (immediate: the iteration round and the transfer tag, see softroce.encode_immediate),
-at most SEND_WINDOW outstanding per QP. A send completion is the responder's acknowledgement;
+connected with the plan's PSNs. The rank driver cuts transfers into NIC messages and spreads
+them over the connection's QPs; each message is an RDMA WRITE WITH IMMEDIATE (immediate: the
+iteration round and the transfer tag, see softroce.encode_immediate), at most SEND_WINDOW
+outstanding per QP. The device paces and retransmits. A send completion is the responder's acknowledgement;
 a receive completion says `byte_len` bytes of transfer `tag` are in memory. The agent counts the
 bytes and messages it moved; the launcher adds the device's own counters (hw_counters), which a
 process in a host's namespace may not see.
@@ -33,23 +33,21 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import selectors
 import socket
 import sys
 import time
 from collections import deque
 
 from fabriclab.errors import LabError
-from fabriclab.traffic import agent as base
-from fabriclab.traffic.agent import Agent, PeerError
+from fabriclab.traffic import rank_driver
 from fabriclab.traffic.engine import Memory
+from fabriclab.traffic.rank_driver import PeerError, QpActivity
 from fabriclab.traffic.softroce import IB_MTU, decode_immediate, encode_immediate, ib_timeout
 
 SEND_WINDOW = 16              # RDMA WRITEs outstanding per QP
 RECEIVE_DEPTH = 2 * SEND_WINDOW + 8
 POLL_BATCH = 32
 POLL_INTERVAL_S = 0.001       # without a completion channel fd: how often a busy agent polls
-MAX_IDLE_WAIT_S = 0.05
 PAGE = mmap.PAGESIZE
 LANDING_BYTES = 64            # what a receive WR points at (a WRITE WITH IMMEDIATE uses none of it)
 RNR_TIMER = 12                # 0.64 ms before retrying a write the receiver had no WR for
@@ -171,6 +169,7 @@ class VerbsQP:
         self.channel = spec["channel"]
         self.send_psn, self.recv_psn = spec["send_psn"], spec["recv_psn"]
         self.port = port
+        self.port_index = port.index
         self.qp = qp
         self.qpn = qp.qp_num
         self.peer_qpn = None
@@ -179,31 +178,35 @@ class VerbsQP:
         self.outstanding = 0
         self.tx_messages = self.tx_bytes = 0
         self.rx_messages = self.rx_bytes = 0
-        self.first_send = self.last_ack = None
-        self.it_first = self.it_last = None
-        self.it_bytes = 0
+        self.activity = QpActivity()
 
     def counters(self):
         return {"qpn": self.qpn, "plan_qpn": self.label, "peer": self.peer,
                 "peer_qpn": self.peer_qpn, "channel": self.channel, "plane": self.port.index + 1,
                 "device": self.port.device, "messages_completed": self.tx_messages,
                 "tx_bytes": self.tx_bytes, "messages_received": self.rx_messages,
-                "rx_bytes": self.rx_bytes, "first_send": self.first_send, "last_ack": self.last_ack}
+                "rx_bytes": self.rx_bytes, "first_send": self.activity.first_send,
+                "last_ack": self.activity.last_ack}
 
 
-class VerbsAgent(Agent):
-    def __init__(self, config):
-        super().__init__(config)
+class VerbsRnic:
+    """RDMA verbs on the rank's rxe devices, for `rank_driver.RankDriver`."""
+
+    def __init__(self, config, driver):
+        self.config = config
+        self.driver = driver
+        self.transport = config["transport"]
         self.rdma = config["rdma"]
-        self.by_qpn = {}
+        self.ports = []
+        self.qps = {}                    # the plan's QP number -> VerbsQP
+        self.by_qpn = {}                 # (port index, device QP number) -> VerbsQP
         self.inflight = {}               # wr_id -> (qp, tag, nbytes)
         self.next_wr = 1
-        self.round = 0                   # "run" messages so far: the immediate's round
-        self.early_rounds = []           # (round, tag, nbytes) arrived before their round began
-        self.buffer = None                # the rank's memory (an mmap), registered on every port
-        self._anchor = None               # a ctypes view pinning the mmap's address
+        self.buffer = None               # the rank's memory (an mmap), registered on every port
+        self._anchor = None              # a ctypes view pinning the mmap's address
         self.offsets = {}
         self.base_address = 0
+        self.landing = 0
         self.event_driven = True
 
     # -- set-up ------------------------------------------------------------------------------------
@@ -232,23 +235,25 @@ class VerbsAgent(Agent):
             qp = VerbsQP(spec, port, QP(port.pd, init, attr))
             self.qps[qp.label] = qp
             self.by_qpn[(port.index, qp.qpn)] = qp
-            key = (qp.peer, qp.channel)
-            self.connections.setdefault(key, base.Connection(qp.peer, qp.channel, []))
-            self.connections[key].qps.append(qp)
-        for conn in self.connections.values():
-            conn.granted_to_me = float("inf")
-        self.connect_launcher(config["control"])
-        for port in self.ports:
-            if self.event_driven:
-                self.selector.register(port.event_fd, selectors.EVENT_READ, ("cq", port))
-        self.tell({"hello": self.rank, "pid": os.getpid(), "verbs": self.describe_verbs()})
+        return list(self.qps.values())
 
-    def describe_verbs(self):
-        return {"ports": [{"device": p.device, "gid": p.gid, "gid_index": p.gid_index,
-                           "rkey": p.mr.rkey} for p in self.ports],
-                "base": self.base_address, "layout": self.offsets,
-                "qps": {str(qp.label): qp.qpn for qp in self.qps.values()},
-                "events": self.event_driven}
+    def hello(self):
+        return {"verbs": {"ports": [{"device": p.device, "gid": p.gid, "gid_index": p.gid_index,
+                                     "rkey": p.mr.rkey} for p in self.ports],
+                          "base": self.base_address, "layout": self.offsets,
+                          "qps": {str(qp.label): qp.qpn for qp in self.qps.values()},
+                          "events": self.event_driven}}
+
+    def selectables(self):
+        if not self.event_driven:
+            return []
+        return [(port.event_fd, lambda _now, port=port: port.take_event()) for port in self.ports]
+
+    def on_control(self, message):
+        if "connect" in message:
+            self.connect(message["connect"])
+            return {"connected": self.driver.rank}
+        return None
 
     def connect(self, table):
         """Every QP to RTS against its peer's (from the launcher's table of every rank's hello)."""
@@ -286,10 +291,9 @@ class VerbsAgent(Agent):
                 qp.qp.to_rts(attr)
             except PyverbsError as exc:
                 raise LabError(f"connecting QP {qp.qpn:#x} on {qp.port.device} to "
-                               f"{self.describe(qp.peer)}: {exc}") from None
+                               f"{self.driver.describe(qp.peer)}: {exc}") from None
             for _ in range(RECEIVE_DEPTH):
                 self.post_receive(qp)
-        self.tell({"connected": self.rank})
 
     def post_receive(self, qp):
         from pyverbs.wr import SGE, RecvWR
@@ -297,57 +301,32 @@ class VerbsAgent(Agent):
         qp.qp.post_recv(RecvWR(wr_id=0, num_sge=1,
                                sg=[SGE(self.landing, LANDING_BYTES, qp.port.mr.lkey)]))
 
-    # -- the collective -------------------------------------------------------------------------
-
     def make_memory(self, regions):
+        """Verify mode's arrays are views of the registered memory: the device writes into them."""
         views = {name: memoryview(self.buffer)[self.offsets[name]:self.offsets[name] + size]
                  for name, size in regions.items()}
         return Memory(regions, buffers=views)
 
-    def prepare(self, size_index):
-        super().prepare(size_index)
-        Agent.clear_outputs(self)            # the previous size's values are in the same memory
-        if len(self.schedule.transfers) > (1 << 24):
-            raise LabError(f"{len(self.schedule.transfers)} transfers do not fit the immediate's "
+    def check_schedule(self, schedule):
+        if len(schedule.transfers) > (1 << 24):
+            raise LabError(f"{len(schedule.transfers)} transfers do not fit the immediate's "
                            f"24-bit tag")
-        mine = self.schedule.regions[self.rank]
-        for name, size in mine.items():
+        for name, size in schedule.regions[self.driver.rank].items():
             if size > self.rdma["regions"].get(name, 0):
                 raise LabError(f"region {name} of {size} bytes exceeds the registered "
                                f"{self.rdma['regions'].get(name, 0)}")
 
-    def run(self, iteration, start_at):
-        self.round += 1
-        super().run(iteration, start_at)
+    def close(self):
+        for port in self.ports:
+            port.close()
 
-    def clear_outputs(self):
-        """Not at "run": the device may already be writing a fast peer's data for the new round
-        into memory. The outputs are zeroed once the round is done (and at prepare) instead."""
+    # -- sending ----------------------------------------------------------------------------------
 
-    def check_done(self, now):
-        running = self.engine is not None
-        super().check_done(now)
-        if running and self.engine is None:
-            Agent.clear_outputs(self)
-
-    def begin(self, now):
-        expected = self.round % 256
-        stray = [r for r, _t, _n in self.early_rounds if r != expected]
-        if stray:
-            raise LabError(f"a write of round {stray[0]} arrived before round {expected} began")
-        self.early = [(tag, nbytes) for _r, tag, nbytes in self.early_rounds]
-        self.early_rounds = []
-        super().begin(now)
-
-    def admit(self, conn):
-        """Queue the connection's NIC messages on their QPs (no CTS: every grant is infinite)."""
-        while conn.pending:
-            transfer, parts, length = conn.pending.popleft()
-            conn.posted += length
-            for qp, off, nbytes in parts:
-                qp.queue.append((transfer.tag, self.offsets[transfer.src_region] + transfer.src_off + off,
-                                 nbytes, transfer.dst_region, transfer.dst_off + off))
-                self.pump(qp)
+    def post(self, qp, message, _data):
+        """Queue one NIC message on its QP (its bytes are in the registered memory already)."""
+        qp.queue.append((message.tag, self.offsets[message.src_region] + message.src_offset,
+                         message.nbytes, message.dst_region, message.dst_offset))
+        self.pump(qp)
 
     def pump(self, qp):
         """Post the QP's queued messages while its window has room."""
@@ -359,7 +338,7 @@ class VerbsAgent(Agent):
             base_address, rkey, peer_layout = qp.remote
             wr_id = self.next_wr
             self.next_wr += 1
-            immediate = socket.htonl(encode_immediate(self.round, tag))
+            immediate = socket.htonl(encode_immediate(self.driver.round, tag))
             wr = SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1,
                         sg=[SGE(self.base_address + local, nbytes, qp.port.mr.lkey)],
                         send_flags=e.IBV_SEND_SIGNALED, imm_data=immediate)
@@ -367,12 +346,18 @@ class VerbsAgent(Agent):
             qp.qp.post_send(wr)
             self.inflight[wr_id] = (qp, tag, nbytes)
             qp.outstanding += 1
-            now = time.monotonic()
-            if qp.first_send is None:
-                qp.first_send = now + self.clock_offset
-            if qp.it_first is None:
-                qp.it_first = now
-            qp.it_bytes += nbytes
+            qp.activity.sending(nbytes, time.monotonic(), self.driver.clock_offset)
+
+    # -- completions ------------------------------------------------------------------------------
+
+    def poll(self, now):
+        """Handle every completion the CQs hold; without completion events, poll again soon
+        while anything is under way."""
+        for port in self.ports:
+            self.drain(port)
+        if not self.event_driven and (self.driver.running or self.inflight):
+            return now + POLL_INTERVAL_S
+        return None
 
     def drain(self, port):
         """Handle every completion the port's CQ holds."""
@@ -387,6 +372,7 @@ class VerbsAgent(Agent):
     def completion(self, port, wc, now):
         import pyverbs.enums as e
 
+        driver = self.driver
         qp = self.by_qpn.get((port.index, wc.qp_num))
         if wc.status != e.IBV_WC_SUCCESS:
             what = WC_STATUS.get(wc.status, f"completion status {wc.status}")
@@ -398,81 +384,41 @@ class VerbsAgent(Agent):
             qp.outstanding -= 1
             qp.tx_messages += 1
             qp.tx_bytes += nbytes
-            qp.it_last = now
-            qp.last_ack = now + self.clock_offset
+            qp.activity.completed(now)
+            qp.activity.acknowledged(now, driver.clock_offset)
             self.pump(qp)
-            self.message_sent(tag)
+            driver.message_sent(tag, now)
         elif wc.opcode == e.IBV_WC_RECV_RDMA_WITH_IMM:
             self.post_receive(qp)
             round_, tag = decode_immediate(socket.ntohl(wc.imm_data))
-            nbytes = wc.byte_len
             qp.rx_messages += 1
-            qp.rx_bytes += nbytes
-            self.connections[(qp.peer, qp.channel)].received += nbytes
-            if self.engine is None:
-                self.early_rounds.append((round_, tag, nbytes))
-                return
-            if round_ != self.round % 256:
-                raise LabError(f"a write of round {round_} from {self.describe(qp.peer)} arrived "
-                               f"during round {self.round % 256}")
-            self.engine.received(tag, nbytes)
-            self.check_done(now)
-
-    def status(self):
-        state = super().status()
-        state["unposted_messages"] = sum(len(qp.queue) for qp in self.qps.values())
-        state["outstanding_writes"] = len(self.inflight)
-        return state
+            qp.rx_bytes += wc.byte_len
+            driver.message_received(qp, tag, wc.byte_len, now, round_)
 
     # -- counters ---------------------------------------------------------------------------------
 
     def totals(self):
         """What the agent counts itself; the launcher adds the devices' counters (softroce)."""
-        total = {}
-        total["tx_bytes"] = sum(qp.tx_bytes for qp in self.qps.values())
-        total["rx_bytes"] = sum(qp.rx_bytes for qp in self.qps.values())
-        total["messages_sent"] = sum(qp.tx_messages for qp in self.qps.values())
-        total["messages_received"] = sum(qp.rx_messages for qp in self.qps.values())
-        return total
+        qps = self.qps.values()
+        return {"tx_bytes": sum(qp.tx_bytes for qp in qps),
+                "rx_bytes": sum(qp.rx_bytes for qp in qps),
+                "messages_sent": sum(qp.tx_messages for qp in qps),
+                "messages_received": sum(qp.rx_messages for qp in qps)}
 
-    def final(self):
-        return {"final": self.rank, "totals": self.totals(), "cpu_s": round(time.process_time(), 3),
-                "qps": [qp.counters() for qp in self.qps.values()],
-                "ports": [{"address": p.address, "device": p.device, "gid": p.gid}
-                          for p in self.ports]}
+    def qp_counters(self):
+        return [qp.counters() for qp in self.qps.values()]
 
-    # -- the loop ---------------------------------------------------------------------------------
+    def port_reports(self):
+        return [{"address": p.address, "device": p.device, "gid": p.gid} for p in self.ports]
 
-    def on_control(self, message):
-        if "connect" in message:
-            self.connect(message["connect"])
-        else:
-            super().on_control(message)
-
-    def serve(self):
-        """Run until told to stop or the launcher goes away."""
-        while not self.stopping:
-            now = time.monotonic()
-            if self.start_mono is not None and now >= self.start_mono:
-                self.begin(now)
-            for port in self.ports:
-                self.drain(port)
-            timeout = MAX_IDLE_WAIT_S
-            if self.start_mono is not None:
-                timeout = min(timeout, max(0.0, self.start_mono - time.monotonic()))
-            if not self.event_driven and (self.engine is not None or self.inflight):
-                timeout = min(timeout, POLL_INTERVAL_S)
-            for key, _mask in self.selector.select(timeout):
-                kind, port = key.data
-                if kind == "control":
-                    self.read_control()
-                else:
-                    port.take_event()
+    def status(self):
+        return {"unposted_messages": sum(len(qp.queue) for qp in self.qps.values()),
+                "outstanding_writes": len(self.inflight)}
 
 
 def main(argv=None):
-    return base.main(argv, agent_class=VerbsAgent, module="fabriclab.traffic.verbs_agent",
-                     prog="fabriclab-verbs-agent")
+    return rank_driver.main(argv, VerbsRnic, module="fabriclab.traffic.verbs_agent",
+                            prog="fabriclab-verbs-agent")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 
 from fabriclab.errors import LabError
-from fabriclab.traffic import generator, roce
+from fabriclab.traffic import generator, roce, roce_receiver
 
 # -- BTH ------------------------------------------------------------------------------------------
 
@@ -129,12 +129,12 @@ def test_write_message_segments(message, payload, expected):
 def test_sender_walks_the_opcode_sequence_and_24_bit_psn():
     config = generator.parse_config({
         "flows": [_flow()], "duration_s": 1, "payload_bytes": 1024, "message_bytes": 3000})
-    flow = generator._FlowSender(config.flows[0], config, random.Random(1))
+    flow = generator.WriteStream(config.flows[0], config, random.Random(1))
     flow.psn = 0xFFFFFE
-    flow.ip_id = 0xFFFF
+    flow.ip_ids.next_id = 0xFFFF
     opcodes, psns, ids, reths = [], [], [], []
     for _ in range(6):
-        packet, size = flow.packet()
+        packet = flow.next_packet()
         ip = IP(packet)
         bth = ip[BTH]
         opcodes.append(bth.opcode)
@@ -144,7 +144,7 @@ def test_sender_walks_the_opcode_sequence_and_24_bit_psn():
             reths.append(roce.parse_reth(packet[roce.IPV4_HEADER_LEN + roce.UDP_HEADER_LEN:]))
         assert bth.ackreq == (bth.opcode == roce.OP_RC_RDMA_WRITE_LAST)
         assert roce.icrc_ok(packet)
-        flow.commit(size, len(packet) + roce.ETH_HEADER_LEN, 0.0)
+        flow.sent(len(packet) + roce.ETH_HEADER_LEN, 0.0)
     first, middle, last = (roce.OP_RC_RDMA_WRITE_FIRST, roce.OP_RC_RDMA_WRITE_MIDDLE,
                            roce.OP_RC_RDMA_WRITE_LAST)
     assert opcodes == [first, middle, last] * 2
@@ -438,7 +438,7 @@ def _feed(counters, psns, tos=0x6A, **kwargs):
 
 
 def test_counters_in_order_across_psn_wrap():
-    counters = generator.ReceiveCounters()
+    counters = roce_receiver.ReceiveCounters()
     _feed(counters, [0xFFFFFE, 0xFFFFFF, 0, 1])
     (flow,) = counters.result()
     assert flow["packets"] == 4 and flow["oos"] == 0 and flow["late"] == 0
@@ -450,7 +450,7 @@ def test_counters_in_order_across_psn_wrap():
 
 
 def test_counters_gap_swap_and_duplicate():
-    counters = generator.ReceiveCounters()
+    counters = roce_receiver.ReceiveCounters()
     _feed(counters, [10, 11, 13, 14])          # 12 lost: one oos, resync on 13
     _feed(counters, [16, 15, 17])              # swapped pair: 16 ahead, 15 late
     _feed(counters, [17])                      # duplicate
@@ -460,7 +460,7 @@ def test_counters_gap_swap_and_duplicate():
 
 
 def test_counters_reth_bytes_ce_and_separate_keys():
-    counters = generator.ReceiveCounters()
+    counters = roce_receiver.ReceiveCounters()
     _feed(counters, [1], opcode=roce.OP_RC_RDMA_WRITE_FIRST, payload=512, tos=0x6B)
     _feed(counters, [1], qpn=201, tos=0x6A)
     first, second = counters.result()
@@ -472,7 +472,7 @@ def test_counters_reth_bytes_ce_and_separate_keys():
 
 def test_sender_result_without_sockets_is_empty_but_well_formed():
     config = generator.parse_config(_config())
-    sender = generator.Sender(config, threading.Event(), seed=1)
+    sender = generator.HostSender(config, threading.Event(), seed=1)
     result = sender.result()
     assert result["f1"]["packets"] == 0 and result["f1"]["start"] is None
     assert result["f1"]["sport"] == roce.udp_source_port(100, 200)

@@ -14,9 +14,9 @@ from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic import schedules, softroce
-from fabriclab.traffic.agent import Connection
 from fabriclab.traffic.collective import CollectiveSpec, place_ranks
 from fabriclab.traffic.engine import Memory
+from fabriclab.traffic.rank_driver import PeerError, RankDriver
 
 RXE_HERE = doctor.Mechanism("RoCE transport", True, "rdma_rxe", "soft-RoCE devices")
 UDP_HERE = doctor.Mechanism("RoCE transport", True, "udp", "no rdma_rxe module: the lab's generator")
@@ -195,6 +195,8 @@ class FakeQP:
 
 
 def _verbs_agent(rank=0, n=2, size=4096):
+    """A rank driver over a VerbsRnic whose device QPs are fakes, opened as the driver opens
+    it but for the device and the launcher."""
     pytest.importorskip("pyverbs")
     from fabriclab.traffic import verbs_agent
 
@@ -213,22 +215,31 @@ def _verbs_agent(rank=0, n=2, size=4096):
                              "piece_bytes": 65536, "imbalance": 4.0, "seed": 1, "root": 0},
               "sizes": [size], "verify": False, "data_seed": 1, "control": "/nonexistent",
               "rdma": {"devices": ["fake0"], "regions": sched.regions[rank]}}
-    agent = verbs_agent.VerbsAgent(config)
-    port = SimpleNamespace(index=0, device="fake0", address=f"10.1.1.{rank + 1}", gid="::",
-                           mr=SimpleNamespace(lkey=1, rkey=2))
-    agent.ports = [port]
-    agent.offsets, _length = verbs_agent.layout(config["rdma"]["regions"])
-    agent.base_address, agent.landing = 0x10000, 0x90000
+
+    def fake_open(rnic):
+        port = SimpleNamespace(index=0, device="fake0", address=f"10.1.1.{rank + 1}", gid="::", gid_index=0,
+                               mr=SimpleNamespace(lkey=1, rkey=2))
+        rnic.ports = [port]
+        rnic.offsets, _length = verbs_agent.layout(config["rdma"]["regions"])
+        rnic.base_address, rnic.landing = 0x10000, 0x90000
+        for spec in qps:
+            qp = verbs_agent.VerbsQP(spec, port, FakeQP(0x11 + spec["peer"]))
+            qp.remote = (0x20000, 7, rnic.offsets)
+            fake[qp.peer] = qp
+            rnic.qps[qp.label] = qp
+            rnic.by_qpn[(0, qp.qpn)] = qp
+        return list(rnic.qps.values())
+
+    driver = RankDriver(config, verbs_agent.VerbsRnic)
+    driver.rnic.open = lambda: fake_open(driver.rnic)
+    driver.rnic.event_driven = False
     told = []
-    agent.tell = told.append
-    for spec in qps:
-        qp = verbs_agent.VerbsQP(spec, port, FakeQP(0x11 + spec["peer"]))
-        qp.remote = (0x20000, 7, agent.offsets)
-        fake[qp.peer] = qp
-        agent.qps[qp.label] = qp
-        agent.by_qpn[(0, qp.qpn)] = qp
-        agent.connections[(qp.peer, 0)] = Connection(qp.peer, 0, [qp])
-    return agent, sched, fake, told
+    driver.tell = told.append
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("fabriclab.traffic.rank_driver.ControlChannel", lambda path: None)
+        patch.setattr(driver.selector, "register", lambda *a, **k: None)
+        driver.open()
+    return driver, sched, fake, told
 
 
 def _wc(opcode, qp, wr_id=0, imm=0, nbytes=0, status=0):
@@ -239,29 +250,33 @@ def _wc(opcode, qp, wr_id=0, imm=0, nbytes=0, status=0):
 def test_verbs_agent_writes_with_immediates_and_completes_on_completions():
     import pyverbs.enums as e
 
-    agent, sched, fake, told = _verbs_agent()
-    agent.prepare(0)
-    agent.run(0, time.time())
+    driver, sched, fake, told = _verbs_agent()
+    rnic = driver.rnic
+    hello = told.pop(0)
+    assert hello["hello"] == 0 and hello["verbs"]["qps"] == {"101": 0x12}     # plan -> device QPN
+    assert hello["verbs"]["ports"] == [{"device": "fake0", "gid": "::", "gid_index": 0, "rkey": 2}]
+    driver.prepare(0)
+    driver.run(0, time.time())
     # a fast peer's first write lands before this rank's round begins
     incoming = [t for t in sched.transfers if t.dst == 0]
     early = incoming[0]
-    agent.completion(agent.ports[0], _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, fake[1],
-                                         imm=softroce.encode_immediate(1, early.tag),
-                                         nbytes=early.nbytes), time.monotonic())
-    assert agent.engine is None and agent.early_rounds == [(1, early.tag, early.nbytes)]
-    agent.begin(time.monotonic())
+    rnic.completion(rnic.ports[0], _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, fake[1],
+                                       imm=softroce.encode_immediate(1, early.tag),
+                                       nbytes=early.nbytes), time.monotonic())
+    assert driver.engine is None and driver.early == [(1, early.tag, early.nbytes)]
+    driver.begin(time.monotonic())
     qp = fake[1]
     for t in incoming[1:]:                  # the engine takes arrivals for any of its steps
-        agent.completion(agent.ports[0], _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, qp,
-                                             imm=softroce.encode_immediate(1, t.tag),
-                                             nbytes=t.nbytes), time.monotonic())
-    while agent.engine is not None:
+        rnic.completion(rnic.ports[0], _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, qp,
+                                           imm=softroce.encode_immediate(1, t.tag),
+                                           nbytes=t.nbytes), time.monotonic())
+    while driver.engine is not None:
         assert qp.qp.sent, "the engine stalled with nothing posted"
         wr = qp.qp.sent.pop(0)
         assert wr.opcode == e.IBV_WR_RDMA_WRITE_WITH_IMM
         round_, tag = softroce.decode_immediate(socket.ntohl(wr.imm_data))
         assert round_ == 1 and sched.transfers[tag].src == 0
-        agent.completion(agent.ports[0], _wc(e.IBV_WC_RDMA_WRITE, qp, wr_id=wr.wr_id), time.monotonic())
+        rnic.completion(rnic.ports[0], _wc(e.IBV_WC_RDMA_WRITE, qp, wr_id=wr.wr_id), time.monotonic())
     done = [m for m in told if "done" in m]
     assert len(done) == 1 and done[0]["counters"]["tx_bytes"] == sched.sent_bytes(0)
     assert done[0]["counters"]["messages_received"] == len(incoming)
@@ -271,25 +286,26 @@ def test_verbs_agent_writes_with_immediates_and_completes_on_completions():
 def test_verbs_agent_catches_a_write_from_another_round():
     import pyverbs.enums as e
 
-    agent, sched, fake, _told = _verbs_agent()
-    agent.prepare(0)
-    agent.run(0, time.time())
+    driver, sched, fake, _told = _verbs_agent()
+    driver.prepare(0)
+    driver.run(0, time.time())
     t = [t for t in sched.transfers if t.dst == 0][0]
-    agent.completion(agent.ports[0], _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, fake[1],
-                                         imm=softroce.encode_immediate(5, t.tag), nbytes=t.nbytes),
-                     time.monotonic())
+    driver.rnic.completion(driver.rnic.ports[0],
+                           _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, fake[1],
+                               imm=softroce.encode_immediate(5, t.tag), nbytes=t.nbytes),
+                           time.monotonic())
     with pytest.raises(LabError, match="round 5 arrived before round 1 began"):
-        agent.begin(time.monotonic())
+        driver.begin(time.monotonic())
 
 
 def test_a_failed_completion_names_the_peer():
     import pyverbs.enums as e
-    from fabriclab.traffic.agent import PeerError
 
-    agent, _sched, fake, _told = _verbs_agent()
+    driver, _sched, fake, _told = _verbs_agent()
     with pytest.raises(PeerError, match="transport retry counter exceeded on QP 0x12") as err:
-        agent.completion(agent.ports[0], _wc(e.IBV_WC_RDMA_WRITE, fake[1], status=e.IBV_WC_RETRY_EXC_ERR),
-                         time.monotonic())
+        driver.rnic.completion(driver.rnic.ports[0],
+                               _wc(e.IBV_WC_RDMA_WRITE, fake[1], status=e.IBV_WC_RETRY_EXC_ERR),
+                               time.monotonic())
     assert err.value.peer == 1
 
 

@@ -1,0 +1,205 @@
+"""The udp agent's RNIC under the rank driver, with its raw sockets swapped for an in-memory
+wire that carries the agent's real RoCEv2 datagrams: RC writes with ACKs, go-back-N after a
+loss, CTS grants, CNPs for CE marks, and the error a fatal send gives."""
+
+import errno
+import os
+import socket
+import struct
+import time
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+
+from fabriclab.errors import LabError
+from fabriclab.traffic import agent, rank_driver, roce, schedules, sockets
+
+ADDRESSES = ["10.0.0.1", "10.0.0.2"]
+
+
+class Wire:
+    """Datagrams between the agents' sockets: what one raw socket sends lands in the listener
+    of its destination address, as the kernel would hand it over (UDP payload, TOS, source).
+    `drop(n)` says whether the n-th data packet is lost; `mark(n)` whether it is CE-marked."""
+
+    def __init__(self, drop=lambda n: False, mark=lambda n: False):
+        self.inboxes = {address: deque() for address in ADDRESSES}
+        self.drop, self.mark = drop, mark
+        self.data_packets = 0
+        self.refuse = []               # errnos the next sends raise
+
+    def carry(self, packet):
+        if self.refuse:
+            code = self.refuse.pop(0)
+            raise OSError(code, os.strerror(code))
+        tos = packet[1]
+        src, dst = socket.inet_ntoa(packet[12:16]), socket.inet_ntoa(packet[16:20])
+        sport, = struct.unpack_from("!H", packet, 20)
+        payload = packet[roce.IPV4_HEADER_LEN + roce.UDP_HEADER_LEN:]
+        if roce.parse_bth(payload).opcode in roce.RETH_OPCODES | {
+                roce.OP_RC_RDMA_WRITE_MIDDLE, roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE}:
+            self.data_packets += 1
+            if self.drop(self.data_packets):
+                return
+            if self.mark(self.data_packets):
+                tos |= roce.ECN_CE
+        self.inboxes[dst].append((payload, tos, (src, sport)))
+
+
+class RawSocket:
+    def __init__(self, wire):
+        self.wire = wire
+
+    def sendto(self, packet, _flags, _address):
+        self.wire.carry(packet)
+        return len(packet)
+
+    def close(self):
+        pass
+
+
+class Listener:
+    def __init__(self, wire, address):
+        self.inbox = wire.inboxes[address]
+
+    def setblocking(self, _flag):
+        pass
+
+    def recvmsg(self, _size, _ancillary):
+        if not self.inbox:
+            raise BlockingIOError
+        payload, tos, source = self.inbox.popleft()
+        return payload, [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos]))], 0, source
+
+    def close(self):
+        pass
+
+
+def _configs(collective="allreduce", size=64 * 1024, **transport):
+    schedule = schedules.build(collective, 2, size)
+    qps = [[], []]
+    for a, b, channel in schedule.connections():
+        for me, peer, qpn, peer_qpn, send, recv in ((a, b, 0x100, 0x200, 7, 0xFFFFF0),
+                                                    (b, a, 0x200, 0x100, 0xFFFFF0, 7)):
+            qps[me].append({"qpn": qpn, "peer": peer, "peer_qpn": peer_qpn, "channel": channel,
+                            "port": 0, "index": 0, "peer_address": ADDRESSES[peer],
+                            "sport": 0xC123, "send_psn": send, "recv_psn": recv})
+    transport = {"payload_bytes": 1024, "chunk_bytes": 16384, "qp_method": "round-robin",
+                 "ack_every": 4, "spray": 1, "ack_timeout_s": 0.02, "retry_limit": 7,
+                 "dscp": 26, "control_dscp": 46, "cnp_dscp": 48, "ecn": roce.ECN_ECT0,
+                 "cts": {"enabled": False}, "dcqcn": None, "nic_queue_bytes": None, **transport}
+    ranks = [{"rank": r, "host": f"h{r + 1}", "addresses": [ADDRESSES[r]]} for r in range(2)]
+    coll = {"collective": collective, "algorithm": schedule.algorithm, "channels": 1,
+            "piece_bytes": 65536, "imbalance": 4.0, "seed": 1, "root": 0}
+    return schedule, [{"rank": r, "ranks": ranks, "qps": qps[r],
+                       "ports": [{"address": ADDRESSES[r], "rate_mbps": 2000}],
+                       "transport": transport, "collective": coll, "sizes": [size],
+                       "verify": True, "data_seed": 5, "control": "unused"} for r in range(2)]
+
+
+@pytest.fixture
+def pair(monkeypatch):
+    """Two rank drivers over UdpRnics joined by a Wire: make(wire, **transport)."""
+    def make(wire, **transport):
+        monkeypatch.setattr(sockets, "open_raw_sender", lambda *a, **k: RawSocket(wire))
+        monkeypatch.setattr(sockets, "open_roce_listener",
+                            lambda address="0.0.0.0", **k: Listener(wire, address))
+        monkeypatch.setattr(rank_driver, "ControlChannel", lambda path: None)
+        schedule, configs = _configs(**transport)
+        drivers = []
+        for config in configs:
+            driver = rank_driver.RankDriver(config, agent.UdpRnic)
+            driver.selector = SimpleNamespace(register=lambda *a: None)
+            driver.told = []
+            driver.tell = driver.told.append
+            driver.open()
+            drivers.append(driver)
+        return schedule, drivers
+    return make
+
+
+def _iterate(drivers, iteration=0, seconds=5.0):
+    """Run one iteration on both ranks, as their event loops would; returns the done reports."""
+    start_at = time.time()
+    for driver in drivers:
+        driver.prepare(0)
+        driver.run(iteration, start_at)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for driver in drivers:
+            now = time.monotonic()
+            if driver.start_mono is not None and now >= driver.start_mono:
+                driver.begin(now)
+            driver.rnic.poll(now)
+            for plane in driver.rnic.planes:
+                driver.rnic.receive(plane, time.monotonic())
+        done = [[m for m in d.told if "done" in m] for d in drivers]
+        if all(done):
+            return [d[0] for d in done]
+    pytest.fail(f"not done: {[d.status() for d in drivers]}")
+
+
+def test_a_collective_runs_over_real_rocev2_datagrams(pair):
+    wire = Wire()
+    schedule, drivers = pair(wire)
+    reports = _iterate(drivers)
+    for rank, report in enumerate(reports):
+        assert report["verify"]["ok"], report
+        c = report["counters"]
+        assert c["tx_bytes"] == schedule.sent_bytes(rank) and c["retransmitted_packets"] == 0
+        assert c["rx_bytes"] == schedule.received_bytes(rank)
+        # an ACK for every 4th packet and every message's last (16 KiB messages of 1 KiB packets)
+        assert c["acks_sent"] == c["rx_packets"] // 4
+        assert c["enobufs"] == c["send_errors"] == 0
+    final = drivers[0].final()
+    assert final["ports"][0]["tx_packets"] > 0 and final["qps"][0]["first_send"] is not None
+
+
+def test_go_back_n_recovers_a_lost_packet(pair):
+    wire = Wire(drop=lambda n: n == 10)
+    _schedule, drivers = pair(wire)
+    reports = _iterate(drivers)
+    assert all(r["verify"]["ok"] for r in reports)
+    counters = [r["counters"] for r in reports]
+    assert sum(c["out_of_sequence"] for c in counters) >= 1
+    assert sum(c["packet_seq_err"] for c in counters) == 1            # one NAK per gap
+    assert sum(c["naks_received"] for c in counters) == 1
+    assert sum(c["retransmitted_packets"] for c in counters) >= 1
+
+
+def test_cts_grants_let_the_writes_through(pair):
+    _schedule, drivers = pair(Wire(), cts={"enabled": True, "buffers": 1, "refresh_s": 0.01})
+    reports = _iterate(drivers)
+    assert all(r["verify"]["ok"] for r in reports)
+    assert all(c.granted_to_me >= c.posted > 0 for d in drivers for c in d.connections.values())
+
+
+def test_ce_marks_are_answered_with_cnps_that_slow_the_sender(pair):
+    from fabriclab.traffic.dcqcn import DcqcnParams
+
+    params = DcqcnParams.scaled(2000, 1.0).to_dict()
+    _schedule, drivers = pair(Wire(mark=lambda n: n % 8 == 0), dcqcn=params)
+    reports = _iterate(drivers)
+    assert all(r["verify"]["ok"] for r in reports)
+    counters = [r["counters"] for r in reports]
+    assert sum(c["ce_marked"] for c in counters) > 0
+    assert sum(c["cnp_sent"] for c in counters) == sum(c["cnp_handled"] for c in counters) > 0
+    qp = drivers[0].final()["qps"][0]
+    assert qp["dcqcn"]["min_rate_mbps"] < 2000
+
+
+def test_a_fatal_send_error_names_the_port_and_the_peer(pair):
+    wire = Wire()
+    _schedule, drivers = pair(wire)
+    wire.refuse = [errno.ENOBUFS, errno.EMSGSIZE]
+    drivers[0].prepare(0)
+    drivers[0].run(0, time.time())
+    drivers[0].begin(time.monotonic())
+    drivers[0].rnic.poll(time.monotonic())                     # ENOBUFS: held, counted
+    assert drivers[0].rnic.totals()["enobufs"] == 1
+    time.sleep(0.001)
+    with pytest.raises(LabError, match=r"10\.0\.0\.1 towards rank 1 \(h2 10\.0\.0\.2\): a \d+-byte "
+                                       r"packet exceeds the MTU towards 10\.0\.0\.2") as err:
+        drivers[0].rnic.poll(time.monotonic())
+    assert "\n" not in str(err.value)

@@ -1,0 +1,111 @@
+"""A NIC port on raw sockets: the packet I/O of the lab's RNICs.
+
+`RawPort` sends whole IPv4 RoCEv2 datagrams (built by `roce`) through a raw socket bound to the
+port's address, applies `send_policy` to refused sends and counts them, and carries the port's
+`Pace` (its line rate, or unpaced). With `listen()` it also receives the RoCEv2 datagrams
+addressed to it. `IpIds` numbers the IPv4 headers of raw packets.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import NamedTuple
+
+from fabriclab.traffic import roce, send_policy, sockets
+from fabriclab.traffic.pacer import Pace
+
+RECEIVE_BATCH = 64
+"""Datagrams read per readiness event, so a burst does not starve the sender for long."""
+
+
+class IpIds:
+    """The IPv4 ID counter of a stream of raw packets: 16 bits that wrap and skip 0.
+
+    Linux fills in the ID of an IP_HDRINCL packet whose ID is 0, which would change bytes the
+    ICRC covers."""
+
+    __slots__ = ("next_id",)
+
+    def __init__(self, first=1):
+        self.next_id = first
+
+    def take(self):
+        ip_id = self.next_id
+        self.next_id = ip_id % 0xFFFF + 1
+        return ip_id
+
+
+class Refusal(NamedTuple):
+    """A send the stack refused: its `send_policy` kind and the error."""
+
+    kind: str
+    error: OSError
+
+
+class RawPort:
+    """One NIC port: a raw IPv4 socket bound to `address` (so `ip rule from <address>` picks
+    the NIC), its pace and its counters.
+
+    `what` names the port's user in errors (a flow, a rank's port). `send_buffer` bounds the
+    bytes the kernel queues for it (see `sockets.open_raw_sender`)."""
+
+    def __init__(self, address, what, rate_mbps=None, send_buffer=None):
+        self.address = address
+        self.pace = Pace(rate_mbps)
+        self.sender = sockets.open_raw_sender(address, what, send_buffer)
+        self.listener = None
+        self.tx_packets = 0
+        self.tx_bytes = 0
+        self.enobufs = 0          # sends refused by a full queue
+        self.send_errors = 0      # sends refused for want of a route
+
+    def listen(self):
+        """Receive RoCEv2 datagrams addressed to this port (non-blocking: see `receive`)."""
+        self.listener = sockets.open_roce_listener(self.address)
+        self.listener.setblocking(False)
+        return self.listener
+
+    def close(self):
+        self.sender.close()
+        if self.listener is not None:
+            self.listener.close()
+
+    def transmit(self, packet, dst):
+        """Send one datagram now; None when it went, else a Refusal (counted here)."""
+        try:
+            self.sender.sendto(packet, socket.MSG_DONTWAIT, (dst, 0))
+        except OSError as exc:
+            kind = send_policy.classify(exc)
+            if kind is send_policy.BUSY:
+                self.enobufs += 1
+            elif kind is send_policy.UNREACHABLE:
+                self.send_errors += 1
+            return Refusal(kind, exc)
+        self.tx_packets += 1
+        self.tx_bytes += len(packet) + roce.ETH_HEADER_LEN
+        return None
+
+    def transmit_out_of_turn(self, packet, dst, now):
+        """Send a packet that cannot wait for its turn (an ACK, a CNP, a CTS) and charge it to
+        the port's pace. A busy or unreachable refusal loses it, as a dropped packet is lost
+        (the transport's timers recover); a fatal one is returned."""
+        refusal = self.transmit(packet, dst)
+        if refusal is None:
+            self.pace.charge_out_of_turn(len(packet) + roce.ETH_HEADER_LEN, now)
+            return None
+        return refusal if refusal.kind is send_policy.FATAL else None
+
+    def receive(self):
+        """Up to RECEIVE_BATCH waiting datagrams as (UDP payload, source address, TOS byte)."""
+        recvmsg = self.listener.recvmsg
+        read_ancillary = sockets.read_ancillary
+        for _ in range(RECEIVE_BATCH):
+            try:
+                data, ancillary, _flags, address = recvmsg(65536, sockets.ANCILLARY_SPACE)
+            except (BlockingIOError, InterruptedError):
+                return
+            yield data, address[0], read_ancillary(ancillary)[0]
+
+    def report(self):
+        return {"address": self.address, "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
+                "enobufs": self.enobufs, "send_errors": self.send_errors}
