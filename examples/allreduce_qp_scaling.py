@@ -2,39 +2,43 @@
 
     sudo .venv/bin/python examples/allreduce_qp_scaling.py [SPEC] [SIZE_BYTES]
 
-One fabric, three runs of the same collective (seed 000 section 4.2): with one QP per ring
-connection each leaf's cross-leaf flow hashes onto one uplink; more QPs give ECMP more UDP source
-ports to spread; with one shared source port per NIC pair the extra QPs add no entropy. Prints a
-row per setting and returns them.
+One plan, three runs of the same collective on one fabric (seed 000 section 4.2): with one QP per
+ring connection each leaf's cross-leaf flow hashes onto one uplink; more QPs give ECMP more UDP
+source ports to spread; with one shared source port per NIC pair the extra QPs add no entropy.
+Prints a row per run and returns them; the results folder has report.md and the plots.
 """
 
 import sys
 
-from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
-from fabriclab.traffic.collective import CollectiveSpec, run_collective
+from fabriclab.traffic.collective import CollectiveSpec
+from fabriclab.workflows import pipeline
+from fabriclab.workflows.plan import Job, Plan, RunPlan
 
 SETTINGS = [("1 QP", dict(qps=1)), ("4 QPs", dict(qps=4)),
             ("4 QPs, shared source port", dict(qps=4, sport_mode="shared"))]
 
 
-def main(spec_name="default", size=1 << 20):
+def main(spec_name="default", size=1 << 20, out=None):
+    spec = load_spec(spec_name)
+    runs = [RunPlan(label, jobs=[Job("ring", CollectiveSpec("allreduce", sizes=(size,), iterations=3,
+                                                             verify=True, **extra))])
+            for label, extra in SETTINGS]
+    result = pipeline.run_plan(Plan(f"{spec.name}-qp-scaling", "python", spec, runs), out)
     rows = []
-    with Lab(load_spec(spec_name)) as lab:
-        for label, extra in SETTINGS:
-            run = run_collective(lab, CollectiveSpec("allreduce", sizes=(size,), iterations=3,
-                                                     verify=True, **extra))
-            row = run.sizes[0]
-            rows.append({"setting": label, "busbw_mbps": round(row["busbw_mbps"], 2),
-                         "cct_ms": round(row["time_s"]["mean"] * 1e3, 1),
-                         "uplink_max_mean": row["balance"]["up"]["max_mean_ratio"],
-                         "sports_in_use": len({q["sport"] for f in run.finals.values()
-                                               for q in f["qps"] if q["tx_packets"]}),
-                         "verified": row["verify"]["ok"]})
+    for run in result.doc["runs"]:
+        job = run["jobs"]["ring"]
+        size_row = job["sizes"][0]
+        rows.append({"setting": run["label"], "busbw_mbps": round(size_row["busbw_mbps"], 2),
+                     "cct_ms": round(size_row["cct_ms"]["mean"], 1),
+                     "uplink_max_mean": size_row["balance"]["up"]["max_mean_ratio"],
+                     "sports_in_use": len({q["sport"] for q in job["qps"] if q["tx_packets"]}),
+                     "verified": size_row["verify"]["ok"]})
     for row in rows:
         print(f"{row['setting']:<28} busbw {row['busbw_mbps']:6.2f} Mbit/s  CCT {row['cct_ms']:7.1f} ms"
               f"  uplink max/mean {row['uplink_max_mean']}  source ports {row['sports_in_use']}"
               f"  verified {row['verified']}")
+    print("results:", result.folder)
     return rows
 
 

@@ -11,3 +11,7 @@ class SpecError(LabError):
 
 class EnvironmentProblem(LabError):
     """A missing privilege, binary or service; the message says what to run to fix it."""
+
+
+class Terminated(LabError):
+    """SIGTERM arrived during a run; raised so that teardown runs (exit code 130, as Ctrl-C)."""

@@ -13,7 +13,9 @@ One fabric runs at a time and it stops when the module ends: switch and host nam
 a machine, so another spec, or a test that builds its own Lab, needs them free.
 `run_scenario(path_or_mapping, lab=None, **kw)` runs a scenario into the test's tmp_path and
 returns the results document; with `lab=` it runs on that shared fabric instead of building one.
-Both skip the test, saying why, without root.
+`run_plan(plan, lab=None, **kw)` does the same for any pipeline Plan (fabriclab.workflows.plan)
+and returns the PlanResult (the document, the folder, and each run's port series).
+All skip the test, saying why, without root.
 """
 
 from __future__ import annotations
@@ -81,13 +83,24 @@ def lab_for(fabriclab_pool):
 
 
 @pytest.fixture
-def run_scenario(tmp_path):
-    """run_scenario(path or mapping, lab=None, **kw) -> results document (folder in tmp_path)."""
+def run_plan(tmp_path):
+    """run_plan(plan, lab=None, **kw) -> PlanResult (folder in tmp_path)."""
     _need_root()
+    from fabriclab.workflows import pipeline
+
+    def run(plan, lab=None, out=None, **kw):
+        return pipeline.run_plan(plan, out or tmp_path / plan.name.replace("/", "-"), lab=lab, **kw)
+
+    return run
+
+
+@pytest.fixture
+def run_scenario(run_plan, tmp_path):
+    """run_scenario(path or mapping, lab=None, **kw) -> results document (folder in tmp_path)."""
     from fabriclab.workflows import scenario
 
     def run(source, lab=None, out=None, **kw):
         sc = scenario.parse(source) if isinstance(source, dict) else scenario.load(source)
-        return scenario.run(sc, out or tmp_path / "scenario", lab=lab, **kw)
+        return run_plan(scenario.to_plan(sc), lab=lab, out=out or tmp_path / "scenario", **kw).doc
 
     return run

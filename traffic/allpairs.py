@@ -7,9 +7,44 @@ library pairs rails), so multi-NIC and multiplane fabrics carry one stream set p
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from fabriclab.errors import LabError
 
 FIRST_QPN = 0x11   # QPNs below this are reserved by RDMA (QP0, QP1)
+SPORT_MODES = ("qp", "shared")
+MAX_FLOWS_PER_PAIR = 64          # QPs per host pair; beyond this the agents' CPU, not the fabric, sets rates
+MAX_DURATION_S = 3600.0
+
+
+@dataclass(frozen=True)
+class AllPairsSpec:
+    """What `run` and `demo` send: every host port streams to its peers for `duration_s`, each
+    port offering `load` x its link rate in total over `flows_per_pair` QPs per peer."""
+
+    duration_s: float = 5.0
+    load: float = 0.5
+    flows_per_pair: int = 1
+    sport_mode: str = "qp"
+
+    def check(self):
+        """Raise LabError naming the first bad field."""
+        d = self.duration_s
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) \
+                or not 0 < d <= MAX_DURATION_S:
+            raise LabError(f"all-pairs: duration_s must be in (0, {MAX_DURATION_S:g}] seconds, got {d!r}")
+        load = self.load
+        # A load that rounds every flow's rate to nothing is no load either.
+        if isinstance(load, bool) or not isinstance(load, (int, float)) or not math.isfinite(load) \
+                or not 1e-3 <= load <= 1.0:
+            raise LabError(f"all-pairs: load must be in [0.001, 1] (a fraction of the link rate), got {load!r}")
+        n = self.flows_per_pair
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FLOWS_PER_PAIR:
+            raise LabError(f"all-pairs: flows_per_pair must be a whole number in 1..{MAX_FLOWS_PER_PAIR}, "
+                           f"got {n!r}")
+        if self.sport_mode not in SPORT_MODES:
+            raise LabError(f"all-pairs: sport_mode must be qp or shared, got {self.sport_mode!r}")
 
 
 def peers(fabric, port):

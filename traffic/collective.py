@@ -277,10 +277,11 @@ class Launcher:
     noise job): each needs its own `name` (its control folder); `stop`, a threading.Event, ends
     a job after its current iteration (at least one measured) instead of its last."""
 
-    def __init__(self, lab, spec, progress=None, name="collective", stop=None):
+    def __init__(self, lab, spec, progress=None, name="collective", stop=None, on_ready=None):
         spec.check()
         self.lab, self.spec, self.progress = lab, spec, progress
         self.name, self.stop = name, stop
+        self.on_ready = on_ready      # called once every agent is up, before the first iteration
         fabric = lab.fabric
         self.ranks = place_ranks(fabric, spec)
         n = len(self.ranks)
@@ -386,6 +387,8 @@ class Launcher:
         if hasattr(self.lab, "announce_job"):
             self.lab.announce_job(self.name, self.placement_pairs())
         self.announced = True
+        if self.on_ready is not None:
+            self.on_ready(time.time())
 
     def placement_pairs(self):
         """[(source ip, destination ip, bytes)] the job moves per iteration of all its sizes,

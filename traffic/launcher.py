@@ -1,9 +1,11 @@
-"""Runs a traffic plan on a live lab: one agent per host, a shared start time, bounded waits.
+"""Runs an all-pairs traffic plan on a live lab: one agent per host, a shared start time, bounded
+waits.
 
 The launcher writes each host's agent config into the run folder, starts the agents inside the
-hosts' namespaces, samples the switch counters while they run, fires timed actions (a link going
-down at t = 2 s, say), and gathers every agent's result. An agent that fails is named with its
-host and its own error line; nothing waits forever.
+hosts' namespaces, reads the switch counters at the start and the end of the steady state, and
+gathers every agent's result. An agent that fails is named with its host and its own error line;
+nothing waits forever. Faults during the traffic and sampling over time are the pipeline's
+(fabriclab.workflows.pipeline): this module only moves the packets.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fabriclab.traffic import roce
 AGENT_MODULE = "fabriclab.traffic.generator"
 START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
 LINGER_S = 1.0
+PROGRESS_EVERY_S = 0.25
 
 
 @dataclass
@@ -31,10 +34,9 @@ class TrafficRun:
     duration_s: float
     start_mono: float
     results: dict = field(default_factory=dict)      # host -> agent result
-    samples: list = field(default_factory=list)      # telemetry snapshots, in time order
     window: tuple = ()                              # (before, after) snapshots of the steady state
-    actions: list = field(default_factory=list)      # what was done when, with its outcome
     payload_bytes: int = 0                           # RDMA payload per packet (RoCE path MTU)
+    start_wall: float = 0.0                          # unix time the agents started sending
 
     def flow_rows(self):
         """Per flow: sent and received bytes, loss, out-of-sequence, delivered Mbit/s."""
@@ -74,16 +76,6 @@ class TrafficRun:
                 "late": sum(r["late"] for r in rows),
                 "delivered_mbps": round(sum(r["delivered_mbps"] for r in rows), 3)}
 
-    def series(self, intf):
-        """(seconds since start, Mbit/s) of one switch port over the samples."""
-        points = []
-        for prev, cur in zip(self.samples, self.samples[1:]):
-            a, b = prev["counters"].get(intf), cur["counters"].get(intf)
-            dt = cur["time"] - prev["time"]
-            if a and b and dt > 0:
-                points.append((round(cur["time"] - self.start_mono, 3),
-                               (b["tx_bytes"] - a["tx_bytes"]) * 8 / dt / 1e6))
-        return points
 
 
 def resolve_neighbours(lab, plan, timeout_s=2):
@@ -106,12 +98,13 @@ def resolve_neighbours(lab, plan, timeout_s=2):
 
 
 def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=65536,
-                sport_mode="qp", actions=(), sample_interval_s=0.25, settle_s=0.5, progress=None,
-                warm_up=True):
-    """Run `plan` ({host: [flow]}) for duration_s; `actions` are (seconds after start, callable).
+                sport_mode="qp", settle_s=0.5, progress=None, warm_up=True, on_start=None, cancel=None):
+    """Run `plan` ({host: [flow]}) for duration_s; returns a TrafficRun.
 
     The steady-state window for link utilization starts `settle_s` after the start and ends at
-    the end of sending, so start-up and drain do not dilute the averages.
+    the end of sending, so start-up and drain do not dilute the averages. `on_start(unix time)` is
+    called once the agents are launched, with the time they begin sending. `cancel`, an Event set
+    from another thread (Ctrl-C in the main one), ends the run at once with its agents killed.
     """
     if duration_s <= 0:
         raise LabError(f"duration must be > 0 s, got {duration_s}")
@@ -128,7 +121,7 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
     start_unix = time.time() + START_MARGIN_S
     start_mono = time.monotonic() + START_MARGIN_S
     procs = {}
-    run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes)
+    run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, start_wall=start_unix)
     try:
         for host in lab.fabric.hosts:
             config = {"listen": True, "flows": plan.get(host, []), "start_at": start_unix,
@@ -142,38 +135,26 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             lab.run.add_process(proc.pid, "traffic-agent", AGENT_MODULE)
             procs[host] = (proc, out)
-        pending = sorted(actions, key=lambda a: a[0])
+        if on_start is not None:
+            on_start(start_unix)
         end = start_mono + duration_s
         window_start = start_mono + settle_s
         before = None
-        next_sample = start_mono
         while time.monotonic() < end:
             now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                raise LabError("traffic cancelled")
             for host, (proc, _out) in procs.items():
                 if proc.poll() not in (None, 0):
                     raise LabError(f"traffic agent on {host} exited early: {_stderr_line(proc)}")
-            if pending and now >= start_mono + pending[0][0]:
-                at, action = pending.pop(0)
-                t0 = time.monotonic()
-                outcome = action()
-                run.actions.append({"at_s": at, "took_s": round(time.monotonic() - t0, 3),
-                                    "action": getattr(action, "description", repr(action)),
-                                    "outcome": outcome if isinstance(outcome, (dict, list, str)) else None})
-                continue
-            if now >= next_sample:
-                snap = telemetry.snapshot(lab.fabric)
-                if now >= start_mono:
-                    run.samples.append(snap)
-                if before is None and now >= window_start:
-                    before = snap
-                next_sample += sample_interval_s
-                if progress:
-                    progress(min(1.0, max(0.0, (now - start_mono) / duration_s)))
-            time.sleep(max(0.0, min(next_sample, end) - time.monotonic()) if not pending
-                       else 0.01)
+            if before is None and now >= window_start:
+                before = telemetry.snapshot(lab.fabric)
+            if progress:
+                progress(min(1.0, max(0.0, (now - start_mono) / duration_s)))
+            wake = window_start if before is None else end
+            time.sleep(max(0.0, min(wake, end, now + PROGRESS_EVERY_S) - time.monotonic()))
         after = telemetry.snapshot(lab.fabric)
-        run.samples.append(after)
-        run.window = (before or run.samples[0], after)
+        run.window = (before or after, after)
         deadline = time.monotonic() + LINGER_S + 15.0
         for host, (proc, out) in procs.items():
             try:

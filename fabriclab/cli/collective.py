@@ -4,19 +4,18 @@
 
 brings the fabric up, runs the collective over every host NIC, prints a table per message size
 (completion time mean/p50/p99, algbw, busbw and its fraction of the link rate, RNIC counters)
-and writes results.json. The lab prompt's `collective` command takes the same options and runs
-on the fabric that is already up.
+and writes the results folder. The lab prompt's `collective` command takes the same options and
+runs on the fabric that is already up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from fabriclab.cli import running
 from fabriclab.errors import LabError
-from fabriclab.table import format_table, progress_bar
-from fabriclab.units import human_size, parse_sizes
+from fabriclab.units import parse_sizes
 
 DEFAULT_SIZES = "64K,256K,1M"
 
@@ -100,115 +99,46 @@ def register(subparsers):
                                                  "style), report, tear down")
     p.add_argument("spec", metavar="SPEC", help="spec file or shipped spec name")
     p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
-    p.add_argument("--verbose", action="store_true")
     add_collective_args(p)
-    p.add_argument("--out", help="results folder (default results/<time>-<spec>/)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--sample-ms", type=float, default=5.0, help="port sampling interval (default 5 ms)")
+    running.add_output_args(p)
     p.set_defaults(func=cmd_collective)
 
 
+def collective_plan(spec, routing, cspec, args, kind="collective", sample_ms=5.0):
+    """The plan of `collective` and of the prompt's `collective`: one run, one collective job."""
+    from fabriclab.workflows.plan import Job, Metrics, single_run
+
+    source = {"command": kind, "routing": routing,
+              **{k: v for k, v in vars(args).items() if k not in ("func", "command") and not callable(v)}}
+    return single_run(f"{spec.name}-{cspec.collective}", kind, spec, Job(cspec.collective, cspec),
+                      routing=routing, metrics=Metrics(sample_ms=sample_ms, bin_ms=max(50.0, sample_ms)),
+                      source=source)
+
+
 def cmd_collective(args):
-    from fabriclab.results import document
     from fabriclab.lab.controller import check_app
-    from fabriclab.lab.lab import Lab
+    from fabriclab.results import tables
     from fabriclab.topologies.spec import load_spec
-    from fabriclab.traffic.collective import Launcher
+    from fabriclab.workflows import pipeline
 
     spec = load_spec(args.spec)
     check_app(args.routing)
     cspec = spec_from_args(args)
-    lab = Lab(spec, routing=args.routing, verbose=args.verbose)
+    plan = collective_plan(spec, args.routing, cspec, args, sample_ms=args.sample_ms)
     table = args.format == "table"
-    # Ranks, hosts and schedules are checked here, before anything is built.
-    launcher = Launcher(lab, cspec, progress=progress_bar if table and sys.stdout.isatty() else None)
-    with lab:
-        if table:
-            print(f"fabric {spec.name} up in {lab.timings['up_s']:.1f} s; {cspec.collective} over "
-                  f"{len(launcher.ranks)} ranks, sizes {args.sizes} ...", flush=True)
-        run = launcher.run()
-        doc = collective_result(lab, run)
-    path = document.write_result(doc, args.out)
-    plot_result(doc, path.parent)
     if table:
-        if sys.stdout.isatty():
-            print()
-        print(collective_table(doc))
-        print(f"\nresults: {path}")
+        print(f"bringing up {spec.name} with {args.routing}; {cspec.collective}, sizes {args.sizes} ...",
+              flush=True)
+    result = pipeline.run_plan(plan, args.out, progress=running.Progress(bar=True) if table else None,
+                               verbose=args.verbose)
+    doc = result.doc
+    if table:
+        print(tables.collective_table(doc))
+        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
     else:
         print(json.dumps(doc, indent=1))
-    ok = all(row["valid"] and (row["verify"] is None or row["verify"]["ok"]) for row in doc["sizes"])
-    return 0 if ok else 1
-
-
-def collective_result(lab, run):
-    from dataclasses import asdict
-
-    from fabriclab.results import document
-
-    spec = run.spec
-    header = document.run_header(lab, run.payload_bytes)
-    header["mechanisms"] = {**header.get("mechanisms", {}), "roce": run.backend}
-    return {
-        **header,
-        "kind": "collective",
-        # udp: the lab's RNIC in Python, RoCEv2 through raw sockets; rdma_rxe: soft-RoCE verbs.
-        "backend": run.backend,
-        "workload": {**asdict(spec), "sizes": list(spec.sizes), "hosts": spec.hosts and list(spec.hosts)},
-        "transport": {"payload_bytes": run.payload_bytes, "ack_timeout_s": run.ack_timeout_s,
-                      "link_rate_mbps": run.link_rate_mbps},
-        "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic, "addresses": [p.ip for p in r.ports]}
-                  for r in run.ranks],
-        "sizes": run.sizes,
-        "rank_counters": {str(rank): final["totals"] for rank, final in sorted(run.finals.items())},
-        "qps": [qp for rank, final in sorted(run.finals.items()) for qp in
-                [{**q, "rank": rank} for q in final["qps"]]],
-        "queues": run.queues,
-        "valid": all(row["valid"] for row in run.sizes),
-        "elapsed_s": round(run.elapsed_s, 3),
-    }
-
-
-def plot_result(doc, folder):
-    """busbw against message size (with the NIC rate), and each size's CCT distribution."""
-    from fabriclab.results import plots
-
-    rows = doc["sizes"]
-    w = doc["workload"]
-    name = f"{w['collective']}/{rows[0]['algorithm']} over {rows[0]['ranks']} ranks on {doc['fabric']['name']}"
-    plots.lines(folder / "busbw.png", name, [r["size"] for r in rows],
-                {"busbw": [r["busbw_mbps"] for r in rows], "algbw": [r["algbw_mbps"] for r in rows]},
-                "message size (bytes)", "Mbit/s",
-                reference=(rows[0]["nic_rate_mbps"], "NIC rate"))
-    plots.cdfs(folder / "cct.png", f"{name}: completion time per iteration",
-               {human_size(r["size"]): [t * 1e3 for t in r["time_s"]["all"]] for r in rows},
-               "CCT (ms)")
-
-
-def collective_table(doc):
-    rows = []
-    for row in doc["sizes"]:
-        t, c = row["time_s"], row["counters"]
-        verify = "-" if row["verify"] is None else ("ok" if row["verify"]["ok"] else "FAILED")
-        rows.append((human_size(row["size"]), f"{t['mean'] * 1e3:.1f}", f"{t['p50'] * 1e3:.1f}",
-                     f"{t['p99'] * 1e3:.1f}", f"{row['algbw_mbps']:.2f}", f"{row['busbw_mbps']:.2f}",
-                     f"{100 * row['busbw_fraction_of_nic']:.0f}",
-                     row["balance"]["up"].get("max_mean_ratio"),
-                     c.get("out_of_sequence", "-"), c.get("retransmitted_packets", c.get("retries", "-")),
-                     c.get("local_ack_timeout_err", "-"), c.get("cnp_sent", "-"),
-                     verify + ("" if row["valid"] else " (CPU SATURATED)")))
-    w = doc["workload"]
-    first = doc["sizes"][0]
-    scale = doc["scale"]
-    title = (f"{w['collective']}/{first['algorithm']} over {first['ranks']} ranks on {doc['fabric']['name']} "
-             f"({doc['routing']}), backend {doc.get('backend', 'udp')}, {w['channels']} channel(s), "
-             f"{w['qps']} QP(s) per connection "
-             f"({w['qp_method']}), links {scale['host_rate_mbps']:g} Mbit/s"
-             + (f" (time scale x{scale['time_scale']:.0f})" if scale["time_scale"] else ""))
-    return format_table(("size", "CCT mean ms", "p50 ms", "p99 ms", "algbw Mbit/s", "busbw Mbit/s",
-                         "busbw % NIC", "uplink max/mean", "OOS",
-                         # rdma_rxe counts the requester's go-back-N restarts, not packets
-                         "retries" if doc.get("backend") == "rdma_rxe" else "retrans",
-                         "timeouts", "CNPs", "verify"), rows, title=title)
+    return running.exit_code(doc)
 
 
 def prompt_parser():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 
+from fabriclab.cli import running
 from fabriclab.table import format_table
 
 
@@ -19,39 +19,32 @@ def register(subparsers):
     p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
     p.add_argument("--quick", action="store_true",
                    help="smaller transfers and fewer iterations (a minute instead of several)")
-    p.add_argument("--sample-ms", type=float, default=5.0, help="queue sampling interval (default 5 ms)")
+    p.add_argument("--sample-ms", type=float, default=5.0, help="port and queue sampling interval (default 5 ms)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", help="results folder (default results/<time>-<name>/)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--verbose", action="store_true")
+    running.add_output_args(p)
     p.set_defaults(func=cmd_experiment)
 
 
 def cmd_experiment(args):
-    from fabriclab.workflows.experiments import EXPERIMENTS, Options, module, run_experiment
+    from fabriclab.workflows import pipeline
+    from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, module
 
     if args.name == "list":
         rows = [(name, module(name).DEFAULT_SPEC, module(name).SUMMARY) for name in EXPERIMENTS]
         print(format_table(("experiment", "default spec", "what it shows"), rows))
         return 0
-    mod = module(args.name)
     options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed)
+    plan = build_plan(args.name, args.spec, options)
     table = args.format == "table"
-
-    def progress(number, case):
-        if table:
-            print(f"[{number + 1}] {case.name} ...", flush=True)
-
     if table:
-        print(f"{args.name}: {mod.SUMMARY}", flush=True)
-    doc = run_experiment(args.name, args.spec, args.out, options, progress, args.verbose)
+        print(f"{args.name}: {plan.experiment.SUMMARY}", flush=True)
+    result = pipeline.run_plan(plan, args.out, progress=running.Progress() if table else None,
+                               verbose=args.verbose)
+    doc = result.doc
     if table:
         print()
-        print(mod.table(doc))
-        print(f"\nresults: {doc['folder']}")
+        print(plan.experiment.table(doc))
+        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
     else:
         print(json.dumps(doc, indent=1))
-    if not doc["valid"]:
-        print("warning: the CPU was saturated in some case: the software switches, not the fabric, "
-              "may have set those numbers", file=sys.stderr)
-    return 0
+    return running.exit_code(doc)

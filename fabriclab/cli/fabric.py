@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import sys
 
-from fabriclab.lab.controller import check_app
+from fabriclab.cli import running
 from fabriclab.errors import LabError
-from fabriclab.table import format_table, progress_bar
+from fabriclab.lab.controller import check_app
+from fabriclab.table import format_table
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec, shipped_specs
 
 DEFAULT_SPEC = "default"
-_FAULT_RE = re.compile(r"^([A-Za-z0-9]+)-([A-Za-z0-9]+)(?:#(\d+))?@(\d+(?:\.\d*)?|\.\d+)$")
-
-
-def parse_fault(text, up):
-    """'l1-s1@2.5' or 'l1-s1#2@2.5' (parallel member 2) -> (seconds, node1, node2, member, up)."""
-    m = _FAULT_RE.match(text)
-    if not m:
-        raise LabError(f"bad link event {text!r}: expected NODE-NODE@SECONDS, e.g. l1-s1@2 "
-                       f"(or l1-s1#2@2 for the second parallel link)")
-    member = int(m.group(3)) - 1 if m.group(3) else None
-    if member is not None and member < 0:
-        raise LabError(f"bad link event {text!r}: parallel links are numbered from 1")
-    return float(m.group(4)), m.group(1), m.group(2), member, up
 
 
 def register(subparsers):
@@ -40,6 +26,7 @@ def register(subparsers):
 
     p = subparsers.add_parser("up", help="bring a fabric up and open the lab prompt")
     _fabric_args(p)
+    p.add_argument("--verbose", action="store_true", help="show Mininet's and the lab's progress")
     p.add_argument("--script", metavar="FILE",
                    help="run the prompt commands in FILE first (then read the terminal, until EOF)")
     p.set_defaults(func=cmd_up)
@@ -53,16 +40,14 @@ def register(subparsers):
     p = subparsers.add_parser("demo", help="the default experiment: default fabric, ECMP, all-pairs "
                                            "traffic, uplink balance table")
     p.add_argument("--spec", default=DEFAULT_SPEC, help="spec file or shipped name (default: default)")
-    p.add_argument("--routing", default="ecmp")
-    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
     _traffic_args(p)
-    p.set_defaults(func=cmd_run, faults=None)
+    p.set_defaults(func=cmd_run)
 
 
 def _fabric_args(p):
     p.add_argument("spec", metavar="SPEC", help="spec file or shipped spec name (see `fabriclab specs`)")
     p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
-    p.add_argument("--verbose", action="store_true", help="show Mininet's and the lab's progress")
 
 
 def _traffic_args(p):
@@ -77,8 +62,8 @@ def _traffic_args(p):
                    help="take a link down T seconds into the traffic (repeatable)")
     p.add_argument("--link-up", action="append", default=[], metavar="A-B@T",
                    help="bring a link up T seconds into the traffic (repeatable)")
-    p.add_argument("--out", help="results folder (default results/<time>-<spec>/)")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--sample-ms", type=float, default=5.0, help="port sampling interval (default 5 ms)")
+    running.add_output_args(p)
 
 
 def cmd_check(args):
@@ -125,56 +110,42 @@ def cmd_up(args):
     return 0
 
 
-def cmd_run(args):
-    from fabriclab.results import document
-    from fabriclab.lab.lab import Lab
-    from fabriclab.traffic.allpairs import all_pairs_plan
-    from fabriclab.traffic.launcher import run_traffic
+def allpairs_plan(args, kind="run"):
+    """The plan of `run` and `demo` (and the prompt's `traffic`): one all-pairs job."""
+    from fabriclab.traffic.allpairs import AllPairsSpec
+    from fabriclab.workflows.plan import Job, Metrics, link_events, single_run
 
     spec = load_spec(args.spec)
     check_app(args.routing)
-    faults = [parse_fault(t, False) for t in args.link_down] + [parse_fault(t, True) for t in args.link_up]
-    if args.duration <= 0:
-        raise LabError(f"--duration must be > 0 s, got {args.duration}")
-    lab = Lab(spec, routing=args.routing, verbose=args.verbose)
-    plan = all_pairs_plan(lab.fabric, load=args.load, flows_per_pair=args.flows_per_pair)
-    for at, a, b, member, _up in faults:
-        lab.resolve_link(a, b, member)    # unknown nodes or links fail before anything is built
-        if at >= args.duration:
-            raise LabError(f"link event at {at} s is after the traffic ends ({args.duration} s)")
-    workload = {"kind": "all-pairs", "duration_s": args.duration, "load": args.load,
-                "flows_per_pair": args.flows_per_pair, "sport_mode": args.sport_mode,
-                "faults": [{"at_s": at, "link": f"{a}-{b}", "member": member, "up": up}
-                           for at, a, b, member, up in faults]}
+    workload = AllPairsSpec(duration_s=args.duration, load=args.load, flows_per_pair=args.flows_per_pair,
+                            sport_mode=args.sport_mode)
+    source = {"command": kind, "spec": args.spec, "routing": args.routing, "duration_s": args.duration,
+              "load": args.load, "flows_per_pair": args.flows_per_pair, "sport_mode": args.sport_mode,
+              "link_down": list(args.link_down), "link_up": list(args.link_up)}
+    return single_run(spec.name, kind, spec, Job("traffic", workload), routing=args.routing,
+                      faults=link_events(args.link_down, args.link_up),
+                      metrics=Metrics(sample_ms=args.sample_ms, bin_ms=max(50.0, args.sample_ms)), source=source)
+
+
+def cmd_run(args):
+    from fabriclab.results import tables
+    from fabriclab.workflows import pipeline
+
+    plan = allpairs_plan(args, "demo" if args.command == "demo" else "run")
     table = args.format == "table"
+    progress = running.Progress(bar=True) if table else None
     if table:
-        print(f"bringing up {spec.name} ({len(lab.fabric.switches)} switches, "
-              f"{len(lab.fabric.hosts)} hosts) with {args.routing} ...", flush=True)
-    with lab:
-        if table:
-            print(f"fabric up in {lab.timings['up_s']:.1f} s (datapath {lab.datapath}); "
-                  f"{sum(len(f) for f in plan.values())} RoCEv2 flows for {args.duration:g} s ...",
-                  flush=True)
-        actions = [(at, _link_action(lab, a, b, member, up)) for at, a, b, member, up in faults]
-        run = run_traffic(lab, plan, duration_s=args.duration, sport_mode=args.sport_mode,
-                          actions=actions, progress=progress_bar if table and sys.stdout.isatty() else None)
-        doc = document.build_result(lab, workload, run)
-    doc["timings_s"] = {k: round(v, 3) for k, v in lab.timings.items()}
-    path = document.write_result(doc, args.out)
+        print(f"bringing up {plan.spec.name} with {args.routing}; all-pairs RoCEv2 traffic for "
+              f"{args.duration:g} s ...", flush=True)
+    result = pipeline.run_plan(plan, args.out, progress=progress, verbose=args.verbose)
+    doc = result.doc
     if table:
+        _run, _name, job = tables.job_of(doc, "all-pairs")
         print()
-        print(document.uplink_table(doc["links"]))
+        print(tables.uplink_table(job["links"]))
         print()
-        print(document.summary_table(doc))
-        print(f"\nresults: {path}\nfabric torn down in {lab.timings['down_s']:.1f} s")
+        print(tables.allpairs_summary(doc))
+        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
     else:
         print(json.dumps(doc, indent=1))
-    return 0 if doc["valid"] else 1
-
-
-def _link_action(lab, a, b, member, up):
-    def action():
-        links = lab.set_link(a, b, up, member)
-        return {"links": [link.label for link in links], "up": up}
-    action.description = f"link {a}-{b}{'' if member is None else f'#{member + 1}'} {'up' if up else 'down'}"
-    return action
+    return running.exit_code(doc)

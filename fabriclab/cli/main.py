@@ -4,7 +4,8 @@ import argparse
 import importlib
 import sys
 
-from fabriclab.errors import LabError
+from fabriclab.cli import running
+from fabriclab.errors import LabError, Terminated
 
 # Each module exposes register(subparsers), which adds its parser(s) and sets
 # `func` (a callable taking the parsed args and returning an exit code).
@@ -33,16 +34,25 @@ def build_parser():
 
 
 def main(argv=None):
+    """Run one verb. Exit codes, the same everywhere (fabriclab.cli.running): 0 valid, 1 completed
+    but not valid, 2 bad input or a one-line lab error, 130 interrupted (Ctrl-C, SIGTERM)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args) or 0
+        return args.func(args) or running.EXIT_VALID
+    except Terminated as exc:
+        print(f"fabriclab: {exc}", file=sys.stderr)
+        return running.EXIT_INTERRUPTED
     except LabError as exc:
         print(f"fabriclab: error: {exc}", file=sys.stderr)
-        return 2
+        return running.EXIT_ERROR
     except KeyboardInterrupt:
         print("fabriclab: interrupted", file=sys.stderr)
-        return 130
+        return running.EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `fabriclab ... | head` closed our stdout: nothing left to say, and nobody to say it to.
+        sys.stdout = None
+        return running.EXIT_VALID
 
 
 if __name__ == "__main__":

@@ -114,20 +114,21 @@ def register_calibrate(sub):
     q.add_argument("--qps", type=int, default=1, help="QPs per connection")
     q.add_argument("--sport-mode", dest="sport_mode", choices=model_flows.SPORT_MODES, default="qp")
     q.add_argument("--iterations", type=int, default=3)
+    q.add_argument("--out", help="results folder (default results/<time>-<name>/)")
     q.add_argument("--format", choices=("table", "json"), default="table")
     q.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args):
-    from fabriclab.results import document
+    from fabriclab.cli import running
     from fabriclab.topologies.spec import load_spec
 
     spec = load_spec(args.spec)
     doc, rows = calibrate.run_calibration(spec, args.collective, parse_sizes(args.sizes), args.qps,
-                                args.sport_mode, args.iterations)
+                                          args.sport_mode, args.iterations, args.out)
     if args.format == "json":
         print(json.dumps(doc, indent=1))
-        return 0
+        return running.exit_code(doc)
     print(format_table(
         ("size", "emulated CCT ms", "model ECMP ms", "error", "model ideal ms", "error",
          "uplink max/mean emu", "model ECMP", "valid"),
@@ -137,6 +138,7 @@ def cmd_calibrate(args):
           r["ecmp_uplink_max_mean"], "yes" if r["valid"] else "no (CPU saturated)")
          for r in rows],
         title=f"{args.collective} on {spec.name}: emulation vs flow model "
-              f"({len(doc['ranks'])} ranks, {args.qps} QP(s), links {spec.host_rate_mbps:g} Mbit/s)"))
-    print(f"\nresults: {document.write_result(doc)}")
-    return 0
+              f"({doc['runs'][0]['jobs'][args.collective]['sizes'][0]['ranks']} ranks, {args.qps} QP(s), "
+              f"links {spec.host_rate_mbps:g} Mbit/s)"))
+    print(f"\nresults: {doc['folder']}/results.json")
+    return running.exit_code(doc)

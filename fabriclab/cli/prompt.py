@@ -15,11 +15,10 @@ import time
 from mininet.cli import CLI
 from mininet.log import lg, setLogLevel
 
-from fabriclab.results import document
-
-from fabriclab.measure import telemetry
 from fabriclab.apps.paths import path_nodes
 from fabriclab.errors import LabError
+from fabriclab.measure import telemetry
+from fabriclab.results import tables
 from fabriclab.table import format_table
 
 LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2, nodes, net, ...):
@@ -154,7 +153,7 @@ class LabPrompt(CLI):
         before = telemetry.snapshot(self.lab.fabric)
         time.sleep(seconds)
         rows = telemetry.link_utilization(self.lab.fabric, before, telemetry.snapshot(self.lab.fabric))
-        print(document.uplink_table(rows, title=None))
+        print(tables.uplink_table(rows, title=None))
         for direction in ("up", "down"):
             b = telemetry.balance(rows, direction)
             print(f"{direction}links: mean {b['mean_mbps']} Mbit/s, max {b['max_mbps']}, "
@@ -162,26 +161,35 @@ class LabPrompt(CLI):
 
     def do_traffic(self, line):
         """traffic [SECONDS [LOAD [FLOWS]]]: all-pairs RoCEv2 traffic, then the balance."""
-        from fabriclab.traffic.allpairs import all_pairs_plan
-        from fabriclab.traffic.launcher import run_traffic
+        from fabriclab.traffic.allpairs import AllPairsSpec
+        from fabriclab.workflows.plan import Job, single_run
 
         args = line.split()
         seconds = float(args[0]) if args else 5.0
         load = float(args[1]) if len(args) > 1 else 0.8
         flows = int(args[2]) if len(args) > 2 else 1
-        run = run_traffic(self.lab, all_pairs_plan(self.lab.fabric, load, flows), duration_s=seconds)
-        rows = telemetry.link_utilization(self.lab.fabric, *run.window)
-        t = run.totals()
+        spec = self.lab.fabric.spec
+        workload = AllPairsSpec(duration_s=seconds, load=load, flows_per_pair=flows)
+        plan = single_run(f"{spec.name}-traffic", "prompt", spec, Job("traffic", workload),
+                          routing=self.lab.routing, source={"command": f"traffic {line}".strip()})
+        doc = self._run(plan)
+        _run, _name, job = tables.job_of(doc, "all-pairs")
+        t = job["traffic"]
         print(f"{t['flows']} flows: delivered {t['delivered_mbps']} Mbit/s, loss "
               f"{100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}; uplink max/mean "
-              f"{telemetry.balance(rows, 'up').get('max_mean_ratio')}")
+              f"{job['balance']['up'].get('max_mean_ratio')}; results {doc['folder']}")
+
+    def _run(self, plan):
+        """A plan on this prompt's fabric (shared: faults made here stay in place)."""
+        from fabriclab.workflows import pipeline
+
+        return pipeline.run_plan(plan, lab=self.lab, shared=True).doc
 
     def do_collective(self, line):
         """collective [OPTIONS]: a collective on this fabric; `collective -h` lists the options."""
         import shlex
 
         from fabriclab.cli import collective as collective_cmd
-        from fabriclab.traffic.collective import run_collective
 
         words = shlex.split(line)
         background = bool(words) and words[-1] == "&"
@@ -191,17 +199,19 @@ class LabPrompt(CLI):
             return
         except argparse.ArgumentError as exc:
             raise LabError(str(exc)) from None
-        spec = collective_cmd.spec_from_args(args)
+        cspec = collective_cmd.spec_from_args(args)
+        plan = collective_cmd.collective_plan(self.lab.fabric.spec, self.lab.routing, cspec, args, kind="prompt")
         if not background:
-            run = run_collective(self.lab, spec)
-            print(collective_cmd.collective_table(collective_cmd.collective_result(self.lab, run)))
+            doc = self._run(plan)
+            print(tables.collective_table(doc))
+            print(f"results: {doc['folder']}")
             return
-        label = f"{spec.collective} {line.replace('&', '').strip()}".strip()
+        label = f"{cspec.collective} {line.replace('&', '').strip()}".strip()
         result = {}
 
-        def job(number=len(self.background) + 1):
+        def job():
             try:
-                result["run"] = run_collective(self.lab, spec, name=f"prompt-job{number}")
+                result["doc"] = self._run(plan)
             except Exception as exc:     # noqa: BLE001 - shown by `jobs`
                 result["error"] = str(exc)
         thread = threading.Thread(target=job, daemon=True, name="prompt-collective")
@@ -219,9 +229,10 @@ class LabPrompt(CLI):
             elif "error" in result:
                 state = f"failed: {result['error']}"
             else:
-                row = result["run"].sizes[-1]
-                state = (f"done: busbw {row['busbw_mbps']:.2f} Mbit/s, CCT p50 {row['time_s']['p50'] * 1e3:.0f} ms, "
-                         f"OOS {row['counters'].get('out_of_sequence', 0)}")
+                _run, _name, job = tables.job_of(result["doc"], "collective")
+                row = job["sizes"][-1]
+                state = (f"done: busbw {row['busbw_mbps']:.2f} Mbit/s, CCT p50 {row['cct_ms']['p50']:.0f} ms, "
+                         f"OOS {row['counters'].get('out_of_sequence', 0)}; results {result['doc']['folder']}")
             print(f"[{number}] {label}: {state}")
 
     def do_switchdown(self, line):

@@ -1,18 +1,19 @@
-"""`fabriclab report` and `fabriclab compare`: read results folders back."""
+"""`fabriclab report` and `fabriclab compare`: read results folders back, whatever wrote them."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from fabriclab.results import report
+from fabriclab.results import compare, document, report
 
 
 def register(subparsers):
-    p = subparsers.add_parser("report", help="re-render a scenario results folder: plots and report.md")
+    p = subparsers.add_parser("report", help="re-render a results folder's plots and report.md")
     p.add_argument("folder", metavar="FOLDER")
     p.set_defaults(func=cmd_report)
-    p = subparsers.add_parser("compare", help="one table of several results folders (scenario or experiment)")
+    p = subparsers.add_parser("compare", help="one table of several results folders (run, collective, "
+                                              "experiment, scenario)")
     p.add_argument("folders", metavar="FOLDER", nargs="+")
     p.add_argument("--plot", metavar="PNG", help="also draw busbw and CCT p99 bars into this PNG")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -20,16 +21,19 @@ def register(subparsers):
 
 
 def cmd_report(args):
-    print(report.render(args.folder))
+    from fabriclab.workflows.experiments import report_preface
+
+    doc = document.load(args.folder)
+    print(report.render(args.folder, doc, report_preface(doc)))
     return 0
 
 
 def cmd_compare(args):
     if args.format == "json":
-        print(json.dumps(report.collect(args.folders), indent=1))
+        print(json.dumps(compare.collect(args.folders), indent=1))
     else:
-        print(report.compare(args.folders))
+        print(compare.table(args.folders))
     if args.plot:
-        path = report.compare_plot(args.folders, args.plot)
+        path = compare.plot(args.folders, args.plot)
         print(f"plot: {path}", file=sys.stdout if args.format == "table" else sys.stderr)
     return 0

@@ -24,17 +24,13 @@ from fabriclab.system.doctor import require_environment
 from fabriclab.apps import control, select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.lab.controller import Controller, check_app
-from fabriclab.errors import LabError
+from fabriclab.errors import LabError, Terminated
 from fabriclab.queues.datapath import remove_pins
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
 from fabriclab.lab import network as mininet_net
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
-
-
-class Terminated(LabError):
-    """SIGTERM arrived; raised so that teardown runs."""
 
 
 class Lab:
@@ -61,7 +57,7 @@ class Lab:
         self.events = []             # every fault and repair, timestamped (see _log)
         self._down = {}              # link key -> Link taken down through the lab
         self._lossy = {}             # link key -> (Link, fraction) with random loss
-        self._reshaped = {}          # (link key, nodes) -> (Link, nodes) shaped off the spec's rate
+        self._reshaped = {}          # (link key, nodes) -> (Link, nodes, Mbit/s) shaped off the spec's rate
         self._old_sigterm = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -272,7 +268,7 @@ class Lab:
         mininet_net.set_rate(self.net, link, rate_mbps or link.rate_mbps, self.fabric.spec.mtu, nodes)
         key = (link.key, nodes)
         if rate_mbps:
-            self._reshaped[key] = (link, nodes)
+            self._reshaped[key] = (link, nodes, rate_mbps)
         else:
             self._reshaped.pop(key, None)
 
@@ -323,20 +319,39 @@ class Lab:
         self._log("controller_programmed", self.controller.app, took_s=round(took, 3))
         return took
 
-    def restore(self, wait=True, timeout=10.0):
-        """Undo every fault made through the lab: links up, rates back to the spec, no loss."""
-        for link, nodes in list(self._reshaped.values()):
-            self._reshape(link, None, nodes)
-        if self._lossy:
-            self.set_loss([link for link, _ in self._lossy.values()], 0)
-        if self._down:
-            self.set_links(list(self._down.values()), True, wait, timeout, "the restored links")
+    def fault_state(self):
+        """The faults in place now, for restore(to=...): links down, links reshaped, lossy links."""
+        return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy)}
+
+    def restore(self, wait=True, timeout=10.0, to=None):
+        """Undo the faults made through the lab: every one (links up, rates back to the spec, no
+        loss), or, given `to` (a fault_state()), only what changed since that state was taken,
+        putting back what was in place then (a run on a fabric someone has broken by hand)."""
+        to = to or {"down": {}, "reshaped": {}, "lossy": {}}
+        for key, (link, nodes, _rate) in list(self._reshaped.items()):
+            if key not in to["reshaped"]:
+                self._reshape(link, None, nodes)
+        for key, (link, nodes, rate) in to["reshaped"].items():
+            if self._reshaped.get(key, (None, None, None))[2] != rate:
+                self._reshape(link, rate, nodes)
+        lift = [link for key, (link, _f) in self._lossy.items() if key not in to["lossy"]]
+        if lift:
+            self.set_loss(lift, 0)
+        for key, (link, fraction) in to["lossy"].items():
+            if self._lossy.get(key, (None, None))[1] != fraction:
+                self.set_loss([link], fraction)
+        up = [link for key, link in self._down.items() if key not in to["down"]]
+        if up:
+            self.set_links(up, True, wait, timeout, "the restored links")
+        down = [link for key, link in to["down"].items() if key not in self._down]
+        if down:
+            self.set_links(down, False, wait, timeout, "the links that were down before")
 
     def injected(self):
         """What the lab's faults changed and has not yet repaired: links down, links reshaped."""
         return {"links_down": sorted(link.label for link in self._down.values()),
                 "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
-                                   for link, nodes in self._reshaped.values()),
+                                   for link, nodes, _rate in self._reshaped.values()),
                 "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in self._lossy.values())}
 
     def _log(self, event, target, **detail):

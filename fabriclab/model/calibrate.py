@@ -48,7 +48,7 @@ def compare(emulated, modelled):
     rows = []
     for row in emulated:
         size = row["size"]
-        entry = {"size": size, "emulated_cct_s": row["time_s"]["mean"],
+        entry = {"size": size, "emulated_cct_s": row["cct_ms"]["mean"] / 1e3,
                  "emulated_busbw_mbps": row["busbw_mbps"],
                  "emulated_uplink_max_mean": row["balance"]["up"].get("max_mean_ratio"),
                  "valid": row["valid"]}
@@ -62,22 +62,30 @@ def compare(emulated, modelled):
 
 
 def run_calibration(spec, collective="allreduce", sizes=(1 << 20,), qps=1, sport_mode="qp",
-                    iterations=3):
-    """Emulate, model, compare: returns (the emulation's results document, comparison rows)."""
-    from fabriclab.cli import collective as collective_cmd
+                    iterations=3, out=None):
+    """Emulate, model, compare: returns (the emulation's results document, comparison rows); the
+    document, with the comparison in `calibration`, is written to `out` (default results/...)."""
     from fabriclab.lab.lab import Lab
+    from fabriclab.results import document
     from fabriclab.traffic.collective import CollectiveSpec, Launcher
+    from fabriclab.workflows import pipeline
+    from fabriclab.workflows.plan import Job, single_run
 
     check_calibratable(spec)
     cspec = CollectiveSpec(collective, sizes=tuple(sizes), qps=qps, sport_mode=sport_mode,
                            iterations=iterations)
-    lab = Lab(spec)
-    launcher = Launcher(lab, cspec)
     # The emulation rounds sizes to whole elements per rank; model the sizes it actually runs.
-    modelled = model_rows(spec, collective, [s.size for s in launcher.schedules], qps, sport_mode)
-    with lab:
-        run = launcher.run()
-        doc = collective_cmd.collective_result(lab, run)
-    rows = compare(run.sizes, modelled)
+    launcher = Launcher(Lab(spec), cspec)
+    run_sizes = [s.size for s in launcher.schedules]
+    launcher.cleanup()
+    modelled = model_rows(spec, collective, run_sizes, qps, sport_mode)
+    plan = single_run(f"{spec.name}-calibration", "calibration", spec, Job(collective, cspec),
+                      source={"collective": collective, "sizes": list(sizes), "qps": qps,
+                              "sport_mode": sport_mode, "iterations": iterations})
+    result = pipeline.run_plan(plan, out)
+    doc = result.doc
+    (run,) = doc["runs"]
+    rows = compare(run["jobs"][collective]["sizes"], modelled)
     doc["calibration"] = {"model_schemes": list(MODEL_SCHEMES), "rows": rows}
+    document.write(doc, result.folder)
     return doc, rows

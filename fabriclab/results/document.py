@@ -1,13 +1,25 @@
-"""Results files and the tables printed from them.
+"""The one results document: what every run of the lab writes as results.json, and reads back.
 
-Every results.json says what ran and at what scale: the spec (link rates, buffers, time scale),
-the mechanisms the kernel allowed, the routing app, the workload, and how busy the CPU was. A run
-whose CPU was saturated is marked invalid, because then the software switches, not the fabric,
-set the numbers.
+Whatever wrote it (`run`, `demo`, `collective`, `experiment`, `scenario`, `model calibrate`, the
+prompt, pytest, the Python API), a results document has one shape, versioned by `schema_version`
+and described by schema.json beside this module:
+
+    header     versions, machine, scale (link rates, buffers, time scale, link delay), mechanisms
+               the kernel allowed, the spec and fabric summary
+    plan       what was asked: the entry point (`kind`), its input, the metrics
+    runs       one record per run: its routing, jobs (collective, all-pairs or switchml records),
+               faults with their impact, the fault log, port telemetry, the queue model's report
+    valid      false when any job ran with a saturated CPU or failed its verification
+
+This module owns that shape: it builds the records from what the launchers return, writes the
+file, and loads it back (refusing, in one line, a file it cannot read: another version, an older
+format, a broken document).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -15,18 +27,22 @@ import platform
 import time
 
 from fabriclab import __version__
-
+from fabriclab.errors import LabError
 from fabriclab.measure import cpuload
 
-from fabriclab.measure import telemetry
-from fabriclab.table import format_table
+SCHEMA_VERSION = 1
+SCHEMA_PATH = pathlib.Path(__file__).with_name("schema.json")
+MAX_DOCUMENT_BYTES = 256 << 20          # results of long sweeps stay far below; anything above is not ours
 
 
-def run_header(lab, payload_bytes):
-    """What every results document of a lab run starts with: versions, scale, mechanisms, spec."""
+# -- the header ------------------------------------------------------------------------------------
+def header(lab, payload_bytes):
+    """What every results document starts with: versions, scale, mechanisms, spec."""
     fabric = lab.fabric
     spec = fabric.spec
+    queues = getattr(lab, "queues", None)
     return {
+        "schema_version": SCHEMA_VERSION,
         "fabriclab": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"kernel": platform.release(), "cpus": os.cpu_count()},
@@ -42,15 +58,13 @@ def run_header(lab, payload_bytes):
             "note": "emulated rates; time_scale = real_host_rate / host_rate when the spec states it",
         },
         "mechanisms": {"ovs_datapath": lab.datapath,
-                       "shaping": "htb+bfifo" if getattr(lab, "queues", None) is None else "htb classes+tbf gate",
+                       "shaping": "htb+bfifo" if queues is None else "htb classes+tbf gate",
                        "ecn": getattr(lab, "ecn_mechanism", "none"),
                        "delay": getattr(lab, "delay_mechanism", "none"),
-                       "queue_model": lab.queues.describe() if getattr(lab, "queues", None) else None},
+                       "queue_model": queues.describe() if queues is not None else None},
         "warnings": list(getattr(lab, "warnings", ())),
         "spec": spec.to_dict(),
         "fabric": fabric.summary(),
-        "routing": lab.routing,
-        "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
     }
 
 
@@ -63,63 +77,177 @@ def link_delay(lab):
             "applied": getattr(lab, "delay_mechanism", "none") == "netem"}
 
 
-def build_result(lab, workload, run, extra=None):
-    """The results document of one traffic run on a lab (CPU load over its steady state)."""
-    cpu = run.cpu()
-    links = telemetry.link_utilization(lab.fabric, *run.window)
+# -- job records -----------------------------------------------------------------------------------
+def _invalid(cpu_valid, verify=None):
+    reasons = [] if cpu_valid else ["CPU saturated: the software switches, not the fabric, may have set the numbers"]
+    if verify is not None and not verify.get("ok", True):
+        reasons.append("verification failed: an output differs from the expected values")
+    return reasons
+
+
+def size_row(row):
+    """One message size of a collective job, from the launcher's summary (times in ms)."""
+    t = row["time_s"]
+    ms = {k: round(t[k] * 1e3, 4) for k in ("mean", "p50", "p99", "min", "max")}
+    invalid = _invalid(row["valid"], row["verify"])
     return {
-        **run_header(lab, run.payload_bytes),
-        "kind": "all-pairs",
-        "workload": workload,
-        "cpu": cpu,
-        "valid": cpuload.valid(cpu),
-        "traffic": run.totals(),
-        "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
-        "links": links,
-        "flows": run.flow_rows(),
-        "actions": run.actions,
-        **(extra or {}),
+        "collective": row["collective"], "algorithm": row["algorithm"], "size": row["size"],
+        "ranks": row["ranks"], "iterations": row["iterations"],
+        "cct_ms": {**ms, "all": [round(v * 1e3, 4) for v in t["all"]]},
+        "rank_cct_ms_mean": round(row["rank_time_s_mean"] * 1e3, 4),
+        "ideal_ms": round(row["ideal_time_s"] * 1e3, 4),
+        "algbw_mbps": round(row["algbw_mbps"], 4), "busbw_mbps": round(row["busbw_mbps"], 4),
+        "bus_factor": row["bus_factor"], "nic_rate_mbps": row["nic_rate_mbps"],
+        "busbw_fraction_of_nic": round(row["busbw_fraction_of_nic"], 5),
+        "bytes_sent_per_rank": row["bytes_sent_per_rank"],
+        "counters": row["counters"], "agent_cpu_s": [round(v, 5) for v in row["agent_cpu_s"]],
+        "flows": row["flows"], "verify": row["verify"], "window_s": row["window_s"],
+        "links": row["links"], "buffer_drops": row["buffer_drops"], "balance": row["balance"],
+        "cpu": row["cpu"], "valid": not invalid, "invalid": invalid,
     }
 
 
-def write_result(doc, out_dir=None):
-    """Write results.json into out_dir (default results/<time>-<spec>/); returns the path."""
-    if out_dir is None:
-        out_dir = pathlib.Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{doc['spec']['name']}"
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "results.json"
-    path.write_text(json.dumps(doc, indent=1))
+def collective_job(run, role="measured"):
+    """The record of a collective job from its CollectiveRun."""
+    spec = run.spec
+    sizes = [size_row(row) for row in run.sizes]
+    invalid = sorted({reason for row in sizes for reason in row["invalid"]})
+    workload = {**dataclasses.asdict(spec), "sizes": list(spec.sizes), "hosts": spec.hosts and list(spec.hosts)}
+    return {
+        "kind": "collective", "role": role, "hosts": _hosts({r.host for r in run.ranks}),
+        "workload": workload,
+        # udp: the lab's RNIC in Python, RoCEv2 through raw sockets; rdma_rxe: soft-RoCE verbs.
+        "backend": run.backend,
+        "transport": {"payload_bytes": run.payload_bytes, "ack_timeout_s": run.ack_timeout_s,
+                      "link_rate_mbps": run.link_rate_mbps},
+        "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic, "addresses": [p.ip for p in r.ports]}
+                  for r in run.ranks],
+        "sizes": sizes,
+        "rank_counters": {str(rank): final["totals"] for rank, final in sorted(run.finals.items())},
+        "qps": [{**q, "rank": rank} for rank, final in sorted(run.finals.items()) for q in final["qps"]],
+        "elapsed_s": round(run.elapsed_s, 3),
+        "valid": not invalid, "invalid": invalid,
+    }
+
+
+def allpairs_job(run, spec, fabric, role="measured"):
+    """The record of an all-pairs job from its TrafficRun."""
+    from fabriclab.measure import telemetry
+
+    cpu = run.cpu()
+    links = telemetry.link_utilization(fabric, *run.window)
+    invalid = _invalid(cpuload.valid(cpu))
+    hosts = {h for h, flows in run.plan.items() if flows}
+    return {
+        "kind": "all-pairs", "role": role, "hosts": _hosts(hosts),
+        "workload": dataclasses.asdict(spec),
+        "traffic": run.totals(),
+        "links": links,
+        "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
+        "buffer_drops": telemetry.buffer_drops(fabric, *run.window),
+        "flows": run.flow_rows(),
+        "window_s": round(run.window[1]["time"] - run.window[0]["time"], 4),
+        "cpu": cpu, "valid": not invalid, "invalid": invalid,
+    }
+
+
+def switchml_job(report, spec, role="measured"):
+    """The record of a SwitchML aggregation job from run_aggregation's report."""
+    hosts = set(report["aggregators"].values()) | {h for w in report["worker_hosts"].values() for h in w}
+    invalid = _invalid(True, report.get("verify"))
+    return {"kind": "switchml", "role": role, "hosts": _hosts(hosts),
+            "workload": dataclasses.asdict(spec), "aggregation": report,
+            "valid": not invalid, "invalid": invalid}
+
+
+def _hosts(names):
+    return sorted(names, key=lambda h: (len(h), h))
+
+
+# -- the document ----------------------------------------------------------------------------------
+def assemble(plan, head, runs, elapsed_s, folder, timings=None):
+    """The whole document of a plan's runs."""
+    doc = {
+        **head,
+        "kind": plan.kind,
+        "name": plan.name,
+        "description": plan.description,
+        "plan": {"source": plan.source, "metrics": dataclasses.asdict(plan.metrics),
+                 "runs": len(plan.runs)},
+        "experiment": None,
+        "routing": sorted({run["routing"] for run in runs}),
+        "runs": runs,
+        "valid": all(run["valid"] for run in runs),
+        "elapsed_s": round(elapsed_s, 1),
+        "timings_s": {k: round(v, 3) for k, v in (timings or {}).items()},
+        "folder": str(folder),
+    }
+    if plan.experiment is not None:
+        mod = plan.experiment
+        doc["experiment"] = {"name": mod.NAME, "summary": mod.SUMMARY, "reference": mod.REFERENCE}
+    return doc
+
+
+def default_folder(name):
+    return pathlib.Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(name)}"
+
+
+def write(doc, folder):
+    """Write results.json into `folder`; returns its path."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False))
+    os.replace(tmp, path)
     return path
 
 
-def uplink_table(links, title="Fabric link utilization (steady state)"):
-    """Table of telemetry.link_utilization rows."""
-    rows = [(r["link"], f"{r['from']}->{r['to']}", f"{r['mbps']:.2f}", f"{100 * r['utilization']:.1f}",
-             r["drops"]) for r in links]
-    return format_table(("link", "direction", "Mbit/s", "util %", "drops"), rows, title=title)
+def load(folder):
+    """The results document of a folder, checked against the schema; a one-line LabError naming
+    the folder when there is none, it is of another format, or it is broken."""
+    path = pathlib.Path(folder) / "results.json"
+    if not path.is_file():
+        raise LabError(f"{folder}: no results.json here (not a results folder?)")
+    try:
+        if path.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise LabError(f"{path}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB; not a results document")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise LabError(f"{path}: unreadable ({type(exc).__name__})") from None
+    if not isinstance(doc, dict):
+        raise LabError(f"{path}: not a results document (a JSON {type(doc).__name__}, not an object)")
+    version = doc.get("schema_version")
+    if version is None:
+        made = doc.get("fabriclab", "an unknown version")
+        raise LabError(f"{path}: written by fabriclab {str(made)[:20]} before results documents had a "
+                       f"schema_version; rerun it to read it here")
+    if version != SCHEMA_VERSION:
+        raise LabError(f"{path}: schema_version {str(version)[:10]}; this fabriclab reads {SCHEMA_VERSION}")
+    problem = first_problem(doc)
+    if problem:
+        raise LabError(f"{path}: {problem}")
+    return doc
 
 
-def summary_table(doc):
-    up, down = doc["balance"]["up"], doc["balance"]["down"]
-    t = doc["traffic"]
-    scale = doc["scale"]
-    rows = [
-        ("routing", doc["routing"]),
-        ("fabric", f"{doc['fabric']['name']}: {doc['fabric']['switches']} switches, "
-                   f"{doc['fabric']['hosts']} hosts, oversubscription {doc['fabric']['oversubscription']}"),
-        ("link rates", f"host {scale['host_rate_mbps']} Mbit/s, fabric {scale['fabric_rate_mbps']} Mbit/s"
-                       + (f" (time scale x{scale['time_scale']:.0f})" if scale["time_scale"] else "")),
-        ("flows", t["flows"]),
-        ("delivered", f"{t['delivered_mbps']} Mbit/s, loss {100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}"),
-        ("uplink max/mean", up.get("max_mean_ratio")),
-        ("downlink max/mean", down.get("max_mean_ratio")),
-        ("cpu busy", _cpu_text(doc["cpu"]) + ("" if doc["valid"] else "  (SATURATED: results not valid)")),
-    ]
-    return format_table(("metric", "value"), rows, title="Summary")
+@functools.lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
 
 
-def _cpu_text(cpu):
-    machine = f"machine {100 * cpu['machine']:.0f} %" if cpu.get("machine") is not None else "machine ?"
-    ovs = cpu.get("ovs_forwarding")
-    return machine + (f", OVS forwarding thread {100 * ovs:.0f} %" if ovs is not None else "")
+def first_problem(doc):
+    """None when `doc` follows the schema, else one line naming where it does not."""
+    error = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+    message = error.message if len(error.message) <= 120 else error.message[:117] + "..."
+    return f"not a valid results document at {where}: {message}"
+
+
+def _slug(text):
+    return "".join(c if c.isalnum() else "-" for c in str(text).lower()).strip("-") or "run"

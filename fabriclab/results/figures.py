@@ -1,4 +1,4 @@
-"""The experiments' pictures: a case's queues over time by hop, and the cases side by side."""
+"""The experiments' pictures: a run's queues over time by hop, and runs side by side."""
 
 from __future__ import annotations
 
@@ -26,6 +26,6 @@ def queue_timeline(series, path, title, origin=0.0):
     return plots.timeseries(path, title + suffix, panels, xlabel="time from the first measured iteration (s)")
 
 
-def compare(path, title, cases, panels):
+def compare(path, title, labels, panels):
     """A bar per case in each panel: `panels` is [(ylabel, [value per case])]."""
-    return plots.bars(path, title, [c["case"] for c in cases], panels)
+    return plots.bars(path, title, list(labels), panels)

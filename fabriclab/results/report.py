@@ -1,25 +1,22 @@
-"""A scenario's results as a person reads them: plots and a report.md written into its folder, and one
-table that sets several folders (scenario or experiment) side by side.
+"""A results folder as a person reads it: plots and a report.md written into the folder, for every
+kind of results document (run, collective, experiment, scenario, calibration).
 
     fabriclab report results/20250101-120000-flap/          # re-render the plots and report.md
-    fabriclab compare results/a results/b --plot cmp.png    # a row per run or case, job and size
 
 Everything is read back from results.json and the links CSVs, so a folder renders again long after
-its fabric is gone, and optional parts (faults, telemetry, CSVs) that a run lacks are skipped and said
-so rather than failing the report.
+its fabric is gone, and optional parts (faults, telemetry, queues, CSVs) that a run lacks are
+skipped and said so rather than failing the report.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import pathlib
 import re
 import statistics
 
-from fabriclab.results import plots
 from fabriclab.errors import LabError
-from fabriclab.table import format_table
+from fabriclab.results import compare, document, plots
 from fabriclab.units import human_size
 
 HOST_PORT = re.compile(r"^h\d+-")          # a host's NIC port, e.g. h1-n0
@@ -28,22 +25,9 @@ KINDS = ("up", "down", "nic_tx", "nic_rx")  # heatmap row order: fabric up, down
 UTIL_BINS = 10                             # NIC histograms: tenths of line rate
 MAX_NIC_LINES = 12                         # above this, healthy NICs are drawn as one mean line
 TIME_AXIS = "time from the timeline's start (s)"
-COMPARE_HEADER = ("folder", "run", "job", "size", "busbw Mbit/s", "CCT p50 ms", "p99", "uplink max/mean",
-                  "OOS", "retrans", "LAT", "recovery s", "outliers")
 
 
 # -- reading ---------------------------------------------------------------------------------------
-def load(folder):
-    """The results document of a folder; a LabError naming the folder when it has none."""
-    path = pathlib.Path(folder) / "results.json"
-    if not path.is_file():
-        raise LabError(f"{folder}: no results.json here (not a results folder?)")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise LabError(f"{path}: unreadable ({exc})") from None
-
-
 def column_kind(name):
     """up | down (fabric) | nic_tx | nic_rx (host links) of a links CSV column such as `l1>s1#2`,
     `h1-n0>l1` (what NIC h1-n0 sent) or `l1>h1-n0` (what it received)."""
@@ -98,12 +82,12 @@ def _natural(text):
 
 
 def _slug(run, index):
-    return run.get("slug") or f"{run.get('routing', 'run')}-r{run.get('repetition', index + 1)}"
+    return run.get("slug") or f"run{index + 1}"
 
 
 def _run_label(run, index):
-    """'ecmp r1': the routing scheme and the repetition, how runs are named everywhere."""
-    return f"{run.get('routing', 'run')} r{run.get('repetition', index + 1)}"
+    """How runs are named everywhere: 'ecmp r1' in a scenario, the case in an experiment."""
+    return run.get("label") or f"run {index + 1}"
 
 
 def _target(fault):
@@ -133,16 +117,14 @@ def _md_table(header, rows):
 
 
 # -- report.md -------------------------------------------------------------------------------------
-def render(folder):
-    """Write the plots and report.md of a scenario folder from its results.json and links CSVs;
-    returns the path of report.md."""
+def render(folder, doc=None, preface=()):
+    """Write the plots and report.md of a results folder from its results.json (or `doc`, the same
+    document already in memory) and links CSVs; returns the path of report.md. `preface`: lines
+    set after the header (an experiment's own table)."""
     folder = pathlib.Path(folder)
-    doc = load(folder)
-    if doc.get("kind") != "scenario":
-        raise LabError(f"{folder}: a {doc.get('kind', 'unknown')!r} results folder; `report` renders "
-                       f"scenario folders (use `compare` for the others)")
+    doc = document.load(folder) if doc is None else doc
     runs = doc.get("runs") or []
-    out = _header(doc, runs) + _summary(doc)
+    out = _header(doc, runs) + list(preface) + _summary(doc)
     for index, run in enumerate(runs):
         out += _run_section(folder, doc.get("scale") or {}, run, index)
     out += _across_runs(folder, doc, runs)
@@ -152,10 +134,9 @@ def render(folder):
 
 
 def _header(doc, runs):
-    scenario = doc.get("scenario") or {}
-    out = [f"# {scenario.get('name', 'scenario')}", ""]
-    if scenario.get("description"):
-        out += [scenario["description"], ""]
+    out = [f"# {doc.get('name', 'results')} ({doc.get('kind', '?')})", ""]
+    if doc.get("description"):
+        out += [doc["description"], ""]
     if doc.get("valid") is False:
         out += ["> **Warning: not valid.** Some job ran with a saturated CPU or failed a check: the software "
                 "switches, not the modelled fabric, may have set these numbers (see the `valid` column).", ""]
@@ -192,14 +173,14 @@ def _fabric_line(fabric):
 
 def _summary(doc):
     """The measured jobs of every run in one table: what a reader compares first."""
-    rows = [r for r in compare_rows(doc, "") if r["role"] != "noise"]
+    rows = [r for r in compare.rows(doc, "") if r["role"] != "noise"]
     if not rows:
         return []
-    header = ("run", "job", "size", "busbw Mbit/s", "CCT p50 ms", "p99", "uplink max/mean", "recovery s",
-              "outliers")
+    header = ("run", "job", "size", "busbw Mbit/s", "CCT p50 ms", "p99", "delivered Mbit/s", "uplink max/mean",
+              "recovery s", "outliers")
     return ["## Summary", ""] + _md_table(header, [
         (r["run"], r["job"] + ("" if r["valid"] is not False else " (invalid)"), _size(r["size"]),
-         _num(r["busbw_mbps"]), _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1),
+         _num(r["busbw_mbps"]), _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["delivered_mbps"]),
          _num(r["uplink_max_mean"]), _num(r["recovery_s"]), r["outliers"]) for r in rows])
 
 
@@ -219,21 +200,44 @@ def _run_section(folder, scale, run, index):
 
 
 def _jobs_table(jobs):
-    rows = []
+    """Collective jobs a row per size; all-pairs and SwitchML jobs their own tables."""
+    out = ["### Jobs", ""]
+    collectives, streams, aggregations = [], [], []
     for name, job in jobs.items():
+        valid = "yes" if job.get("valid", True) else "NO"
+        if job.get("kind") == "all-pairs":
+            t, up = job.get("traffic") or {}, ((job.get("balance") or {}).get("up") or {})
+            loss = t.get("loss")
+            streams.append((name, job.get("role", "-"), t.get("flows"), _num(t.get("delivered_mbps")),
+                            None if loss is None else f"{100 * loss:.2f}%", t.get("oos"), up.get("max_mean_ratio"),
+                            (job.get("buffer_drops") or {}).get("total"), valid))
+        elif job.get("kind") == "switchml":
+            a = job.get("aggregation") or {}
+            tat = a.get("tat_s") or {}
+            aggregations.append((name, job.get("role", "-"), a.get("workers"), _size(a.get("tensor_bytes")),
+                                 _num(1e3 * tat["p50"], 1) if tat.get("p50") is not None else None,
+                                 _num(a.get("elements_per_s", 0) / 1e6, 3), a.get("retransmissions"),
+                                 "yes" if (a.get("verify") or {}).get("ok") else "NO", valid))
         for s in job.get("sizes") or []:
             cct, c = s.get("cct_ms") or {}, s.get("counters") or {}
             fraction = s.get("busbw_fraction_of_nic")
-            rows.append((name, job.get("role", "-"), f"{s.get('collective', '?')}/{s.get('algorithm', '?')}",
-                         _size(s.get("size")), s.get("ranks"), _num(s.get("busbw_mbps")),
-                         None if fraction is None else f"{100 * fraction:.0f}%", _num(cct.get("p50"), 1),
-                         _num(cct.get("p99"), 1), c.get("out_of_sequence"), c.get("retransmitted_packets"),
-                         c.get("local_ack_timeout_err"), "yes" if job.get("valid", True) else "NO"))
-    if not rows:
-        return ["### Jobs", "", "No jobs recorded.", ""]
-    header = ("job", "role", "collective", "size", "ranks", "busbw Mbit/s", "of NIC", "CCT p50 ms",
-              "p99 ms", "OOS", "retrans", "LAT", "valid")
-    return ["### Jobs", ""] + _md_table(header, rows)
+            collectives.append((name, job.get("role", "-"), f"{s.get('collective', '?')}/{s.get('algorithm', '?')}",
+                                _size(s.get("size")), s.get("ranks"), _num(s.get("busbw_mbps")),
+                                None if fraction is None else f"{100 * fraction:.0f}%", _num(cct.get("p50"), 1),
+                                _num(cct.get("p99"), 1), c.get("out_of_sequence"), c.get("retransmitted_packets"),
+                                c.get("local_ack_timeout_err"), "yes" if s.get("valid", True) else "NO"))
+    if collectives:
+        out += _md_table(("job", "role", "collective", "size", "ranks", "busbw Mbit/s", "of NIC", "CCT p50 ms",
+                          "p99 ms", "OOS", "retrans", "LAT", "valid"), collectives)
+    if streams:
+        out += _md_table(("job", "role", "flows", "delivered Mbit/s", "loss", "OOS", "uplink max/mean",
+                          "buffer drops", "valid"), streams)
+    if aggregations:
+        out += _md_table(("job", "role", "workers", "tensor", "TAT p50 ms", "Melem/s", "retransmissions",
+                          "verified", "valid"), aggregations)
+    if not (collectives or streams or aggregations):
+        out += ["No jobs recorded.", ""]
+    return out
 
 
 def _faults_table(faults):
@@ -462,104 +466,3 @@ def _busbw_plot(path, doc, runs):
     return plots.lines(path, "bus bandwidth per message size (repetitions averaged)", xs, series,
                        "message size (bytes)", "busbw (Mbit/s)", reference=(host_rate, "NIC line rate")
                        if host_rate else None)
-
-
-# -- comparing folders -----------------------------------------------------------------------------
-def compare_rows(doc, label):
-    """A dict per (run or case, job, size) of a scenario or experiment document, labelled `label`."""
-    kind = doc.get("kind")
-    if kind == "scenario":
-        return [row for index, run in enumerate(doc.get("runs") or [])
-                for row in _scenario_rows(run, index, label)]
-    if kind == "experiment":
-        return [row for case in doc.get("cases") or [] for row in _case_rows(case, label)]
-    raise LabError(f"{label or 'results'}: a {kind!r} results folder cannot be compared "
-                   f"(only scenario and experiment folders)")
-
-
-def _scenario_rows(run, index, label):
-    tel = run.get("telemetry") or {}
-    # every strike of a fault (a flap or random flaps strike several times), not only the first
-    recoveries = [hit.get("recovery_s") for f in run.get("faults") or []
-                  for hit in (f.get("impacts") or [f.get("impact") or {}])]
-    recoveries = [r for r in recoveries if r is not None]
-    symmetry = tel.get("symmetry")
-    outliers = None if symmetry is None else sum(len(g.get("outliers") or []) for g in symmetry)
-    return [_row(label, _run_label(run, index), name, job, s, tel.get("uplink_max_mean"),
-                 statistics.fmean(recoveries) if recoveries else None, outliers)
-            for name, job in (run.get("jobs") or {}).items() for s in job.get("sizes") or []]
-
-
-def _case_rows(case, label):
-    """An experiment case: each job summary is one size (its first), uplinks and fault per case."""
-    symmetry = case.get("symmetry")
-    outliers = None if symmetry is None else sum(len(g.get("outliers") or []) for g in symmetry)
-    uplink = (case.get("uplinks") or {}).get("max_mean_ratio")
-    recovery = (case.get("fault") or {}).get("recovery_s")
-    return [_row(label, case.get("case", "?"), name, job, job, uplink, recovery, outliers)
-            for name, job in (case.get("jobs") or {}).items()]
-
-
-def _row(label, run, name, job, size, uplink, recovery, outliers):
-    cct, counters = size.get("cct_ms") or {}, size.get("counters") or {}
-    return {"folder": label, "run": run, "job": name, "role": job.get("role", "measured"),
-            "valid": job.get("valid", size.get("valid")), "size": size.get("size"),
-            "busbw_mbps": size.get("busbw_mbps"), "cct_p50_ms": cct.get("p50"), "cct_p99_ms": cct.get("p99"),
-            "uplink_max_mean": uplink, "out_of_sequence": counters.get("out_of_sequence"),
-            "retransmitted_packets": counters.get("retransmitted_packets"),
-            "local_ack_timeout_err": counters.get("local_ack_timeout_err"),
-            "recovery_s": recovery, "outliers": outliers}
-
-
-def _labels(folders):
-    """Folder names, or the path as given where two folders share a name."""
-    names = [f.resolve().name or str(f) for f in folders]
-    return [n if names.count(n) == 1 else str(f) for n, f in zip(names, folders)]
-
-
-def collect(folders):
-    """compare_rows of every folder, in the order given (all folders are read before anything else)."""
-    folders = [pathlib.Path(f) for f in folders]
-    docs = [load(f) for f in folders]
-    return [row for label, doc in zip(_labels(folders), docs) for row in compare_rows(doc, label)]
-
-
-def _job_cell(row):
-    flags = [flag for flag, on in (("noise", row["role"] == "noise"), ("invalid", row["valid"] is False)) if on]
-    return row["job"] + (f" ({', '.join(flags)})" if flags else "")
-
-
-def compare(folders):
-    """One table of every run or case, job and size of the folders, ready to print."""
-    folders = list(folders)
-    rows = collect(folders)
-    cells = [(r["folder"], r["run"], _job_cell(r), _size(r["size"]), _num(r["busbw_mbps"]),
-              _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["uplink_max_mean"]),
-              r["out_of_sequence"], r["retransmitted_packets"], r["local_ack_timeout_err"],
-              _num(r["recovery_s"]), r["outliers"]) for r in rows]
-    title = (f"{len(folders)} results folders; recovery is the mean over a run's faults that recovered, "
-             f"outliers the symmetry outliers found")
-    return format_table(COMPARE_HEADER, cells, title=title)
-
-
-def compare_plot(folders, path):
-    """Bars of busbw and CCT p99 per (folder, run, job) of the measured jobs, each at its first size;
-    labels keep only the parts that differ between bars, wrapped so neighbours do not overlap."""
-    import textwrap
-
-    rows = collect(folders)
-    first = {}
-    for row in [r for r in rows if r["role"] != "noise"] or rows:
-        first.setdefault((row["folder"], row["run"], row["job"]), row)
-    if not first:
-        raise LabError("nothing to plot: the folders hold no jobs")
-    varying = [i for i in range(3) if len({key[i] for key in first}) > 1] or [1]
-    labels = ["\n".join(textwrap.fill(str(key[i]), 12) for i in varying) for key in first]
-    rows = list(first.values())
-    return plots.bars(path, "busbw and CCT p99 (each job's first size)", labels, [
-        ("busbw (Mbit/s)", [r["busbw_mbps"] for r in rows]),
-        ("CCT p99 (ms)", [r["cct_p99_ms"] for r in rows]),
-    ])
-
-
-# -- command line ----------------------------------------------------------------------------------

@@ -172,9 +172,11 @@ def default_timeout_ms(fabric, slots, k):
     return max(10.0, 3 * 2 * slots * wire_bits / (fabric.spec.host_rate_mbps * 1e6) * 1e3)
 
 
-def run_aggregation(lab, spec, tag="switchml"):
+def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
     """Run `spec` on `lab`; returns a dict with TAT per iteration, rates, bytes, counters and the
-    check against numpy. LabError on a bad spec, a failed process or a wrong result."""
+    check against numpy. LabError on a bad spec, a failed process or a wrong result.
+    `on_start(unix time)` is called once the workers are launched, with their start time; `cancel`,
+    an Event set from another thread, ends the run at once with its processes stopped."""
     fabric = lab.fabric
     spec.check(fabric)
     placement = place(fabric, spec)
@@ -242,11 +244,13 @@ def run_aggregation(lab, spec, tag="switchml"):
                             "slots": slots, "elements": k},
                     "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}})
                 rank += 1
+        if on_start is not None:
+            on_start(start_at)
         workers_out, failure = {}, None
         try:
             for r in ranks:
                 workers_out[r] = _finish(procs[f"w{r}"], f"worker {r} on {ranks[r]}",
-                                         spec.deadline_s * spec.iterations + patience.scaled(30))
+                                         spec.deadline_s * spec.iterations + patience.scaled(30), cancel=cancel)
         except LabError as exc:
             failure = exc
     finally:
@@ -281,14 +285,24 @@ def _start(lab, host, folder, name, cfg):
     return proc
 
 
-def _finish(proc, what, timeout, fail=True):
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        if fail:
-            raise LabError(f"switchml: {what} did not finish within {timeout:.0f} s") from None
+def _finish(proc, what, timeout, fail=True, cancel=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            # In short steps, so that a cancel is seen; communicate() loses no output across retries.
+            out, err = proc.communicate(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            cancelled = cancel is not None and cancel.is_set()
+            if not cancelled and time.monotonic() < deadline:
+                continue
+            proc.kill()
+            out, err = proc.communicate()
+            if cancelled:
+                raise LabError(f"switchml: {what} cancelled") from None
+            if fail:
+                raise LabError(f"switchml: {what} did not finish within {timeout:.0f} s") from None
+            break
     lines = [line for line in out.decode().splitlines() if line.startswith("{")]
     doc = json.loads(lines[-1]) if lines else {}
     if fail and (proc.returncode != 0 or "error" in doc or not doc):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import threading
 import time
 
@@ -39,6 +40,8 @@ KINDS = {
     "controller_restart": ("true", {}),
 }
 MAX_STEPS = 10_000
+# The command line's short form of a link fault: A-B@SECONDS, or A-B#N@SECONDS for parallel member N.
+_LINK_EVENT = re.compile(r"^([A-Za-z0-9]+-[A-Za-z0-9]+(?:#[0-9]+)?)@([0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 
 
 @dataclasses.dataclass
@@ -125,6 +128,16 @@ def _number(value, where, kind, low, positive=False):
     if value < low or (positive and value <= 0):
         raise LabError(f"{where} must be {'> 0' if positive else f'>= {low:g}'}, got {value!r}")
     return kind(value)
+
+
+def parse_link_event(text, up):
+    """`l1-s1@2.5` (or `l1-s1#2@2.5`: parallel member 2) -> a link_down (or link_up) Fault at 2.5 s."""
+    m = _LINK_EVENT.match(text) if isinstance(text, str) else None
+    if not m:
+        raise LabError(f"bad link event {str(text)[:40]!r}: expected NODE-NODE@SECONDS, e.g. l1-s1@2 "
+                       f"(or l1-s1#2@2 for the second parallel link)")
+    split_link(m.group(1))               # a member numbered from 0 is refused here
+    return Fault(0, "link_up" if up else "link_down", m.group(1), float(m.group(2)), {})
 
 
 def split_link(text):
@@ -251,6 +264,27 @@ def apply(lab, step):
         lab.restart_controller()
     elif step.action == "loss":
         lab.set_loss(*step.args)
+
+
+def describe(step):
+    """One step as a person reads it: `l1-s1 down`, `h3 receives at 0.25 of line rate`."""
+    if step.action == "link":
+        links, up = step.args
+        return f"{', '.join(link.label for link in links)} {'up' if up else 'down'}"
+    if step.action == "rate":
+        links, rate = step.args
+        return f"{', '.join(link.label for link in links)} " + (f"at {rate:g} Mbit/s" if rate else "rate restored")
+    if step.action == "receiver":
+        host, fraction = step.args
+        return f"{host} receives at {fraction:g} of line rate" if fraction else f"{host} receives at line rate"
+    if step.action == "switch":
+        name, up = step.args
+        return f"switch {name} {'up' if up else 'down'}"
+    if step.action == "loss":
+        links, fraction = step.args
+        what = "every link" if len(links) > 4 else ", ".join(link.label for link in links)
+        return f"{what} lose {fraction:.2%} of packets" if fraction else f"{what} lossless again"
+    return "controller restarted"
 
 
 class Timeline(threading.Thread):

@@ -24,26 +24,24 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import threading
-import time
 
 import yaml
 
-from fabriclab.workflows import faults as faults_mod
 from fabriclab.errors import LabError
+from fabriclab.workflows import faults as faults_mod
+from fabriclab.workflows import plan as plan_mod
 
 TOP_FIELDS = ("name", "description", "spec", "routing", "repetitions", "duration_s", "jobs", "faults", "metrics")
-METRIC_DEFAULTS = {"sample_ms": 5.0, "bin_ms": 50.0, "tolerance": 0.25}
-ROLES = ("measured", "noise")
-ORIGIN_TIMEOUT_S = 90.0
-DURATION_ITERATIONS = 1_000_000     # "until duration_s": the stop event ends the job first
+METRIC_DEFAULTS = dataclasses.asdict(plan_mod.Metrics())
+ROLES = plan_mod.ROLES
+JOB_KINDS = ("collective", "all-pairs", "switchml")
 
 
 @dataclasses.dataclass
 class ScenarioJob:
     name: str
     role: str
-    spec: object                   # CollectiveSpec
+    spec: object                   # CollectiveSpec | AllPairsSpec | AggregationSpec
 
     @property
     def noise(self):
@@ -129,12 +127,8 @@ def parse(data, base=pathlib.Path(".")):
 
 
 def _jobs(entries, duration):
-    from fabriclab.traffic.collective import CollectiveSpec
-    from fabriclab.units import parse_size, parse_sizes
-
     if not isinstance(entries, list) or not entries:
         raise LabError("scenario: jobs must be a non-empty list of collectives")
-    fields = {f.name for f in dataclasses.fields(CollectiveSpec)}
     jobs, names = [], set()
     for i, entry in enumerate(entries):
         where = f"scenario: jobs[{i}]"
@@ -143,6 +137,7 @@ def _jobs(entries, duration):
         entry = dict(entry)
         name = entry.pop("name", f"job{i + 1}")
         role = entry.pop("role", "measured")
+        kind = entry.pop("kind", "collective")
         if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
             raise LabError(f"{where}.name must be letters, digits, - or _, got {name!r}")
         if name in names:
@@ -150,324 +145,113 @@ def _jobs(entries, duration):
         names.add(name)
         if role not in ROLES:
             raise LabError(f"{where}.role must be measured or noise, got {role!r}")
-        unknown = sorted(set(entry) - fields)
-        if unknown:
-            raise LabError(f"{where}: unknown field {unknown[0]!r} (a job takes name, role and the "
-                           f"collective's fields: {', '.join(sorted(fields))})")
+        if kind not in JOB_KINDS:
+            raise LabError(f"{where}.kind must be one of {', '.join(JOB_KINDS)}, got {kind!r}")
         try:
-            if "sizes" in entry:
-                sizes = entry["sizes"]
-                sizes = parse_sizes(sizes) if isinstance(sizes, str) else \
-                    [parse_size(s) if isinstance(s, str) else s for s in (sizes if isinstance(sizes, list) else [sizes])]
-                entry["sizes"] = tuple(sizes)
-            for key in ("chunk_bytes", "piece_bytes"):
-                if isinstance(entry.get(key), str):
-                    entry[key] = parse_size(entry[key])
-            if isinstance(entry.get("hosts"), str):
-                entry["hosts"] = tuple(h.strip() for h in entry["hosts"].split(",") if h.strip())
-            elif isinstance(entry.get("hosts"), list) and all(isinstance(h, str) for h in entry["hosts"]):
-                entry["hosts"] = tuple(entry["hosts"])
-            elif entry.get("hosts") is not None:
-                raise LabError(f"hosts must be a list of host names or \"h1,h2\", got {entry['hosts']!r}")
-            if duration is not None and role == "measured":
-                entry["iterations"] = DURATION_ITERATIONS
-            spec = CollectiveSpec(**entry)
-            spec.check()
+            spec = _workload(kind, entry)
         except LabError as exc:
             raise LabError(f"{where} ({name}): {exc}") from None
-        except (TypeError, ValueError):
-            bad = next((k for k, v in entry.items() if isinstance(v, str) and k not in ("collective", "algorithm",
-                        "placement", "qp_method", "sport_mode")), "a field")
-            raise LabError(f"{where} ({name}): {bad} has the wrong type: {entry.get(bad)!r}") from None
         jobs.append(ScenarioJob(name, role, spec))
-    measured = [job.name for job in jobs if not job.noise]
-    if not measured:
+    if not any(not job.noise for job in jobs):
         raise LabError("scenario: every job is noise; one must be measured")
     return jobs
 
 
+def _workload(kind, entry):
+    """The job's workload spec from its fields (sizes and byte counts as text allowed)."""
+    from fabriclab.switchml.launcher import AggregationSpec
+    from fabriclab.traffic.allpairs import AllPairsSpec
+    from fabriclab.traffic.collective import CollectiveSpec
+    from fabriclab.units import parse_size, parse_sizes
+
+    cls = {"collective": CollectiveSpec, "all-pairs": AllPairsSpec, "switchml": AggregationSpec}[kind]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(entry) - fields)
+    if unknown:
+        raise LabError(f"unknown field {unknown[0]!r} (a {kind} job takes name, role, kind and: "
+                       f"{', '.join(sorted(fields))})")
+    if "sizes" in entry:
+        sizes = entry["sizes"]
+        sizes = parse_sizes(sizes) if isinstance(sizes, str) else \
+            [parse_size(s) if isinstance(s, str) else s for s in (sizes if isinstance(sizes, list) else [sizes])]
+        entry["sizes"] = tuple(sizes)
+    for key in ("chunk_bytes", "piece_bytes"):
+        if isinstance(entry.get(key), str):
+            entry[key] = parse_size(entry[key])
+    for key in ("hosts", "workers", "aggregators"):
+        if isinstance(entry.get(key), str):
+            entry[key] = tuple(h.strip() for h in entry[key].split(",") if h.strip())
+        elif isinstance(entry.get(key), list) and all(isinstance(h, str) for h in entry[key]):
+            entry[key] = tuple(entry[key])
+        elif entry.get(key) is not None:
+            raise LabError(f"{key} must be a list of host names or \"h1,h2\", got {entry[key]!r}")
+    try:
+        spec = cls(**entry)
+        if kind != "switchml":                 # a SwitchML job is checked against its fabric
+            spec.check()
+    except (TypeError, ValueError):
+        bad = next((k for k, v in entry.items() if isinstance(v, str) and k not in (
+            "collective", "algorithm", "placement", "qp_method", "sport_mode", "backend", "dtype")), "a field")
+        raise LabError(f"{bad} has the wrong type: {entry.get(bad)!r}") from None
+    return spec
+
+
 def _metrics(entry):
-    metrics = dict(METRIC_DEFAULTS)
     if entry is None:
-        return metrics
+        return dict(METRIC_DEFAULTS)
     if not isinstance(entry, dict):
         raise LabError("scenario: metrics must be a mapping (sample_ms, bin_ms, tolerance)")
-    for key, value in entry.items():
-        if key not in METRIC_DEFAULTS:
-            raise LabError(f"scenario: metrics.{key} is unknown (fields: {', '.join(METRIC_DEFAULTS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise LabError(f"scenario: metrics.{key} must be a number > 0, got {value!r}")
-        metrics[key] = float(value)
-    if metrics["sample_ms"] < 1:
-        raise LabError(f"scenario: metrics.sample_ms must be >= 1 ms, got {metrics['sample_ms']:g}")
-    if metrics["bin_ms"] < metrics["sample_ms"]:
-        raise LabError("scenario: metrics.bin_ms must be >= sample_ms")
-    if metrics["tolerance"] >= 1:
-        raise LabError(f"scenario: metrics.tolerance is a fraction below 1, got {metrics['tolerance']:g}")
-    return metrics
+    unknown = [key for key in entry if key not in METRIC_DEFAULTS]
+    if unknown:
+        raise LabError(f"scenario: metrics.{str(unknown[0])[:30]} is unknown (fields: {', '.join(METRIC_DEFAULTS)})")
+    metrics = plan_mod.Metrics(**{**METRIC_DEFAULTS, **entry})
+    try:
+        metrics.check()
+    except LabError as exc:
+        raise LabError(f"scenario: {exc}") from None
+    return {k: float(v) for k, v in dataclasses.asdict(metrics).items()}
 
 
-# -- checking against the fabric and running ------------------------------------------------------
-def prepare(scenario, verbose=False):
-    """A Lab (not started) for the scenario, with every job, host and fault checked against its
-    fabric; LabError before anything is built."""
-    from fabriclab.lab.lab import Lab
+# -- the plan -------------------------------------------------------------------------------------
+def to_plan(scenario):
+    """The pipeline's Plan: one run per routing scheme and repetition, each with every job and
+    the fault timeline. Loads the spec (a SpecError if it is bad)."""
     from fabriclab.topologies.spec import load_spec
 
-    lab = Lab(load_spec(scenario.spec_path()), routing=scenario.routings[0], verbose=verbose)
-    check_against(scenario, lab)
-    return lab
-
-
-def check_against(scenario, lab):
-    """Routing apps, jobs (hosts, ranks, disjoint hosts) and faults against a lab's fabric."""
-    from fabriclab.lab.controller import check_app
-    from fabriclab.traffic.collective import place_ranks
-
-    for routing in scenario.routings:
-        check_app(routing)
-    owner = {}
-    for job in scenario.jobs:
-        try:
-            ranks = place_ranks(lab.fabric, job.spec)
-        except LabError as exc:
-            raise LabError(f"scenario: job {job.name}: {exc}") from None
-        for host in {r.host for r in ranks}:
-            if host in owner:
-                raise LabError(f"scenario: jobs {owner[host]} and {job.name} both use {host}; "
-                               f"concurrent jobs need disjoint hosts")
-            owner[host] = job.name
-    faults_mod.steps(scenario.faults, lab)
-
-
-def run(scenario, out=None, progress=None, verbose=False, lab=None):
-    """Run every routing x repetition of `scenario` on one fabric; returns the results document,
-    written with its CSVs, plots and report into `out` (default results/<time>-<name>/).
-
-    `lab`: a running Lab to use instead of building the scenario's spec (a test suite's shared
-    fabric); it is left running, with its faults repaired, and its spec must be the scenario's."""
-    import contextlib
-
-    from fabriclab.results import report
-
-    from fabriclab.results import document
-    from fabriclab.traffic import roce
-
-    if lab is None:
-        lab, context = prepare(scenario, verbose), None
-    else:
-        if lab.net is None:
-            raise LabError("scenario: the lab passed in is not running")
-        check_against(scenario, lab)
-        context = contextlib.nullcontext(lab)
-    folder = pathlib.Path(out) if out else pathlib.Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(scenario.name)}"
-    folder.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    runs = []
-    with context or lab:
-        header = document.run_header(lab, roce.path_mtu_for(lab.fabric.spec.mtu))
-        total = len(scenario.routings) * scenario.repetitions
-        for routing in scenario.routings:
-            if lab.routing != routing:
-                lab.set_routing(routing)
-            for rep in range(1, scenario.repetitions + 1):
-                tick = (lambda status, n=len(runs): progress(n, total, routing, rep, status)) if progress else None
-                runs.append(run_once(lab, scenario, routing, rep, folder, tick))
-    doc = {**header, "kind": "scenario", "routing": scenario.routings,
-           "scenario": {**scenario.source, "name": scenario.name, "description": scenario.description},
-           "metrics": scenario.metrics, "runs": runs,
-           "valid": all(job["valid"] for r in runs for job in r["jobs"].values()),
-           "elapsed_s": round(time.monotonic() - t0, 1), "folder": str(folder)}
-    document.write_result(doc, folder)
-    report.render(folder)
-    return doc
-
-
-def run_once(lab, scenario, routing, repetition, folder, tick=None):
-    """One run: samplers on, the fault timeline armed, the jobs, then the fabric restored.
-    `tick(status)` is called about twice a second with how far the run is."""
-    from fabriclab.workflows.experiments.runner import Job, run_jobs, wait_drained
-    from fabriclab.measure.portsampler import PortSampler
-    from fabriclab.queues.sampler import QueueSampler
-
-    sample_s = scenario.metrics["sample_ms"] / 1e3
-    if lab.queues is not None:
-        wait_drained(lab)
-    first_event = len(lab.events)
-    steps = faults_mod.steps(scenario.faults, lab)
-    timeline = faults_mod.Timeline(lab, steps)
-    measured_stop = threading.Event()
-    measured = [f"job-{j.name}" for j in scenario.jobs if not j.noise]
-    origin = {}
-    watcher = threading.Thread(target=_arm, args=(lab, measured, timeline, scenario.duration_s, measured_stop, origin),
-                               daemon=True, name="scenario-origin")
-    ports = PortSampler(lab.fabric, sample_s).start()
-    queues = QueueSampler(lab.queues, sample_s).start() if lab.queues is not None else None
-    qseries = None
-    ticker = _Ticker(tick, origin, timeline, scenario.duration_s) if tick else None
+    spec = load_spec(scenario.spec_path())
+    runs = [plan_mod.RunPlan(f"{routing} r{rep}", routing=routing, repetition=rep,
+                             jobs=[plan_mod.Job(j.name, j.spec, j.role) for j in scenario.jobs],
+                             faults=list(scenario.faults), duration_s=scenario.duration_s)
+            for routing in scenario.routings for rep in range(1, scenario.repetitions + 1)]
+    source = {**scenario.source, "name": scenario.name, "description": scenario.description}
+    plan = plan_mod.Plan(name=scenario.name, kind="scenario", spec=spec, runs=runs,
+                         metrics=plan_mod.Metrics(**scenario.metrics), description=scenario.description,
+                         source=_plain(source))
     try:
-        timeline.start()
-        watcher.start()
-        if ticker:
-            ticker.start()
-        runs = run_jobs(lab, [Job(j.name, j.spec, j.noise) for j in scenario.jobs], measured_stop,
-                        label=f"{routing} run {repetition}")
-        timeline.join_checked()
-    finally:
-        if ticker:
-            ticker.stop()
-        timeline.stop()
-        measured_stop.set()
-        origin.setdefault("cancel", True)
-        series = ports.stop()
-        if queues is not None:
-            qseries = queues.stop()
-        lab.restore()
-    end_wall = max(run.traffic_window[1] for name, run in runs.items()
-                   if not next(j for j in scenario.jobs if j.name == name).noise)
-    return _run_result(lab, scenario, routing, repetition, folder, runs, series, qseries,
-                       origin.get("wall", series.wall0), end_wall, lab.events[first_event:], timeline.applied)
+        plan.check()
+    except LabError as exc:
+        raise LabError(f"scenario: {exc}") from None
+    return plan
 
 
-class _Ticker(threading.Thread):
-    """Reports a run's progress: seconds since the origin, fault steps applied, time left."""
+def prepare(scenario, verbose=False):
+    """A Lab (not started) for the scenario, with every run, job, host and fault checked against
+    its fabric; LabError before anything is built."""
+    from fabriclab.workflows import pipeline
 
-    def __init__(self, tick, origin, timeline, duration_s, every_s=0.5):
-        super().__init__(daemon=True, name="scenario-ticker")
-        self.tick, self.origin, self.timeline, self.duration_s, self.every_s = tick, origin, timeline, duration_s, every_s
-        self.done = threading.Event()
-
-    def run(self):
-        while not self.done.wait(self.every_s):
-            self.tick(self.status())
-
-    def status(self):
-        wall = self.origin.get("wall")
-        return {"started": wall is not None, "elapsed_s": time.time() - wall if wall else 0.0,
-                "duration_s": self.duration_s, "fault_steps": len(self.timeline.applied),
-                "fault_steps_total": len(self.timeline.steps)}
-
-    def stop(self):
-        self.done.set()
-        self.join(2)
-        self.tick(dict(self.status(), finished=True))
+    plan = to_plan(scenario)
+    try:
+        return pipeline.prepare(plan, verbose)
+    except LabError as exc:
+        raise LabError(f"scenario: {exc}") from None
 
 
-def _arm(lab, measured, timeline, duration_s, measured_stop, origin):
-    """Wait until every measured job has announced its agents (they are up and about to run),
-    then start the fault timeline's clock and the duration timer there."""
-    deadline = time.monotonic() + ORIGIN_TIMEOUT_S
-    while not all(name in lab.jobs for name in measured):
-        if origin.get("cancel") or time.monotonic() > deadline:
-            timeline.stop()
-            measured_stop.set()       # jobs that did start must not run on without a clock
-            return
-        time.sleep(0.005)
-    origin["wall"] = time.time()
-    timeline.start_at(origin["wall"])
-    if duration_s is not None:
-        measured_stop.wait(duration_s)
-        measured_stop.set()
-
-
-def _run_result(lab, scenario, routing, repetition, folder, runs, series, qseries, origin_wall, end_wall,
-                events, applied):
-    from fabriclab.measure import symmetry
-    from fabriclab.workflows.experiments.runner import size_summary
-    from fabriclab.measure.telemetry import max_mean_ratio
-
-    slug = f"{_slug(routing)}-r{repetition}"
-    bin_s = scenario.metrics["bin_ms"] / 1e3
-    tolerance = scenario.metrics["tolerance"]
-    origin, end = series.to_series_time(origin_wall), series.to_series_time(end_wall)
-    roles = {j.name: j.role for j in scenario.jobs}
-    job_hosts = {name: sorted({r.host for r in run.ranks}, key=lambda h: int(h[1:])) for name, run in runs.items()}
-    measured_hosts = {h for name, hosts in job_hosts.items() if roles[name] == "measured" for h in hosts}
-    times, delivered = series.delivered(bin_s)
-    starts = sorted(series.to_series_time(wall) for step, wall in applied if not step.undo)
-    faults = [_fault_row(fault, [(step, series.to_series_time(wall)) for step, wall in applied
-                                 if step.fault == fault.index], origin, end, times, delivered, starts)
-              for fault in scenario.faults]
-    window = (origin, end)
-    groups = [g for metric in symmetry.METRICS
-              for g in symmetry.check(series, *window, hosts=measured_hosts, tolerance=tolerance,
-                                      metric=metric, bin_s=bin_s)]
-    nics = symmetry.nic_histograms(series, bin_s, *window, hosts=measured_hosts)
-    means = series.mean_mbps(*window)
-    files = {"links_csv": f"links-{slug}.csv"}
-    series.write_csv(folder / files["links_csv"], bin_s)
-    if qseries is not None:
-        from fabriclab.results import figures
-
-        files["queues_csv"] = f"queues-{slug}.csv"
-        qseries.write_csv(folder / files["queues_csv"])
-        files["queues_plot"] = f"queues-{slug}.png"
-        figures.queue_timeline(qseries, folder / files["queues_plot"], f"{routing} run {repetition}: lossless "
-                               f"queues, marks and pauses by hop", origin=origin_wall - qseries.wall0)
-    return {
-        "routing": routing, "repetition": repetition, "slug": slug,
-        "origin_s": round(origin, 4), "end_s": round(end, 4), "bin_s": bin_s,
-        "jobs": {name: {"role": roles[name], "hosts": job_hosts[name],
-                        "valid": all(row["valid"] for row in run.sizes),
-                        "sizes": [size_summary(row) for row in run.sizes], "queues": run.queues}
-                 for name, run in runs.items()},
-        "faults": faults,
-        "events": [{**{k: v for k, v in e.items() if k != "time"}, "t_s": round(e["time"] - origin_wall, 4)}
-                   for e in events],
-        "telemetry": {"sampling": series.timing(), "symmetry": groups,
-                      "outliers": [list(row) for row in symmetry.flagged(groups)],
-                      "nics": nics, "stragglers": symmetry.stragglers(nics, tolerance),
-                      "uplink_max_mean": max_mean_ratio(means[c.name] for c in series.columns if c.kind == "up")},
-        "queues": qseries.summary() if qseries is not None else None,
-        "files": files,
-    }
-
-
-def _fault_row(fault, applied, origin, end, times, delivered, starts):
-    """One fault as it happened: when it began and ended (seconds after the origin), each change
-    it made, and the delivered traffic's dip and recovery after each time it struck."""
-    from fabriclab.measure import recovery
-
-    row = {"index": fault.index, "kind": fault.kind, "label": fault.label,
-           "target": fault.target if isinstance(fault.target, (str, bool)) else list(fault.target),
-           "planned_at_s": fault.at, "params": fault.params, "at_s": None, "until_s": None,
-           "events": [{"t_s": round(t - origin, 4), "event": _describe(step), "undo": step.undo}
-                      for step, t in applied],
-           "impact": None}
-    strikes = [t for step, t in applied if not step.undo]
-    if not strikes:
-        row["note"] = "not reached: the measured jobs ended first"
-        return row
-    row["at_s"] = round(strikes[0] - origin, 4)
-    undos = [t for step, t in applied if step.undo]
-    row["until_s"] = round(undos[-1] - origin, 4) if undos else None
-    impacts = []
-    for t in strikes:
-        later = [s for s in starts if s > t]
-        impacts.append(recovery.impact(times, delivered, t, min(later + [end])))
-    row["impact"] = impacts[0]
-    if len(impacts) > 1:
-        row["impacts"] = impacts
-        took = [i["recovery_s"] for i in impacts if i.get("recovery_s") is not None]
-        row["recovery_s_mean"] = round(sum(took) / len(took), 3) if took else None
-    return row
-
-
-def _describe(step):
-    if step.action == "link":
-        links, up = step.args
-        return f"{', '.join(link.label for link in links)} {'up' if up else 'down'}"
-    if step.action == "rate":
-        links, rate = step.args
-        return f"{', '.join(link.label for link in links)} " + (f"at {rate:g} Mbit/s" if rate else "rate restored")
-    if step.action == "receiver":
-        host, fraction = step.args
-        return f"{host} receives at {fraction:g} of line rate" if fraction else f"{host} receives at line rate"
-    if step.action == "switch":
-        name, up = step.args
-        return f"switch {name} {'up' if up else 'down'}"
-    return "controller restarted"
-
-
-def _slug(text):
-    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
+def _plain(value):
+    """The scenario as given, in JSON's types (YAML may hold dates, tuples, sets)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -1,4 +1,5 @@
-"""The command line end to end: `run` with link events writes honest results; `up` drives a prompt."""
+"""The command line end to end: `run` with link events and `collective` write honest results of
+the one schema that `report` and `compare` read; `up` drives a prompt."""
 
 import json
 import subprocess
@@ -6,6 +7,7 @@ import sys
 
 import pytest
 
+from fabriclab.results import compare, document
 from tests.lab import labutil
 
 pytestmark = pytest.mark.lab
@@ -13,7 +15,13 @@ pytestmark = pytest.mark.lab
 FABRICLAB = [sys.executable, "-m", "fabriclab.cli.main"]
 
 
-def test_run_with_a_link_failure_writes_results_with_scale(tmp_path):
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """The results folders this module's commands write, for the comparison at its end."""
+    return {}
+
+
+def test_run_with_a_link_failure_writes_results_with_scale(tmp_path, folders):
     before = labutil.resources()
     proc = subprocess.run(FABRICLAB + ["run", "tiny", "--duration", "4", "--flows-per-pair", "4",
                                        "--link-down", "l1-s1@1", "--link-up", "l1-s1@2.5",
@@ -21,20 +29,33 @@ def test_run_with_a_link_failure_writes_results_with_scale(tmp_path):
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode in (0, 1), proc.stderr     # 1: valid but CPU-saturated run
     doc = json.loads(proc.stdout)
-    assert json.loads((tmp_path / "results.json").read_text()) == doc
+    assert document.load(tmp_path) == doc                # on disk, and of the one schema
+    assert doc["kind"] == "run" and doc["schema_version"] == 1
     scale = doc["scale"]
     assert scale["host_rate_mbps"] == 10 and scale["fabric_rate_mbps"] == 10
     assert scale["buffers_bytes"] == {"host": 65536, "leaf": 65536, "spine": 262144}
     assert scale["time_scale"] == pytest.approx(40000)
     assert doc["mechanisms"]["ovs_datapath"] in ("user", "kernel")
-    assert doc["cpu"]["machine"] is not None and doc["cpu"]["ovs_forwarding"] is not None
-    assert doc["valid"] == (max(doc["cpu"].values()) < 0.9)
     assert scale["mtu"] == 9000 and scale["roce_payload_bytes"] == 4096
-    assert [(a["at_s"], a["outcome"]["up"]) for a in doc["actions"]] == [(1.0, False), (2.5, True)]
-    assert doc["traffic"]["flows"] == 8 and doc["traffic"]["received_packets"] > 0
-    assert {row["link"] for row in doc["links"]} == {"l1-s1", "l1-s2", "l2-s1", "l2-s2"}
-    assert doc["balance"]["up"]["max_mean_ratio"] >= 1.0
+    (run,) = doc["runs"]
+    job = run["jobs"]["traffic"]
+    assert job["kind"] == "all-pairs" and job["cpu"]["machine"] is not None
+    assert job["cpu"]["ovs_forwarding"] is not None
+    assert doc["valid"] == (max(job["cpu"].values()) < 0.9) == (proc.returncode == 0)
+    # the link events are faults on the run's timeline: each struck where asked, within a tick
+    down, up = run["faults"]
+    assert (down["kind"], up["kind"]) == ("link_down", "link_up")
+    assert down["at_s"] == pytest.approx(1.0, abs=0.1) and up["at_s"] == pytest.approx(2.5, abs=0.1)
+    assert [e["event"] for e in down["events"]] == ["l1-s1 down"]
+    assert [e["event"] for e in run["events"]] == ["link_down", "link_up"]
+    assert job["traffic"]["flows"] == 8 and job["traffic"]["received_packets"] > 0
+    assert {row["link"] for row in job["links"]} == {"l1-s1", "l1-s2", "l2-s1", "l2-s2"}
+    assert job["balance"]["up"]["max_mean_ratio"] >= 1.0
+    # what report renders, and what the heatmap shows: l1 sent nothing up to s1 while it was down
+    assert (tmp_path / "report.md").read_text().startswith("# tiny (run)")
+    assert (tmp_path / f"heatmap-{run['slug']}.png").stat().st_size > 10_000
     assert labutil.leaked(before, labutil.resources()) == {}
+    folders["run"] = tmp_path
 
 
 def test_up_prompt_runs_lab_commands(tmp_path):
@@ -69,18 +90,37 @@ def test_up_prompt_runs_lab_commands(tmp_path):
     assert labutil.leaked(before, labutil.resources()) == {}
 
 
-def test_collective_command_writes_results_and_charts(tmp_path):
+def test_collective_command_writes_results_and_charts(tmp_path, folders):
     proc = subprocess.run(FABRICLAB + ["collective", "tiny", "--sizes", "64K,128K", "-n", "2",
                                        "--verify", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "allreduce/ring over 2 ranks on tiny" in proc.stdout and "ok" in proc.stdout
-    doc = json.loads((tmp_path / "results.json").read_text())
+    doc = document.load(tmp_path)
     assert doc["kind"] == "collective" and doc["scale"]["time_scale"] == 40000
-    assert [row["size"] for row in doc["sizes"]] == [65536, 131072]
-    assert all(row["verify"]["ok"] for row in doc["sizes"])
-    for chart in ("busbw.png", "cct.png"):
+    sizes = doc["runs"][0]["jobs"]["allreduce"]["sizes"]
+    assert [row["size"] for row in sizes] == [65536, 131072]
+    assert all(row["verify"]["ok"] for row in sizes)
+    for chart in ("busbw.png", "cct.png", f"heatmap-{doc['runs'][0]['slug']}.png"):
         assert (tmp_path / chart).read_bytes().startswith(b"\x89PNG")
+    assert "| allreduce | measured | allreduce/ring | 64K | 2 |" in (tmp_path / "report.md").read_text()
+    folders["collective"] = tmp_path
+
+
+def test_report_and_compare_read_the_run_and_the_collective(folders, tmp_path):
+    if set(folders) != {"run", "collective"}:
+        pytest.skip("needs the run and collective folders of the tests above")
+    proc = subprocess.run(FABRICLAB + ["report", str(folders["run"])], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("report.md"), proc.stderr
+    proc = subprocess.run(FABRICLAB + ["compare", str(folders["run"]), str(folders["collective"]), "--format",
+                                       "json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["kind"], r["job_kind"]) for r in rows] == [("run", "all-pairs"), ("collective", "collective"),
+                                                          ("collective", "collective")]
+    assert rows[0]["delivered_mbps"] > 0 and rows[1]["busbw_mbps"] > 0
+    assert [r["kind"] for r in compare.collect([folders["run"], folders["collective"]])] == \
+        ["run", "collective", "collective"]
 
 
 def test_collective_command_rejects_bad_input_in_one_line():

@@ -5,38 +5,50 @@ victim-noise: spreading pauses cut the victim's bus bandwidth; CTS on the noise 
 ecn-dcqcn: CNPs only with DCQCN; tight thresholds with DCQCN trade pauses for completion time.
 """
 
-import json
-
 import pytest
 
+from fabriclab.results import document
 from fabriclab.workflows.experiments import Options, ecn_dcqcn, incast, run_experiment, victim
 
 pytestmark = pytest.mark.lab
 
 
-def pauses(case):
-    return sum(h["pauses"] for h in case["hops"].values())
+def hops(run):
+    return run["queues"]["hops"]
+
+
+def pauses(run):
+    return sum(h["pauses"] for h in hops(run).values())
+
+
+def totals(run):
+    return run["queues"]["report"]["totals"]
+
+
+def size(run, job):
+    return run["jobs"][job]["sizes"][0]
 
 
 def by_name(doc):
-    return {c["case"]: c for c in doc["cases"]}
+    return {r["label"]: r for r in doc["runs"]}
 
 
 def check_folder(doc, folder, summary_png):
-    on_disk = json.loads((folder / "results.json").read_text())
-    assert on_disk["experiment"] == doc["experiment"]
+    on_disk = document.load(folder)                     # of the one schema
+    assert on_disk["kind"] == "experiment" and on_disk["experiment"] == doc["experiment"]
     scale = on_disk["scale"]
     assert scale["host_rate_mbps"] > 0 and scale["time_scale"] and scale["buffers_bytes"]
     assert on_disk["mechanisms"]["queue_model"]["mechanism"] == "ebpf-clsact+tbf-gates"
     assert (folder / summary_png).stat().st_size > 10_000
-    for case in doc["cases"]:
-        assert (folder / case["files"]["plot"]).stat().st_size > 10_000
-        header = (folder / case["files"]["csv"]).read_text().splitlines()[0]
+    assert "## Experiment" in (folder / "report.md").read_text()
+    for run in doc["runs"]:
+        assert (folder / run["files"]["queues_plot"]).stat().st_size > 10_000
+        header = (folder / run["files"]["queues_csv"]).read_text().splitlines()[0]
         assert header.startswith("t_s,port,node,peer,role,class,occ")
-        timing = case["sampling"]
+        timing = run["queues"]["sampling"]
         assert timing["samples"] > 20 and timing["reached_median_s"] < 2 * timing["interval_s"]
         # Nothing OVS dropped on receive (it would leave bytes held in a switch).
-        assert case["queues"]["totals"]["ovs_receive_drops"] == 0
+        assert totals(run)["ovs_receive_drops"] == 0
 
 
 def test_pfc_incast(tmp_path):
@@ -46,13 +58,14 @@ def test_pfc_incast(tmp_path):
     streaming, admitted, slow = (cases["streaming"], cases["receiver-driven"],
                                  cases["receiver-driven, slow receiver"])
     # Streaming: the receiver's leaf pauses the spines, and PFC keeps every packet.
-    assert streaming["hops"]["leaf->spine"]["pauses"] > 0
-    assert streaming["queues"]["totals"].get("lossless_drops", 0) == 0
+    assert hops(streaming)["leaf->spine"]["pauses"] > 0
+    assert totals(streaming).get("lossless_drops", 0) == 0
     # Receiver-driven admission: the same bytes, no pause anywhere, also with a slow receiver,
-    # whose queue sits at its own leaf.
+    # whose queue sits at its own leaf (the degraded port is a condition of that run, undone after).
     assert pauses(admitted) == 0 and pauses(slow) == 0
-    assert slow["hops"]["leaf->NIC"]["occ_max"] > 0
-    assert slow["jobs"]["incast"]["cct_ms"]["p50"] > 2 * admitted["jobs"]["incast"]["cct_ms"]["p50"]
+    assert hops(slow)["leaf->NIC"]["occ_max"] > 0
+    assert [c["kind"] for c in slow["conditions"]] == ["degrade"] and not streaming["conditions"]
+    assert size(slow, "incast")["cct_ms"]["p50"] > 2 * size(admitted, "incast")["cct_ms"]["p50"]
     text = incast.table(doc)
     assert "receiver-driven, slow receiver" in text and "seed 000 Table 3" in text
 
@@ -61,15 +74,16 @@ def test_victim_noise(tmp_path):
     doc = run_experiment("victim-noise", out=tmp_path, options=Options(quick=True))
     check_folder(doc, tmp_path, "victim_noise.png")
     cases = by_name(doc)
-    alone = cases["victim alone"]["jobs"]["victim"]["busbw_mbps"]
+    alone = size(cases["victim alone"], "victim")["busbw_mbps"]
     spreading = cases["noise, PFC (spreading)"]
-    cts = cases["noise with CTS"]["jobs"]["victim"]["busbw_mbps"]
+    cts = size(cases["noise with CTS"], "victim")["busbw_mbps"]
     lossy = cases["noise in lossy class"]
     assert pauses(spreading) > 0
-    assert spreading["jobs"]["victim"]["busbw_mbps"] < 0.6 * alone
-    assert cts > 2 * spreading["jobs"]["victim"]["busbw_mbps"]
+    assert size(spreading, "victim")["busbw_mbps"] < 0.6 * alone
+    assert cts > 2 * size(spreading, "victim")["busbw_mbps"]
+    assert spreading["jobs"]["noise"]["role"] == "noise"
     # In the lossy class the noise is dropped at the receiver's leaf, not paused, and retransmits.
-    assert lossy["queues"]["totals"]["drops"] > 0 and lossy["jobs"]["noise"]["counters"]["retransmitted_packets"] > 0
+    assert totals(lossy)["drops"] > 0 and size(lossy, "noise")["counters"]["retransmitted_packets"] > 0
     assert "% of alone" in victim.table(doc)
 
 
@@ -77,12 +91,13 @@ def test_ecn_dcqcn(tmp_path):
     doc = run_experiment("ecn-dcqcn", out=tmp_path, options=Options(quick=True))
     check_folder(doc, tmp_path, "ecn_dcqcn.png")
     cases = by_name(doc)
-    for name, case in cases.items():
-        cnps = case["jobs"]["allreduce"]["counters"]["cnp_sent"]
+    for name, run in cases.items():
+        cnps = size(run, "allreduce")["counters"]["cnp_sent"]
         assert (cnps > 0) == name.startswith("DCQCN"), name
-        assert case["queues"]["totals"]["marks"] > 0, name
+        assert totals(run)["marks"] > 0, name
+        assert run["ecn"]["leaf"]["mode"] == "red"
     pfc_tight, dcqcn_tight = cases["PFC only, tight ECN"], cases["DCQCN, tight ECN"]
     assert pauses(dcqcn_tight) < pauses(pfc_tight)
-    assert dcqcn_tight["jobs"]["allreduce"]["cct_ms"]["mean"] > pfc_tight["jobs"]["allreduce"]["cct_ms"]["mean"]
+    assert size(dcqcn_tight, "allreduce")["cct_ms"]["mean"] > size(pfc_tight, "allreduce")["cct_ms"]["mean"]
     # The thresholds changed on the running switches are back to the spec's afterwards.
     assert "DCQCN, tight ECN" in ecn_dcqcn.table(doc)

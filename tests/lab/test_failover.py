@@ -1,13 +1,11 @@
 """A leaf-spine link fails under load and comes back: ECMP reroutes and then uses it again."""
 
-import statistics
-
 import pytest
 
 from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
-from fabriclab.traffic.allpairs import all_pairs_plan
-from fabriclab.traffic.launcher import run_traffic
+from fabriclab.traffic.allpairs import AllPairsSpec, all_pairs_plan
+from fabriclab.workflows.plan import Job, Metrics, link_events, single_run
 
 pytestmark = pytest.mark.lab
 
@@ -19,12 +17,6 @@ SPEC = FabricSpec(name="t-failover", leaves=2, spines=2, hosts_per_leaf=2,
 def lab():
     with Lab(SPEC, routing="ecmp") as running:
         yield running
-
-
-def _mean(points, start, end):
-    values = [mbps for t, mbps in points if start <= t <= end]
-    assert values, f"no samples between {start} and {end} s"
-    return statistics.fmean(values)
 
 
 def test_paths_follow_link_state(lab):
@@ -41,30 +33,36 @@ def test_paths_follow_link_state(lab):
     assert not lab.down_links()
 
 
-def test_traffic_continues_over_the_other_spine_and_returns(lab):
-    plan = all_pairs_plan(lab.fabric, load=0.5, flows_per_pair=4)
-    up_l1_s1 = lab.fabric.find_link("l1", "s1")[0]
-    up_l1_s2 = lab.fabric.find_link("l1", "s2")[0]
-    actions = [(2.0, lambda: lab.link_down("l1", "s1")), (4.0, lambda: lab.link_up("l1", "s1"))]
-    run = run_traffic(lab, plan, duration_s=6.0, actions=actions, sample_interval_s=0.2)
-    via_s1 = run.series(up_l1_s1.a_intf)            # l1 -> s1
-    via_s2 = run.series(up_l1_s2.a_intf)            # l1 -> s2
-    s1_to_l1 = run.series(up_l1_s1.b_intf)          # s1 -> l1, fed by l2's choice of spine
-    s2_to_l1 = run.series(up_l1_s2.b_intf)
+def test_traffic_continues_over_the_other_spine_and_returns(lab, run_plan):
+    """`run --link-down l1-s1@2 --link-up l1-s1@4` as a plan: the faults are on the run's timeline,
+    counted from the moment the traffic starts, and the port series says where the bytes went."""
+    workload = AllPairsSpec(duration_s=6.0, load=0.5, flows_per_pair=4)
+    plan = single_run(SPEC.name, "run", SPEC, Job("traffic", workload),
+                      faults=link_events(down=["l1-s1@2"], up=["l1-s1@4"]), metrics=Metrics(sample_ms=20, bin_ms=100))
+    result = run_plan(plan, lab=lab)
+    (run,) = result.runs
+    via_s1 = lambda a, b: run.mean_mbps("l1>s1", a, b)          # noqa: E731 - l1 -> s1
+    via_s2 = lambda a, b: run.mean_mbps("l1>s2", a, b)          # noqa: E731
+    s1_to_l1 = lambda a, b: run.mean_mbps("s1>l1", a, b)        # noqa: E731 - fed by l2's choice of spine
+    s2_to_l1 = lambda a, b: run.mean_mbps("s2>l1", a, b)        # noqa: E731
 
     # 16 flows per direction hash over two spines: both carry traffic before the failure.
-    assert _mean(via_s1, 0.4, 1.9) > 0.5 and _mean(via_s2, 0.4, 1.9) > 0.5
-    assert _mean(s1_to_l1, 0.4, 1.9) > 0.5
+    assert via_s1(0.4, 1.9) > 0.5 and via_s2(0.4, 1.9) > 0.5
+    assert s1_to_l1(0.4, 1.9) > 0.5
     # While down (after the controller reprogrammed), nothing uses s1 to or from l1 ...
-    assert _mean(via_s1, 2.6, 3.9) < 0.05
-    assert _mean(s1_to_l1, 2.6, 3.9) < 0.05
+    assert via_s1(2.6, 3.9) < 0.05
+    assert s1_to_l1(2.6, 3.9) < 0.05
     # ... and the cross-leaf load moved to s2 rather than vanishing.
-    cross_leaf = sum(f["rate_mbps"] for f in plan["h1"] + plan["h2"] if f["dst"].startswith("10.1.2."))
-    assert _mean(via_s2, 2.6, 3.9) == pytest.approx(cross_leaf, rel=0.25)
-    assert _mean(s2_to_l1, 2.6, 3.9) == pytest.approx(cross_leaf, rel=0.25)
+    flows = all_pairs_plan(lab.fabric, load=workload.load, flows_per_pair=workload.flows_per_pair)
+    cross_leaf = sum(f["rate_mbps"] for f in flows["h1"] + flows["h2"] if f["dst"].startswith("10.1.2."))
+    assert via_s2(2.6, 3.9) == pytest.approx(cross_leaf, rel=0.25)
+    assert s2_to_l1(2.6, 3.9) == pytest.approx(cross_leaf, rel=0.25)
     # After it comes back, the same hash puts flows on s1 again.
-    assert _mean(via_s1, 4.6, 6.0) > 0.5
-    assert _mean(s1_to_l1, 4.6, 6.0) > 0.5
+    assert via_s1(4.6, 6.0) > 0.5
+    assert s1_to_l1(4.6, 6.0) > 0.5
     # Only packets in flight at the failure are lost.
-    assert run.totals()["loss"] < 0.05, run.totals()
-    assert [a["at_s"] for a in run.actions] == [2.0, 4.0]
+    traffic = run.record["jobs"]["traffic"]["traffic"]
+    assert traffic["loss"] < 0.05, traffic
+    down, up = run.record["faults"]
+    assert down["at_s"] == pytest.approx(2.0, abs=0.1) and up["at_s"] == pytest.approx(4.0, abs=0.1)
+    assert not lab.injected()["links_down"]

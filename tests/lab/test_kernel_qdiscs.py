@@ -64,7 +64,7 @@ def test_ecn_marks_come_from_red_where_the_kernel_has_it(lab, record_property):
     check_mechanism(record_property, "ecn", lab.ecn_mechanism, "red")
     red = lab.ecn_mechanism == "red"
     assert lab.queues.describe()["ecn_mechanism"] == lab.ecn_mechanism
-    assert document.run_header(lab, 4096)["mechanisms"]["ecn"] == lab.ecn_mechanism
+    assert document.header(lab, 4096)["mechanisms"]["ecn"] == lab.ecn_mechanism
     hot = port_towards(lab, "h2")
     if red:
         # RED under the pause gate (lossless) and in place of the lossy fifo, marking, never dropping.
@@ -160,7 +160,7 @@ def test_a_closed_pause_gate_keeps_the_lossless_queue_and_its_red(lab, record_pr
 
 def test_links_are_delayed_by_netem_where_the_kernel_has_it(lab, record_property):
     check_mechanism(record_property, "delay", lab.delay_mechanism, "netem")
-    header = document.run_header(lab, 4096)
+    header = document.header(lab, 4096)
     assert header["mechanisms"]["delay"] == lab.delay_mechanism
     assert header["scale"]["link_delay"]["real_us"] == {"host": 0.25, "fabric": 0.25}
     assert header["scale"]["link_delay"]["lab_ms"] == {"host": 5.0, "fabric": 5.0}

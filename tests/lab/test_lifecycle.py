@@ -58,8 +58,8 @@ def test_teardown_leaves_nothing_behind():
     (["run", "tiny", "--routing", "magic"], "unknown routing app 'magic'"),
     (["run", "tiny", "--link-down", "l1-s9@1"], "no node 's9'"),
     (["run", "tiny", "--link-down", "l1-s1@99", "--duration", "2"], "after the traffic ends"),
-    (["run", "tiny", "--load", "0"], "load must be in (0, 1]"),
-    (["run", "tiny", "--duration", "0"], "--duration must be > 0"),
+    (["run", "tiny", "--load", "0"], "load must be in [0.001, 1]"),
+    (["run", "tiny", "--duration", "0"], "duration_s must be in (0, 3600] seconds"),
 ])
 def test_bad_input_fails_in_one_line_before_anything_is_built(args, message):
     before = labutil.resources()

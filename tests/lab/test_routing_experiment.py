@@ -1,9 +1,8 @@
 """routing-schemes, quick version, on the 4x4 1:1 fabric: each scheme must show its effect."""
 
-import json
-
 import pytest
 
+from fabriclab.results import document
 from fabriclab.workflows.experiments import Options, routing, run_experiment
 
 pytestmark = pytest.mark.lab
@@ -11,16 +10,17 @@ pytestmark = pytest.mark.lab
 
 def test_routing_schemes_reproduce_the_ordering_of_seed_000(tmp_path):
     doc = run_experiment("routing-schemes", options=Options(quick=True), out=tmp_path)
-    cases = {c["case"]: c for c in doc["cases"]}
-    busbw = {name: c["jobs"]["ring"]["busbw_mbps"] for name, c in cases.items()}
-    oos = {name: c["jobs"]["ring"]["counters"]["out_of_sequence"] for name, c in cases.items()}
-    mmr = {name: (c["uplinks"] or {}).get("max_mean_ratio") for name, c in cases.items()}
+    cases = {r["label"]: r for r in doc["runs"]}
+    ring = {name: r["jobs"]["ring"]["sizes"][0] for name, r in cases.items()}
+    busbw = {name: s["busbw_mbps"] for name, s in ring.items()}
+    oos = {name: s["counters"]["out_of_sequence"] for name, s in ring.items()}
+    mmr = {name: s["balance"]["up"].get("max_mean_ratio") for name, s in ring.items()}
     # QP scaling helps ECMP only while the QPs differ in source port; E-ECMP hashes the QP itself
     assert busbw["ECMP + 4 QPs"] > 1.5 * busbw["ECMP + 4 QPs shared sport"]
     assert busbw["E-ECMP + 4 QPs shared sport"] > 1.5 * busbw["ECMP + 4 QPs shared sport"]
     # E-ECMP keeps each QP on one path, so it never reorders: an OOS packet there can only follow
     # a packet a full buffer dropped (go-back-N), never a packet overtaken on another path
-    eecmp = cases["E-ECMP + 4 QPs shared sport"]["jobs"]["ring"]
+    eecmp = ring["E-ECMP + 4 QPs shared sport"]
     assert oos["E-ECMP + 4 QPs shared sport"] == 0 or eecmp["buffer_drops"]["total"] > 0, eecmp
     # TE places every flow on its own uplink: better balance and bandwidth than every hash-based
     # scheme. Flowlet's load-aware choices can find the same one-flow-per-uplink placement on
@@ -29,15 +29,21 @@ def test_routing_schemes_reproduce_the_ordering_of_seed_000(tmp_path):
     hashed = ("ECMP", "ECMP + 4 QPs", "ECMP + 4 QPs shared sport", "E-ECMP + 4 QPs shared sport")
     assert busbw["TE"] > max(busbw[k] for k in hashed), busbw
     assert busbw["TE"] > 0.9 * busbw["flowlet"], busbw
-    assert cases["TE"]["te"]["placed"] >= 16 and cases["TE"]["te"]["unplaced"] == 0
+    te = cases["TE"]["routing_state"]["te"]
+    assert te["placed"] >= 16 and te["unplaced"] == 0
     # flowlet: load-aware first choices beat the hash; its stage made decisions
     assert busbw["flowlet"] > busbw["ECMP"]
-    assert cases["flowlet"]["stage"]["flowlet_new"] > 0
-    for name, case in cases.items():
+    assert cases["flowlet"]["routing_state"]["stage"]["flowlet_new"] > 0
+    for name, run in cases.items():
         if "fails" in name:
-            assert case["fault"]["recovery_s"] is not None and case["fault"]["recovery_s"] < 5
-            assert case["fault"]["delivered_before_mbps"] > 0
-    on_disk = json.loads((tmp_path / "results.json").read_text())
+            (fault,) = run["faults"]
+            assert fault["at_s"] == pytest.approx(routing.FAULT_AFTER_S, abs=0.1)
+            assert fault["impact"]["recovery_s"] is not None and fault["impact"]["recovery_s"] < 5
+            assert fault["impact"]["baseline_mbps"] > 0
+            assert fault["uplinks_after"]["max_mean_ratio"] >= 1.0
+            # the failed link came back after the run: the next run starts on a whole fabric
+            assert [e["event"] for e in run["events"]] == ["link_down", "link_up"]
+    on_disk = document.load(tmp_path)
     assert on_disk["scale"]["time_scale"] and on_disk["scale"]["host_rate_mbps"] == 10
     assert (tmp_path / "routing_schemes.png").stat().st_size > 10_000
     assert (tmp_path / "routing_failures.png").stat().st_size > 10_000

@@ -6,7 +6,7 @@ import csv
 import pathlib
 import pytest
 
-from fabriclab.results import report
+from fabriclab.results import compare, document, report
 
 pytestmark = pytest.mark.lab
 
@@ -41,12 +41,13 @@ def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
     # the report renders again from the folder alone, and compare reads it
     for png in folder.glob("*.png"):
         png.unlink()
+    assert document.load(folder)["kind"] == "scenario"     # of the one schema
     text = report.render(folder).read_text()
     assert "flap" in text and "l1-s1" in text and (folder / "throughput-ecmp-r1.png").exists()
-    assert "ring" in report.compare([folder])
+    assert "ring" in compare.table([folder])
 
 
-def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for, run_scenario, tmp_path):
+def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for, run_plan, tmp_path):
     from fabriclab.workflows import scenario
 
     lab = lab_for("routing", "te")
@@ -56,11 +57,11 @@ def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for
         return {(member, metric) for group, member, _dev, metric in doc["runs"][0]["telemetry"]["outliers"]
                 if group == "l1 uplinks"}
 
-    degraded = scenario.run(sc, tmp_path / "degraded", lab=lab)
+    degraded = run_plan(scenario.to_plan(sc), lab=lab, out=tmp_path / "degraded").doc
     # the busy rate singles the slow uplink out; the mean (traffic share) varies with retransmissions
     assert {(member, metric) for member, metric in l1_flags(degraded) if metric == "busy"} == {("l1>s1", "busy")}
     sc.faults = []
-    healthy = scenario.run(sc, tmp_path / "healthy", lab=lab)
+    healthy = run_plan(scenario.to_plan(sc), lab=lab, out=tmp_path / "healthy").doc
     assert l1_flags(healthy) == set()
     busy = next(g for g in healthy["runs"][0]["telemetry"]["symmetry"]
                 if g["group"] == "l1 uplinks" and g["metric"] == "busy")

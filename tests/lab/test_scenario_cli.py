@@ -66,5 +66,5 @@ def test_a_scenario_on_a_queue_model_spec_records_and_plots_its_queues(tmp_path,
     folder = tmp_path / "scenario"
     assert (folder / run["files"]["queues_csv"]).stat().st_size > 0
     assert (folder / run["files"]["queues_plot"]).read_bytes().startswith(b"\x89PNG")
-    assert any(row["pause_tx"] > 0 for row in run["queues"])          # 3:1 into h2 pauses upstream
+    assert any(row["pause_tx"] > 0 for row in run["queues"]["summary"])     # 3:1 into h2 pauses upstream
     assert run["files"]["queues_plot"] in (folder / "report.md").read_text()

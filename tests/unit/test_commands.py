@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from fabriclab.cli import main as cli
-
 from fabriclab.cli import fabric as commands
+from fabriclab.cli import main as cli
 from fabriclab.errors import LabError
+from fabriclab.workflows.faults import parse_link_event
+from fabriclab.workflows.plan import link_events
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec, shipped_specs
 
@@ -25,20 +26,26 @@ def no_lab(monkeypatch):
     monkeypatch.setattr(fabriclab.lab.lab, "Lab", refuse)
 
 
-# -- parse_fault ----------------------------------------------------------------------------------
+# -- link events: `run --link-down A-B@T` is a fault on the run's timeline -------------------------
 
 @pytest.mark.parametrize("text, up, expected", [
-    ("l1-s1@2", False, (2.0, "l1", "s1", None, False)),
-    ("l1-s1@2", True, (2.0, "l1", "s1", None, True)),
-    ("s2-l3@0", False, (0.0, "s2", "l3", None, False)),
-    ("p1l2-p1s1#2@0.5", True, (0.5, "p1l2", "p1s1", 1, True)),
-    ("l1-s1#1@1.25", False, (1.25, "l1", "s1", 0, False)),
-    ("l10-s12#16@30", False, (30.0, "l10", "s12", 15, False)),
+    ("l1-s1@2", False, (2.0, "link_down", "l1-s1")),
+    ("l1-s1@2", True, (2.0, "link_up", "l1-s1")),
+    ("s2-l3@0", False, (0.0, "link_down", "s2-l3")),
+    ("p1l2-p1s1#2@0.5", True, (0.5, "link_up", "p1l2-p1s1#2")),
+    ("l1-s1#1@1.25", False, (1.25, "link_down", "l1-s1#1")),
+    ("l10-s12#16@30", False, (30.0, "link_down", "l10-s12#16")),
 ])
-def test_parse_fault(text, up, expected):
-    result = commands.parse_fault(text, up)
-    assert result == expected
-    assert isinstance(result[0], float)
+def test_parse_link_event(text, up, expected):
+    fault = parse_link_event(text, up)
+    assert (fault.at, fault.kind, fault.target) == expected and fault.params == {}
+    assert isinstance(fault.at, float)
+
+
+def test_link_events_are_one_timeline_in_time_order():
+    events = link_events(down=["l1-s1@3", "l2-s1@1"], up=["l1-s1@4"])
+    assert [(f.index, f.at, f.kind, f.target) for f in events] == [
+        (0, 1.0, "link_down", "l2-s1"), (1, 3.0, "link_down", "l1-s1"), (2, 4.0, "link_up", "l1-s1")]
 
 
 @pytest.mark.parametrize("text", [
@@ -59,28 +66,25 @@ def test_parse_fault(text, up, expected):
 ])
 def test_bad_link_events_are_one_line_lab_errors(text):
     with pytest.raises(LabError) as info:
-        commands.parse_fault(text, False)
+        parse_link_event(text, False)
     message = str(info.value)
     assert "\n" not in message
     assert repr(text) in message and "NODE-NODE@SECONDS" in message
 
 
 def test_parallel_links_are_numbered_from_one():
-    with pytest.raises(LabError, match="numbered from 1") as info:
-        commands.parse_fault("l1-s1#0@2", False)
+    with pytest.raises(LabError, match="N >= 1") as info:
+        parse_link_event("l1-s1#0@2", False)
     assert "\n" not in str(info.value)
 
 
 MALFORMED_TIMES = ["l1-s1@1.2.3", "l1-s1@.", "l1-s1@1..", "l1-s1#2@.."]
 
-PARSE_FAULT_BUG = ("parse_fault: the time pattern [0-9.]+ accepts strings float() rejects, "
-                   "so a ValueError escapes instead of a LabError")
-
 
 @pytest.mark.parametrize("text", MALFORMED_TIMES)
 def test_malformed_times_are_lab_errors(text):
     with pytest.raises(LabError):
-        commands.parse_fault(text, False)
+        parse_link_event(text, False)
 
 
 def test_cli_reports_a_malformed_time_in_one_line(capsys):
@@ -127,7 +131,7 @@ def test_demo_defaults_to_the_default_spec():
     args = parse("demo")
     assert args.command == "demo" and args.spec == "default"
     assert args.func is commands.cmd_run
-    assert args.routing == "ecmp" and args.faults is None
+    assert args.routing == "ecmp"
     assert args.link_down == [] and args.link_up == []
 
 

@@ -1,16 +1,16 @@
-"""The packaged experiments' plans: hosts, cases and settings, checked without a fabric."""
+"""The packaged experiments' plans: hosts, runs and settings, checked without a fabric."""
 
 import dataclasses
 
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.workflows.experiments import EXPERIMENTS, Options, ecn_dcqcn, incast, module, victim
-from fabriclab.workflows.experiments.runner import case_slug
+from fabriclab.lab.lab import Lab
 from fabriclab.queues.config import queues_from_dict
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
-from fabriclab.traffic.collective import place_ranks
+from fabriclab.workflows import pipeline
+from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, ecn_dcqcn, incast, module, victim
 
 
 def fabric(name):
@@ -23,19 +23,14 @@ def test_unknown_experiment_names_the_known_ones():
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
-def test_every_case_plans_on_the_default_spec(name):
-    mod = module(name)
+def test_every_run_plans_and_checks_on_the_default_spec(name):
+    """An experiment is a plan: every run's jobs, hosts, faults and conditions pass the pipeline's
+    checks against the experiment's fabric (a Lab object that is never started)."""
     for quick in (True, False):
-        spec = mod.prepare(load_spec(mod.DEFAULT_SPEC), Options(quick=quick))
-        fab = Fabric(spec)
-        cases = mod.cases(fab, Options(quick=quick))
-        assert len({c.name for c in cases}) == len(cases) >= 3
-        assert len({case_slug(c.name) for c in cases}) == len(cases)
-        for case in cases:
-            assert [j for j in case.jobs if not j.noise], case.name
-            for job in case.jobs:
-                job.spec.check()
-                place_ranks(fab, job.spec)
+        plan = build_plan(name, options=Options(quick=quick))
+        assert plan.kind == "experiment" and plan.experiment is module(name)
+        assert len({run.slug for run in plan.runs}) == len(plan.runs) >= 3
+        pipeline.check(plan, Lab(plan.spec, routing=plan.runs[0].routing))
 
 
 def test_incast_is_sixteen_to_one_across_leaves():
@@ -43,12 +38,14 @@ def test_incast_is_sixteen_to_one_across_leaves():
     receiver, senders = incast.pick_hosts(fab)
     assert receiver == "h1" and len(senders) == 16
     assert all(fab.hosts[h].ports[0].leaf != "l1" for h in senders)
-    streaming, admitted, slow = incast.cases(fab, Options())
-    assert not streaming.jobs[0].spec.cts and admitted.jobs[0].spec.cts
+    streaming, admitted, slow = incast.runs(fab, Options())
+    assert not streaming.jobs[0].workload.cts and admitted.jobs[0].workload.cts
     # Receiver-driven: 16 senders x one 8 KiB buffer in flight, below a leaf ingress port's XOFF
     # even if it all came in by one spine.
-    assert admitted.jobs[0].spec.cts_buffers * admitted.jobs[0].spec.chunk_bytes * 16 <= 128 * 1024
-    assert slow.degrade == ("l1", "h1", fab.spec.host_rate_mbps / 4)
+    assert admitted.jobs[0].workload.cts_buffers * admitted.jobs[0].workload.chunk_bytes * 16 <= 128 * 1024
+    (condition,) = slow.conditions
+    assert (condition.kind, condition.target, condition.params) == (
+        "degrade", "l1-h1", {"rate_mbps": fab.spec.host_rate_mbps / 4})
 
 
 def test_incast_needs_sixteen_senders_and_pfc():
@@ -71,9 +68,9 @@ def test_ecn_profiles_follow_each_roles_buffer():
     tight, relaxed = ecn_dcqcn.thresholds(fab, "tight"), ecn_dcqcn.thresholds(fab, "relaxed")
     assert tight["leaf"] == {"mode": "red", "kmin": 4096, "kmax": 16384, "pmax": 0.2}
     assert relaxed["spine"]["kmin"] == 128 * 1024 and relaxed["spine"]["kmax"] == 256 * 1024
-    cases = ecn_dcqcn.cases(fab, Options())
-    assert [c.jobs[0].spec.dcqcn is not None for c in cases] == [False, False, True, True]
-    assert [c.ecn == tight for c in cases] == [False, True, False, True]
+    runs = ecn_dcqcn.runs(fab, Options())
+    assert [r.jobs[0].workload.dcqcn is not None for r in runs] == [False, False, True, True]
+    assert [r.ecn == tight for r in runs] == [False, True, False, True]
 
 
 def test_victim_shares_no_host_with_the_noise():
@@ -82,10 +79,10 @@ def test_victim_shares_no_host_with_the_noise():
     assert victims == ["h2", "h6", "h10", "h14", "h18"] and receiver == "h1"
     assert len(senders) == 12 and not set(senders) & {*victims, receiver}
     assert all(fab.hosts[h].ports[0].leaf != "l1" for h in senders)
-    alone, spreading, cts, lossy = victim.cases(fab, Options())
+    alone, spreading, cts, lossy = victim.runs(fab, Options())
     assert [j.name for j in alone.jobs] == ["victim"]
     assert [j.noise for j in spreading.jobs] == [False, True]
-    assert cts.jobs[1].spec.cts and lossy.jobs[1].spec.dscp == 0
+    assert cts.jobs[1].workload.cts and lossy.jobs[1].workload.dscp == 0
 
 
 def test_yaml_off_is_the_off_mode():

@@ -369,7 +369,7 @@ def test_calibration_refuses_what_the_model_ranks_differently():
 def test_calibration_error_is_relative_to_the_emulation():
     from fabriclab.model.calibrate import compare
 
-    emulated = [{"size": 1024, "time_s": {"mean": 0.2}, "busbw_mbps": 10.0, "valid": True,
+    emulated = [{"size": 1024, "cct_ms": {"mean": 200.0}, "busbw_mbps": 10.0, "valid": True,
                  "balance": {"up": {"max_mean_ratio": 2.0}}}]
     modelled = {(1024, "ecmp"): {"cct_s": 0.18, "uplink_max_mean": 4.0},
                 (1024, "ideal"): {"cct_s": 0.15, "uplink_max_mean": 1.0}}

@@ -1,4 +1,5 @@
-"""Scenario folders render into report.md and PNGs, and folders compare in one table, from files alone."""
+"""Results folders of every kind render into report.md and PNGs, and folders compare in one table,
+from files alone."""
 
 import argparse
 import copy
@@ -7,15 +8,12 @@ import re
 
 import pytest
 
-from fabriclab.results import plots
-
-from fabriclab.results import report
 from fabriclab.cli import results as cli_results
 from fabriclab.errors import LabError
+from fabriclab.results import compare, plots, report
+from tests.unit import resultdocs as rd
 
 PNG = b"\x89PNG\r\n\x1a\n"
-COLUMNS = ["l1>s1", "s1>l1", "l1>s2", "s2>l1", "l2>s1", "s1>l2", "l2>s2#2", "s2>l2#2",
-           "h1-n0>l1", "l1>h1-n0", "h2-n0>l2", "l2>h2-n0"]
 
 
 def _png(path):
@@ -24,94 +22,27 @@ def _png(path):
     return data
 
 
-def _links_csv(path, dip=None):
-    """40 bins of 0.1 s: every direction at 80 Mbit/s, nothing while `dip` (series seconds) lasts."""
-    lines = ["t_s," + ",".join(COLUMNS)]
-    for i in range(40):
-        t = 0.1 * i
-        rate = 0.0 if dip and dip[0] <= t < dip[1] else 80.0
-        lines.append(f"{t:.4f}," + ",".join(f"{rate:.3f}" for _ in COLUMNS))
-    path.write_text("\n".join(lines) + "\n")
-
-
-def _size(size, busbw, ccts):
-    return {"collective": "allreduce", "algorithm": "ring", "size": size, "ranks": 2, "iterations": len(ccts),
-            "cct_ms": {"mean": sum(ccts) / len(ccts), "p50": sorted(ccts)[len(ccts) // 2], "p99": max(ccts),
-                       "min": min(ccts), "max": max(ccts), "all": ccts},
-            "busbw_mbps": busbw, "algbw_mbps": busbw, "busbw_fraction_of_nic": busbw / 100,
-            "counters": {"out_of_sequence": 7, "retransmitted_packets": 3, "local_ack_timeout_err": 1,
-                         "ce_marked": 0, "cnp_sent": 0, "cnp_handled": 0}}
-
-
-def _fault(kind, at, until, recovery, fell=True):
-    return {"index": 0, "kind": kind, "target": "l1-s1", "at_s": at, "until_s": until,
-            "events": [{"t_s": at, "event": kind, "target": "l1-s1"}],
-            "impact": {"baseline_mbps": 160.0, "min_mbps": 0.0, "min_at_s": 0.1, "fell": fell,
-                       "recovery_s": recovery, "after_mbps": 150.0, "retained": 0.94}}
-
-
-def _unreached():
-    return {"index": 3, "kind": "link_down", "target": ["l2", "s2"], "at_s": None, "until_s": None, "events": [],
-            "impact": None, "note": "not reached: the measured jobs ended first"}
-
-
-def _run(routing, busbw, faults=()):
-    slug = f"{routing}-r1"
-    return {
-        "routing": routing, "repetition": 1, "slug": slug, "origin_s": 0.5, "end_s": 3.5, "bin_s": 0.1,
-        "files": {"links_csv": f"links-{slug}.csv"},
-        "jobs": {"ring": {"role": "measured", "hosts": ["h1", "h2"], "valid": True,
-                          "sizes": [_size(1 << 20, busbw, [10.0, 12.0, 30.0]),
-                                    _size(4 << 20, busbw + 5, [40.0, 44.0, 90.0])]},
-                 "bg": {"role": "noise", "hosts": ["h3", "h4"], "valid": True,
-                        "sizes": [_size(1 << 20, 20.0, [50.0])]}},
-        "faults": list(faults),
-        "telemetry": {
-            "sampling": {"interval_s": 0.005, "samples": 800, "reached_median_s": 0.0052,
-                         "reached_p99_s": 0.009, "largest_gap_s": 0.02},
-            "symmetry": [{"group": "l1 uplinks", "members": {"l1>s1": 80.0, "l1>s2": 30.0},
-                          "median_mbps": 55.0, "max_mean_ratio": 1.45,
-                          "outliers": [{"member": "l1>s2", "mbps": 30.0, "deviation": -0.455}]}],
-            "stragglers": ["h2-n0"],
-            "nics": {"h1-n0": {"histogram": [0.4] + [0.0] * 8 + [0.6], "idle_share": 0.4,
-                               "mean_utilization": 0.55, "busy_mean_utilization": 0.95},
-                     "h2-n0": {"histogram": [0.2, 0, 0, 0, 0.8, 0, 0, 0, 0, 0], "idle_share": 0.2,
-                               "mean_utilization": 0.36, "busy_mean_utilization": 0.45}},
-            "uplink_max_mean": 1.45},
-        "queues": None,
-    }
-
-
 def _scenario(folder):
-    """Two runs; the first has three faults (one never recovered) and a dip in its links CSV."""
-    folder.mkdir()
-    doc = {"kind": "scenario",
-           "scenario": {"name": "flap under load", "description": "an uplink flaps during a ring AllReduce"},
-           "scale": {"host_rate_mbps": 100.0, "fabric_rate_mbps": 100.0, "time_scale": 1000.0,
-                     "buffers_bytes": {"host": 65536, "leaf": 65536, "spine": 262144}},
-           "fabric": {"name": "tiny", "switches": 4, "hosts": 4, "oversubscription": 1.0},
-           "valid": True,
-           "runs": [_run("ecmp", 71.5, [_fault("link_down", 1.0, 1.5, 0.6), _fault("flap", 2.0, 2.2, 0.2),
-                                        _fault("degrade", 2.5, None, None), _unreached()]),
-                    _run("flowlet", 88.25)],
-           "future_key": {"ignored": True}}
-    (folder / "results.json").write_text(json.dumps(doc))
-    _links_csv(folder / "links-ecmp-r1.csv", dip=(1.5, 2.0))
-    _links_csv(folder / "links-flowlet-r1.csv")
-    return doc
+    return rd.write(folder, rd.scenario_doc(), dip=(1.5, 2.0))
 
 
 def _experiment(folder):
-    folder.mkdir()
-    summary = {"collective": "allreduce", "algorithm": "ring", "size": 1 << 20, "ranks": 4, "iterations": 5,
-               "cct_ms": {"mean": 20.0, "p50": 19.5, "p99": 33.0, "min": 18.0, "max": 33.0},
-               "busbw_mbps": 64.125, "busbw_fraction_of_nic": 0.64, "valid": True,
-               "counters": {"out_of_sequence": 11, "retransmitted_packets": 0, "local_ack_timeout_err": 0}}
-    doc = {"kind": "experiment", "experiment": "routing-schemes",
-           "cases": [{"case": "te, l1-s1 fails", "routing": "te", "jobs": {"ring": summary},
-                      "uplinks": {"max_mean_ratio": 1.8}, "fault": {"recovery_s": 0.25}}]}
-    (folder / "results.json").write_text(json.dumps(doc))
-    return doc
+    ring = rd.collective_job(64.125, sizes=((1 << 20, (0.018, 0.0195, 0.033)),))
+    runs = [rd.run("te, l1-s1 fails", {"ring": ring}, [rd.fault("link_down", 0.6, None, 0.25)], routing="te")]
+    runs[0]["telemetry"]["uplink_max_mean"] = 1.8
+    runs[0]["telemetry"]["symmetry"] = None
+    runs[0]["telemetry"]["symmetry"] = []
+    experiment = {"name": "routing-schemes", "summary": "schemes", "reference": {"finding": "x"}}
+    return rd.write(folder, rd.doc("experiment", runs, name="routing-schemes", experiment=experiment))
+
+
+def _run_folder(folder):
+    return rd.write(folder, rd.doc("run", [rd.run("ecmp", {"traffic": rd.allpairs_job(30.0)})], name="tiny"))
+
+
+def _collective_folder(folder):
+    return rd.write(folder, rd.doc("collective", [rd.run("ecmp", {"allreduce": rd.collective_job(50.0)})],
+                                   name="tiny-allreduce"))
 
 
 def test_column_kinds_and_rates():
@@ -124,9 +55,9 @@ def test_column_kinds_and_rates():
 
 
 def test_read_links_parses_the_wide_csv(tmp_path):
-    _links_csv(tmp_path / "l.csv", dip=(1.0, 1.2))
+    rd.links_csv(tmp_path / "l.csv", dip=(1.0, 1.2))
     times, names, mbps = report.read_links(tmp_path / "l.csv")
-    assert names == COLUMNS and len(times) == 40 and mbps.shape == (40, len(COLUMNS))
+    assert names == rd.COLUMNS and len(times) == 40 and mbps.shape == (40, len(rd.COLUMNS))
     assert mbps[10, 0] == 0.0 and mbps[12, 0] == 80.0
     assert report.read_links(tmp_path / "absent.csv") is None
     (tmp_path / "bad.csv").write_text("t_s,l1>s1\n0.0,abc\n")
@@ -140,21 +71,21 @@ def test_render_writes_report_and_plots(tmp_path):
     path = report.render(folder)
     assert path == folder / "report.md"
     text = path.read_text()
-    assert text.startswith("# flap under load\n")
+    assert text.startswith("# flap under load (scenario)\n")
     assert "an uplink flaps during a ring AllReduce" in text
-    assert "host links 100 Mbit/s, fabric links 100 Mbit/s; time scale x1000" in text
-    assert "buffers host 64K, leaf 64K, spine 256K" in text
+    assert "host links 10 Mbit/s, fabric links 10 Mbit/s; time scale x40000" in text
+    assert "buffers host 64K" in text
     assert "Warning" not in text
-    # the fault rows: until, events, baseline, min, recovery and retained; 'held'/'not back' read as words
+    # the fault rows: until, events, baseline, min, recovery and retained; 'not back' reads as words
     assert "| link_down | l1-s1 | 1.00 | 1.50 | 1 | 160.00 | 0.00 | 0.60 | 94% |" in text
     assert "| degrade | l1-s1 | 2.50 | end | 1 | 160.00 | 0.00 | not back | 94% |" in text
     assert "| link_down | l2-s2 | - | - | 0 | - | - | - | - |" in text
-    assert "- link_down l2-s2: not reached: the measured jobs ended first" in text
+    assert "- link down l2-s2: not reached: the measured jobs ended first" in text
     assert text.count("No faults injected.") == 1                     # the flowlet run
     # the jobs table and the summary (mean recovery over the faults that recovered: (0.6 + 0.2) / 2)
     assert ("| ring | measured | allreduce/ring | 1M | 2 | 71.50 | 72% | 12.0 | 30.0 | 7 | 3 | 1 | yes |"
             in text)
-    assert "| ecmp r1 | ring | 4M | 76.50 | 44.0 | 90.0 | 1.45 | 0.40 | 1 |" in text
+    assert "| ecmp r1 | ring | 4M | 76.50 | 44.0 | 90.0 | - | 1.45 | 0.40 | 1 |" in text
     assert "| flowlet r1 | ring | 1M | 88.25 |" in text
     assert "| bg |" not in text.split("## Run")[0]                    # noise jobs stay out of the summary
     assert "l1 uplinks: l1>s2 at 30.00 Mbit/s, -46% vs the median 55.00" in text
@@ -171,76 +102,106 @@ def test_render_writes_report_and_plots(tmp_path):
 
 def test_render_flags_an_invalid_scenario(tmp_path):
     folder = tmp_path / "bad"
-    doc = _scenario(folder)
+    doc = rd.scenario_doc()
     doc["valid"] = False
-    doc["runs"][0]["jobs"]["ring"]["valid"] = False
-    (folder / "results.json").write_text(json.dumps(doc))
+    doc["runs"][0]["jobs"]["ring"] = rd.collective_job(71.5, valid=False)
+    rd.write(folder, doc)
     text = report.render(folder).read_text()
     assert "**Warning: not valid.**" in text
     assert "| ecmp r1 | ring (invalid) |" in text
 
 
 def test_render_without_optional_parts(tmp_path):
+    """A run without faults, telemetry or CSV, and a second run whose CSV went missing."""
     folder = tmp_path / "bare"
-    folder.mkdir()
-    bare = _run("ecmp", 50.0)
-    for key in ("files", "faults", "end_s", "bin_s", "queues"):
-        del bare[key]
-    bare["telemetry"] = {}
-    first = bare["jobs"]["ring"]["sizes"][0]
-    bare["jobs"]["ring"]["sizes"] = [{k: v for k, v in first.items() if k != "cct_ms"}]
-    del bare["jobs"]["bg"]
-    lost = {"routing": "te", "repetition": 2, "files": {"links_csv": "links-te-r2.csv"}, "jobs": {}}
-    doc = {"kind": "scenario", "scenario": {"name": "bare"}, "scale": {}, "runs": [bare, lost]}
-    (folder / "results.json").write_text(json.dumps(doc))
+    doc = rd.doc("scenario", [rd.run("ecmp r1", {"ring": rd.collective_job(50.0, sizes=((1 << 20, (0.01,)),))}),
+                              rd.run("te r2", {"ring": rd.collective_job(40.0)}, routing="te", repetition=2)])
+    bare = doc["runs"][0]
+    bare["telemetry"] = {**bare["telemetry"], "symmetry": [], "outliers": [], "nics": {}, "stragglers": [],
+                         "sampling": {"interval_s": 0.005, "samples": 1}}
+    rd.write(folder, doc, csvs=False)
     text = report.render(folder).read_text()
-    assert "No faults injected." in text and "No telemetry recorded." in text and "No jobs recorded." in text
-    assert "no links CSV recorded: heatmap and delivered rate skipped" in text
+    assert text.count("No faults injected.") == 2
+    assert "links-ecmp-r1.csv missing or empty: heatmap and delivered rate skipped" in text
     assert "links-te-r2.csv missing or empty: heatmap and delivered rate skipped" in text
-    assert "no per-iteration completion times recorded: CCT plot skipped" in text
-    assert "host link rate not stated" in text
+    assert "no NIC histograms recorded: NIC plot skipped" in text
     assert "## Run te r2" in text
-    assert not list(folder.glob("*.png"))
+    assert "reached interval not recorded" in text
 
 
-def test_render_refuses_other_folders(tmp_path):
-    _experiment(tmp_path / "exp")
-    with pytest.raises(LabError, match="experiment"):
-        report.render(tmp_path / "exp")
+@pytest.mark.parametrize("make, title, table", [
+    (_run_folder, "# tiny (run)", "| traffic | measured | 2 | 30.00 | 1.00% | 2 |"),
+    (_collective_folder, "# tiny-allreduce (collective)", "| allreduce | measured | allreduce/ring | 1M |"),
+    (_experiment, "# routing-schemes (experiment)", "| ring | measured | allreduce/ring | 1M |"),
+])
+def test_render_reads_every_kind_of_folder(tmp_path, make, title, table):
+    folder = tmp_path / "f"
+    make(folder)
+    text = report.render(folder).read_text()
+    assert text.startswith(title + "\n") and table in text
+    _png(folder / f"heatmap-{json.loads((folder / 'results.json').read_text())['runs'][0]['slug']}.png")
 
 
-def test_compare_lists_runs_and_experiment_cases(tmp_path):
+def test_report_refuses_an_old_or_broken_folder_in_one_line(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({"fabriclab": "0.1.0", "kind": "scenario", "runs": []}))
+    with pytest.raises(LabError, match="before results documents had a schema_version") as err:
+        report.render(old)
+    assert "\n" not in str(err.value)
+    broken = tmp_path / "broken"
+    doc = rd.scenario_doc()
+    del doc["runs"][0]["jobs"]["ring"]["sizes"][0]["cct_ms"]
+    rd.write(broken, doc)
+    with pytest.raises(LabError, match=r"not a valid results document at runs/0/jobs/ring"):
+        report.render(broken)
+    (broken / "results.json").write_text("[1, 2]")
+    with pytest.raises(LabError, match="a JSON list, not an object"):
+        report.render(broken)
+
+
+def test_compare_puts_every_kind_side_by_side(tmp_path):
     _scenario(tmp_path / "flap")
     _experiment(tmp_path / "exp")
-    rows = report.collect([tmp_path / "flap", tmp_path / "exp"])
-    assert len(rows) == 2 * 3 + 1
-    assert {(r["folder"], r["run"]) for r in rows} == {("flap", "ecmp r1"), ("flap", "flowlet r1"),
-                                                       ("exp", "te, l1-s1 fails")}
-    text = report.compare([tmp_path / "flap", tmp_path / "exp"])
+    _run_folder(tmp_path / "run")
+    _collective_folder(tmp_path / "coll")
+    folders = [tmp_path / n for n in ("flap", "exp", "run", "coll")]
+    rows = compare.collect(folders)
+    assert {(r["folder"], r["kind"]) for r in rows} == {("flap", "scenario"), ("exp", "experiment"),
+                                                        ("run", "run"), ("coll", "collective")}
+    assert len(rows) == 3 + 2 + 1 + 1 + 2
+    text = compare.table(folders)
     cells = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[1:]]
-    assert cells[0] == list(report.COMPARE_HEADER)
-    assert ["flap", "ecmp r1", "ring", "1M", "71.50", "12.0", "30.0", "1.45", "7", "3", "1", "0.40", "1"] in cells
-    assert ["flap", "flowlet r1", "bg (noise)", "1M", "20.00", "50.0", "50.0", "1.45", "7", "3", "1", "-",
-            "1"] in cells
-    assert ["exp", "te, l1-s1 fails", "ring", "1M", "64.12", "19.5", "33.0", "1.80", "11", "0", "0", "0.25",
-            "-"] in cells
+    assert cells[0] == list(compare.HEADER)
+    assert ["flap", "scenario", "ecmp r1", "ring", "1M", "71.50", "12.0", "30.0", "-", "1.45", "7", "3", "1",
+            "0.40", "1"] in cells
+    assert ["flap", "scenario", "ecmp r1", "bg (noise)", "1M", "20.00", "50.0", "50.0", "-", "1.45", "7", "3",
+            "1", "0.40", "1"] in cells
+    assert ["exp", "experiment", "te, l1-s1 fails", "ring", "1M", "64.12", "19.5", "33.0", "-", "1.80", "7",
+            "3", "1", "0.25", "0"] in cells
+    # all-pairs: what it delivered and its OOS; no size, busbw or CCT
+    assert ["run", "run", "ecmp", "traffic", "-", "-", "-", "-", "30.00", "1.45", "2", "-", "-", "-", "1"] in cells
+
+
+def test_compare_counts_switchml_tat_as_its_completion_time(tmp_path):
+    rd.write(tmp_path / "sml", rd.doc("experiment", [rd.run("n=2 256K switchml", {"switchml": rd.switchml_job()})]))
+    (row,) = compare.collect([tmp_path / "sml"])
+    assert (row["job_kind"], row["size"], row["cct_p50_ms"], row["cct_p99_ms"]) == ("switchml", 262144, 225.0, 250.0)
+    assert row["retransmitted_packets"] == 2 and row["busbw_mbps"] is None
 
 
 def test_compare_needs_results_json(tmp_path):
     (tmp_path / "empty").mkdir()
     _experiment(tmp_path / "exp")
     with pytest.raises(LabError) as err:
-        report.compare([tmp_path / "exp", tmp_path / "empty"])
+        compare.table([tmp_path / "exp", tmp_path / "empty"])
     assert "empty" in str(err.value) and "results.json" in str(err.value) and "\n" not in str(err.value)
-    other = {"kind": "all-pairs"}
-    with pytest.raises(LabError, match="all-pairs"):
-        report.compare_rows(other, "x")
 
 
 def test_compare_plot_and_cli(tmp_path, capsys):
     _scenario(tmp_path / "flap")
     _experiment(tmp_path / "exp")
-    _png(report.compare_plot([tmp_path / "flap", tmp_path / "exp"], tmp_path / "cmp.png"))
+    _png(compare.plot([tmp_path / "flap", tmp_path / "exp"], tmp_path / "cmp.png"))
     parser = argparse.ArgumentParser()
     cli_results.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["compare", str(tmp_path / "flap"), str(tmp_path / "exp"), "--format", "json",
@@ -255,6 +216,16 @@ def test_compare_plot_and_cli(tmp_path, capsys):
     args = parser.parse_args(["report", str(tmp_path / "flap")])
     assert args.func(args) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "flap" / "report.md")
+
+
+def test_report_of_an_experiment_shows_its_own_table(tmp_path, capsys):
+    _experiment(tmp_path / "exp")
+    parser = argparse.ArgumentParser()
+    cli_results.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report", str(tmp_path / "exp")])
+    assert args.func(args) == 0
+    text = (tmp_path / "exp" / "report.md").read_text()
+    assert "## Experiment" in text and "routing schemes on tiny" in text
 
 
 def test_heatmap_keeps_a_hundred_rows_readable(tmp_path):

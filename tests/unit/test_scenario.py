@@ -10,7 +10,9 @@ import pytest
 from fabriclab.lab import lab as lab_mod
 from fabriclab.workflows import scenario
 from fabriclab.errors import LabError
-from fabriclab.workflows.scenario import DURATION_ITERATIONS, METRIC_DEFAULTS, load, parse, prepare
+from fabriclab.workflows import jobs, pipeline
+from fabriclab.workflows.jobs import DURATION_ITERATIONS
+from fabriclab.workflows.scenario import METRIC_DEFAULTS, load, parse, prepare, to_plan
 
 ROOT = pathlib.Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))
@@ -85,14 +87,22 @@ def test_hosts_and_byte_fields_as_text():
     assert parse(with_job(hosts=["h1", "h2"])).jobs[0].spec.hosts == ("h1", "h2")
 
 
-def test_duration_repeats_measured_jobs_only():
-    """duration_s sets measured jobs' iterations to DURATION_ITERATIONS; noise keeps its own."""
-    s = parse(minimal(duration_s=4, jobs=[{"name": "m", "iterations": 3},
-                                          {"name": "n", "role": "noise", "iterations": 3}]))
+def test_duration_repeats_measured_jobs_only(nothing_started):
+    """With duration_s, measured collectives run DURATION_ITERATIONS (the clock stops them); noise
+    keeps its own count. The scenario keeps the counts as written."""
+    s = parse(minimal(spec="default", duration_s=4, jobs=[{"name": "m", "iterations": 3, "hosts": "h1,h2"},
+                                                          {"name": "n", "role": "noise", "iterations": 3,
+                                                           "hosts": "h3,h4"}]))
     assert s.duration_s == 4.0 and isinstance(s.duration_s, float)
-    assert [(j.name, j.spec.iterations) for j in s.jobs] == [("m", DURATION_ITERATIONS), ("n", 3)]
-    without = parse(minimal(jobs=[{"name": "m", "iterations": 3}]))
-    assert without.jobs[0].spec.iterations == 3
+    assert [(j.name, j.spec.iterations) for j in s.jobs] == [("m", 3), ("n", 3)]
+    plan = to_plan(s)
+    (run,) = plan.runs
+    assert run.duration_s == 4.0
+    lab = prepare(s)
+    runners = {job.name: jobs.runner(job, lab, run) for job in run.jobs}
+    assert runners["m"].spec.iterations == DURATION_ITERATIONS and runners["n"].spec.iterations == 3
+    for runner in runners.values():
+        runner.cancel()
 
 
 def test_faults_are_parsed_into_the_scenario():
@@ -117,7 +127,7 @@ def test_faults_are_parsed_into_the_scenario():
     (minimal(jobs=[{"name": "a"}, {"name": "a"}]), "jobs[1]: job name 'a' is used twice"),
     (minimal(jobs=[{"name": "a b"}]), "jobs[0].name must be letters, digits, - or _"),
     (with_job(role="victim"), "jobs[0].role must be measured or noise, got 'victim'"),
-    (with_job(size="1M"), "jobs[0]: unknown field 'size'"),
+    (with_job(size="1M"), "jobs[0] (a): unknown field 'size'"),
     (with_job(qps=0), "jobs[0] (a): collective: qps must be a whole number >= 1"),
     (with_job(sizes="64Q"), "jobs[0] (a): bad size '64Q'"),
     (with_job(collective="allgatherv"), "jobs[0] (a): collective: collective must be one of"),
@@ -206,11 +216,11 @@ def test_prepare_gives_an_unstarted_lab(nothing_started):
 @pytest.mark.parametrize("data, words", [
     (minimal(routing="ospf"), "unknown routing app 'ospf'"),
     (minimal(routing=["ecmp", "ospf"]), "unknown routing app 'ospf'"),
-    (with_job(hosts=["h1", "h9"]), "scenario: job a: host 'h9' is not in fabric 'tiny'"),
-    (with_job(hosts=["h1"]), "scenario: job a: collective: 1 rank"),
+    (with_job(hosts=["h1", "h9"]), "scenario: run 'ecmp r1', job a: host 'h9' is not in fabric 'tiny'"),
+    (with_job(hosts=["h1"]), "scenario: run 'ecmp r1', job a: collective: 1 rank"),
     (minimal(spec="default", jobs=[{"name": "a", "hosts": "h1,h2,h3"},
                                    {"name": "b", "role": "noise", "hosts": "h4,h3"}]),
-     "scenario: jobs a and b both use h3"),
+     "scenario: run 'ecmp r1': jobs a and b both use h3"),
     (minimal(jobs=[{"name": "a"}, {"name": "b", "role": "noise", "hosts": "h1,h2"}]), "jobs a and b both use h"),
     (minimal(faults=[{"at": 0, "controller_restart": True}, {"at": 1, "link_down": "l1-l2"}]),
      "scenario: faults[1] (link_down): no link between l1 and l2"),
@@ -232,7 +242,7 @@ def test_run_refuses_a_lab_that_is_not_running(nothing_started, tmp_path):
     """A lab passed in must be up; the refusal comes before the results folder is made."""
     s = parse(minimal())
     with pytest.raises(LabError, match="the lab passed in is not running"):
-        scenario.run(s, out=tmp_path / "out", lab=prepare(s))
+        pipeline.run_plan(to_plan(s), out=tmp_path / "out", lab=prepare(s))
     assert not (tmp_path / "out").exists()
 
 

@@ -272,37 +272,6 @@ def test_totals_of_a_run_that_sent_nothing():
     assert totals["flows"] == 1 and totals["sent_packets"] == 0 and totals["loss"] is None
 
 
-def tx_sample(t, **tx):
-    return {"time": t, "counters": {intf: {"tx_bytes": n, "rx_bytes": 0} for intf, n in tx.items()},
-            "drops": {}, "cpu": {"time": t, "total": 0, "idle": 0, "ovs": None}}
-
-
-def test_series_is_mbps_between_consecutive_samples():
-    run = TrafficRun({}, duration_s=1.0, start_mono=1000.0)
-    run.samples = [tx_sample(1000.0, **{"l1-eth3": 0}),
-                   tx_sample(1000.25, **{"l1-eth3": 31_250}),         # 1 Mbit/s
-                   tx_sample(1000.5, **{"l1-eth3": 93_750})]          # 2 Mbit/s
-    assert run.series("l1-eth3") == [(0.25, pytest.approx(1.0)), (0.5, pytest.approx(2.0))]
-    assert run.series("s1-eth1") == []
-
-
-def test_series_skips_gaps_and_repeated_times():
-    run = TrafficRun({}, duration_s=1.0, start_mono=10.0)
-    run.samples = [tx_sample(10.0, x=0),
-                   tx_sample(10.5),                 # interface missing
-                   tx_sample(11.0, x=125_000),
-                   tx_sample(11.0, x=125_000),      # no time passed
-                   tx_sample(12.0, x=250_000)]
-    assert run.series("x") == [(2.0, pytest.approx(1.0))]
-
-
-def test_series_of_fewer_than_two_samples_is_empty():
-    run = TrafficRun({}, duration_s=1.0, start_mono=0.0)
-    assert run.series("x") == []
-    run.samples = [tx_sample(0.5, x=10)]
-    assert run.series("x") == []
-
-
 def test_cpu_is_the_load_over_the_window():
     run = TrafficRun({}, duration_s=1.0, start_mono=0.0)
     run.window = ({"cpu": {"time": 0.0, "total": 100, "idle": 80, "ovs": None}},

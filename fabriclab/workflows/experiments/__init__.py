@@ -7,19 +7,17 @@ or from Python (pytest):
 
     doc = run_experiment("pfc-incast", quick=True, out=tmp_path)
 
-An experiment module defines NAME, SUMMARY, DEFAULT_SPEC, REFERENCE (what the paper reports),
-`prepare(spec, options)` (the spec it runs on), `cases(fabric, options)` (a list of runner.Case),
-`table(doc)` and `plot(doc, folder)`; optionally `run_cases` (the runner's by default), as the
-routing experiment does to switch apps and inject a fault per case. A case's `routing` (when it
-has one) is the controller app it runs under. Everything is checked before the fabric is built.
+An experiment is a plan plus its own table and plot. Its module defines NAME, SUMMARY,
+DEFAULT_SPEC, REFERENCE (what the paper reports), `prepare(spec, options)` (the spec it runs on),
+`runs(fabric, options)` (the pipeline's RunPlans: one per case, each with its routing app, jobs,
+faults, conditions and ECN settings), `table(doc)` and `plot(doc, folder)`, which read the one
+results document. Everything is checked before the fabric is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import pathlib
-import time
 
 from fabriclab.errors import LabError
 
@@ -35,7 +33,7 @@ EXPERIMENTS = {
 @dataclasses.dataclass
 class Options:
     quick: bool = False              # smaller transfers and fewer iterations (tests, CI)
-    sample_s: float = 0.005          # queue sampling interval
+    sample_s: float = 0.005          # port and queue sampling interval
     routing: str = "ecmp"
     seed: int = 1
 
@@ -46,16 +44,12 @@ def module(name):
     return importlib.import_module(EXPERIMENTS[name])
 
 
-def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False):
-    """Run experiment `name` on `spec` (a spec name, a file, or None for its default); returns
-    the results document, written to `out` (default results/<time>-<name>/) with its plots."""
-    from fabriclab.results import document
+def build_plan(name, spec=None, options=None):
+    """The experiment's Plan on `spec` (a spec name, a file, or None for its default)."""
     from fabriclab.lab.controller import check_app
-    from fabriclab.workflows.experiments.runner import run_cases
-    from fabriclab.lab.lab import Lab
+    from fabriclab.topologies.fabric import Fabric
     from fabriclab.topologies.spec import load_spec
-    from fabriclab.traffic import roce
-    from fabriclab.traffic.collective import place_ranks
+    from fabriclab.workflows.plan import Metrics, Plan
 
     mod = module(name)
     options = options or Options()
@@ -63,34 +57,49 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
         raise LabError(f"--sample-ms must be >= 1 ms, got {options.sample_s * 1e3:g}")
     check_app(options.routing)
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)
-    lab = Lab(fabric_spec, routing=options.routing, verbose=verbose)
-    cases = mod.cases(lab.fabric, options)
-    for case in cases:
-        if getattr(case, "routing", None):
-            check_app(case.routing)
-    if cases and getattr(cases[0], "routing", None):
-        lab.routing = cases[0].routing        # start under the first case's app (not yet started)
-    for case in cases:                        # hosts, ranks and settings, before anything is built
-        for job in case.jobs:
-            job.spec.check()
-            place_ranks(lab.fabric, job.spec)
-        if case.degrade is not None:
-            lab.resolve_link(*case.degrade[:2])
-        if getattr(case, "fault", None) is not None:
-            lab.resolve_link(*case.fault)
-    folder = pathlib.Path(out) if out else pathlib.Path("results") / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    with lab:
-        case_results = getattr(mod, "run_cases", run_cases)(lab, cases, options.sample_s, folder, progress)
-        doc = {**document.run_header(lab, roce.path_mtu_for(fabric_spec.mtu)),
-               "kind": "experiment", "experiment": name, "summary": mod.SUMMARY,
-               "reference": mod.REFERENCE, "options": dataclasses.asdict(options),
-               "cases": case_results}
-    doc["elapsed_s"] = round(time.monotonic() - t0, 1)
-    doc["folder"] = str(folder)
-    doc["valid"] = all(job["valid"] for case in case_results for job in case["jobs"].values())
-    doc["routing"] = sorted({c["routing"] for c in case_results if c.get("routing")}) or doc.get("routing")
-    document.write_result(doc, folder)
-    mod.plot(doc, folder)
-    return doc
+    runs = mod.runs(Fabric(fabric_spec), options)
+    sample_ms = options.sample_s * 1e3
+    plan = Plan(name=name, kind="experiment", spec=fabric_spec, runs=runs,
+                metrics=Metrics(sample_ms=sample_ms, bin_ms=max(50.0, sample_ms)),
+                description=mod.SUMMARY, source={"experiment": name, **dataclasses.asdict(options)},
+                experiment=mod)
+    plan.check()
+    return plan
+
+
+def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False):
+    """Run experiment `name`; returns the results document, written to `out` (default
+    results/<time>-<name>/) with the experiment's table inputs and plots."""
+    from fabriclab.workflows import pipeline
+
+    plan = build_plan(name, spec, options)
+    return pipeline.run_plan(plan, out, progress=progress, verbose=verbose).doc
+
+
+# -- reading an experiment's document (its tables and plots) ---------------------------------------
+def label(run):
+    """A run's name for a table, flagged when it is not valid (a saturated CPU: the software
+    switches, not the modelled fabric, may have set its numbers)."""
+    return run["label"] if run["valid"] else run["label"] + " (CPU SATURATED)"
+
+
+def first_size(run, job):
+    """The first message size of a collective job of a run (experiments run one size)."""
+    return run["jobs"][job]["sizes"][0]
+
+
+def hops(run):
+    return (run.get("queues") or {}).get("hops") or {}
+
+
+def queue_totals(run):
+    return ((run.get("queues") or {}).get("report") or {}).get("totals") or {}
+
+
+def report_preface(doc):
+    """The lines report.md shows after its header for an experiment's document: what the
+    experiment shows, the paper's finding, and the experiment's own table."""
+    if not doc.get("experiment"):
+        return []
+    mod = module(doc["experiment"]["name"])
+    return ["## Experiment", "", mod.SUMMARY, "", "```", mod.table(doc), "```", ""]

@@ -18,9 +18,10 @@ import dataclasses
 
 from fabriclab.errors import LabError
 from fabriclab.results import figures
-from fabriclab.workflows.experiments.runner import Case, Job, case_label
 from fabriclab.table import format_table
 from fabriclab.units import human_size
+from fabriclab.workflows.experiments import first_size, hops, label, queue_totals
+from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "ecn-dcqcn"
 SUMMARY = "AllReduce CCT with tight vs relaxed ECN thresholds, DCQCN off/on (seed 000 5.2.1)"
@@ -61,7 +62,7 @@ def thresholds(fabric, profile):
     return out
 
 
-def cases(fabric, options):
+def runs(fabric, options):
     from fabriclab.traffic.collective import CollectiveSpec
 
     size = (256 if options.quick else 1024) * 1024
@@ -70,45 +71,46 @@ def cases(fabric, options):
                   warmup=warmup, seed=options.seed)
     plain, dcqcn = CollectiveSpec(**common), CollectiveSpec(**common, dcqcn={})
     out = []
-    for label, spec in (("PFC only", plain), ("DCQCN", dcqcn)):
+    for name, spec in (("PFC only", plain), ("DCQCN", dcqcn)):
         for profile in ("relaxed", "tight"):
             ecn = thresholds(fabric, profile)
             note = f"ring AllReduce {human_size(size)} over {len(fabric.hosts)} hosts (random order); ECN " + \
                 ", ".join(f"{role} {human_size(t['kmin'])}..{human_size(t['kmax'])}" for role, t in ecn.items())
-            out.append(Case(f"{label}, {profile} ECN", [Job("allreduce", spec)], note=note, ecn=ecn))
+            out.append(RunPlan(f"{name}, {profile} ECN", options.routing, [Job("allreduce", spec)],
+                               ecn=ecn, note=note, tags={"cc": name, "ecn": profile}))
     return out
 
 
-def _pauses(case):
-    return sum(h.get("pauses", 0) for h in case["hops"].values())
+def _pauses(run):
+    return sum(h.get("pauses", 0) for h in hops(run).values())
 
 
 def table(doc):
     rows = []
-    for case in doc["cases"]:
-        job = case["jobs"]["allreduce"]
-        t = case["queues"]["totals"]
-        nic = case["hops"].get("leaf->NIC", {})
-        uplink = case["hops"].get("leaf->spine", {})
-        rows.append((case_label(case), f"{job['cct_ms']['mean']:.0f}", f"{job['cct_ms']['p50']:.0f}",
+    for run in doc["runs"]:
+        job = first_size(run, "allreduce")
+        t = queue_totals(run)
+        nic = hops(run).get("leaf->NIC", {})
+        uplink = hops(run).get("leaf->spine", {})
+        rows.append((label(run), f"{job['cct_ms']['mean']:.0f}", f"{job['cct_ms']['p50']:.0f}",
                      f"{job['cct_ms']['p99']:.0f}", f"{job['busbw_mbps']:.2f}", t.get("marks", 0),
-                     job["counters"]["cnp_sent"], _pauses(case), f"{100 * nic.get('paused_share', 0):.1f}",
-                     f"{uplink.get('occ_max', 0) / 1024:.0f}", job["counters"]["retransmitted_packets"]))
+                     job["counters"].get("cnp_sent", 0), _pauses(run), f"{100 * nic.get('paused_share', 0):.1f}",
+                     f"{uplink.get('occ_max', 0) / 1024:.0f}", job["counters"].get("retransmitted_packets", 0)))
     scale = doc["scale"]
-    job = doc["cases"][0]["jobs"]["allreduce"]
+    job = first_size(doc["runs"][0], "allreduce")
     title = (f"ring AllReduce {human_size(job['size'])} over {job['ranks']} ranks on {doc['fabric']['name']} "
              f"(oversubscription {doc['fabric']['oversubscription']}), links {scale['host_rate_mbps']:g} "
              f"Mbit/s (time scale x{scale['time_scale'] or 1:.0f})")
     header = ("case", "CCT mean ms", "p50", "p99", "busbw Mbit/s", "CE marks", "CNPs", "PFC pauses",
               "NIC paused %", "uplink q max KiB", "retrans")
-    return format_table(header, rows, title=title) + "\nseed 000: " + doc["reference"]["finding"]
+    return format_table(header, rows, title=title) + "\nseed 000: " + doc["experiment"]["reference"]["finding"]
 
 
 def plot(doc, folder):
-    cases_ = doc["cases"]
-    short = [dict(c, case=c["case"].replace(" ECN", "").replace("PFC only", "PFC")) for c in cases_]
-    figures.compare(folder / "ecn_dcqcn.png", "AllReduce under ECN thresholds and DCQCN", short, [
-        ("CCT mean ms", [c["jobs"]["allreduce"]["cct_ms"]["mean"] for c in cases_]),
-        ("CE marks", [c["queues"]["totals"].get("marks", 0) for c in cases_]),
-        ("PFC pauses", [_pauses(c) for c in cases_]),
+    runs_ = doc["runs"]
+    labels = [r["label"].replace(" ECN", "").replace("PFC only", "PFC") for r in runs_]
+    figures.compare(folder / "ecn_dcqcn.png", "AllReduce under ECN thresholds and DCQCN", labels, [
+        ("CCT mean ms", [first_size(r, "allreduce")["cct_ms"]["mean"] for r in runs_]),
+        ("CE marks", [queue_totals(r).get("marks", 0) for r in runs_]),
+        ("PFC pauses", [_pauses(r) for r in runs_]),
     ])

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from fabriclab.errors import LabError
 from fabriclab.results import figures
-from fabriclab.workflows.experiments.runner import Case, Job, case_label
 from fabriclab.table import format_table
 from fabriclab.units import human_size
+from fabriclab.workflows import faults
+from fabriclab.workflows.experiments import first_size, hops, label, queue_totals
+from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "pfc-incast"
 SUMMARY = "16:1 incast with PFC only: pauses per hop, streaming vs receiver-driven admission (seed 000 Table 3)"
@@ -69,7 +71,7 @@ def incast_ack_timeout(size, rate_mbps):
     return round(2 * size * 8 / (rate_mbps * 1e6) + 0.5, 3)
 
 
-def cases(fabric, options):
+def runs(fabric, options):
     from fabriclab.traffic.collective import CollectiveSpec
 
     receiver, senders = pick_hosts(fabric)
@@ -86,32 +88,31 @@ def cases(fabric, options):
     leaf = fabric.hosts[receiver].ports[0].leaf
     rate = fabric.spec.host_rate_mbps
     where = f"{len(senders)} senders -> {receiver}, {human_size(block)} each"
+    # The slow receiver: the leaf's port towards it runs at a quarter of its rate for the run.
+    slow_port = faults.Fault(0, "degrade", f"{leaf}-{receiver}", 0.0, {"rate_mbps": rate / 4})
     return [
-        Case("streaming", [Job("incast", streaming)], note=f"{where}, no admission control (perftest-like)"),
-        Case("receiver-driven", [Job("incast", admitted)],
-             note=f"{where}, CTS admission: 1 buffer of 8 KiB per sender, CTS/ACK at DSCP {CONTROL_DSCP}"),
-        Case("receiver-driven, slow receiver", [Job("incast", slow)],
-             note=f"as receiver-driven, {leaf}->{receiver} shaped to 25% ({rate / 4:g} Mbit/s)",
-             degrade=(leaf, receiver, rate / 4)),
+        RunPlan("streaming", options.routing, [Job("incast", streaming)],
+                note=f"{where}, no admission control (perftest-like)"),
+        RunPlan("receiver-driven", options.routing, [Job("incast", admitted)],
+                note=f"{where}, CTS admission: 1 buffer of 8 KiB per sender, CTS/ACK at DSCP {CONTROL_DSCP}"),
+        RunPlan("receiver-driven, slow receiver", options.routing, [Job("incast", slow)],
+                conditions=[slow_port],
+                note=f"as receiver-driven, {leaf}->{receiver} shaped to 25% ({rate / 4:g} Mbit/s)"),
     ]
-
-
-def _hop(case, name):
-    return case["hops"].get(name, {})
 
 
 def table(doc):
     rows = []
-    for case in doc["cases"]:
-        job = case["jobs"]["incast"]
-        cells = [case_label(case), f"{job['cct_ms']['p50']:.0f}", f"{job['busbw_mbps']:.2f}"]
+    for run in doc["runs"]:
+        job = first_size(run, "incast")
+        cells = [label(run), f"{job['cct_ms']['p50']:.0f}", f"{job['busbw_mbps']:.2f}"]
         for hop, _what in HOPS:
-            h = _hop(case, hop)
+            h = hops(run).get(hop, {})
             cells += [h.get("pauses_per_s") or 0, f"{100 * h.get('paused_share', 0):.1f}"]
-        spine = _hop(case, "spine->leaf").get("occ_max", 0)
-        totals = case["queues"]["totals"]
+        spine = hops(run).get("spine->leaf", {}).get("occ_max", 0)
+        totals = queue_totals(run)
         cells += [f"{spine / 1024:.0f}", totals.get("lossless_drops", 0),
-                  job["counters"]["retransmitted_packets"]]
+                  job["counters"].get("retransmitted_packets", 0)]
         rows.append(cells)
     scale = doc["scale"]
     title = (f"16:1 incast (Gather) on {doc['fabric']['name']}, PFC only, links {scale['host_rate_mbps']:g} "
@@ -119,7 +120,7 @@ def table(doc):
              f"time held, per hop")
     header = ("case", "CCT p50 ms", "busbw Mbit/s", "leaf->spine /s", "%", "spine->leaf /s", "%",
               "leaf->NIC /s", "% (sender NIC)", "spine q KiB", "lossless drops", "retrans")
-    ref = doc["reference"]["rows"]
+    ref = doc["experiment"]["reference"]["rows"]
     note = ("seed 000 Table 3 (400G): perftest leaf->spine {0}/s, spine->leaf {1}/s, sender NICs paused "
             "{2:.0%} of the time; Gather with CTS: no pauses at any hop."
             .format(ref["leaf->spine pauses/s"]["perftest"], ref["spine->leaf pauses/s"]["perftest"],
@@ -128,8 +129,9 @@ def table(doc):
 
 
 def plot(doc, folder):
-    cases_ = doc["cases"]
-    panels = [(f"{hop} pauses/s", [_hop(c, hop).get("pauses_per_s") or 0 for c in cases_]) for hop, _ in HOPS]
-    panels.append(("sender NICs paused %", [100 * _hop(c, "leaf->NIC").get("paused_share", 0) for c in cases_]))
-    panels.append(("CCT p50 ms", [c["jobs"]["incast"]["cct_ms"]["p50"] for c in cases_]))
-    figures.compare(folder / "incast.png", "16:1 incast, PFC only: pauses per hop by case", cases_, panels)
+    runs_ = doc["runs"]
+    panels = [(f"{hop} pauses/s", [hops(r).get(hop, {}).get("pauses_per_s") or 0 for r in runs_]) for hop, _ in HOPS]
+    panels.append(("sender NICs paused %", [100 * hops(r).get("leaf->NIC", {}).get("paused_share", 0) for r in runs_]))
+    panels.append(("CCT p50 ms", [first_size(r, "incast")["cct_ms"]["p50"] for r in runs_]))
+    figures.compare(folder / "incast.png", "16:1 incast, PFC only: pauses per hop by case",
+                    [r["label"] for r in runs_], panels)

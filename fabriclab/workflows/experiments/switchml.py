@@ -16,11 +16,12 @@ line rate; one server port would otherwise be what is measured): results record 
 
 from __future__ import annotations
 
-from fabriclab.lab import linkloss
 from fabriclab.errors import LabError
-from fabriclab.workflows.experiments.runner import Case, Job, size_summary
 from fabriclab.table import format_table
 from fabriclab.units import human_size
+from fabriclab.workflows import faults
+from fabriclab.workflows.experiments import first_size
+from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "switchml"
 SUMMARY = ("in-network aggregation (SwitchML, aggregator beside the ToR) vs ring AllReduce: TAT, "
@@ -45,7 +46,10 @@ def prepare(spec, options):
     return spec
 
 
-def cases(fabric, options):
+def runs(fabric, options):
+    """Per case two runs under the same conditions: SwitchML's aggregation, then the ring
+    AllReduce of the same tensor (4 bytes per element) over the same hosts."""
+    from fabriclab.switchml.launcher import AggregationSpec
     from fabriclab.traffic.collective import CollectiveSpec
 
     rack = [h for h in fabric.hosts if fabric.hosts[h].ports[0].leaf == "l1"]
@@ -55,108 +59,98 @@ def cases(fabric, options):
     out = []
     for n, size, loss, kind in ([(n, size, 0.0, "size") for n in counts for size in sizes]
                                 + [(counts[-1], sizes[-1], loss, "loss") for loss in (0.0, *LOSSES)]):
-        name = f"n={n} {human_size(4 * size)}" if kind == "size" else f"loss {loss:.2%}"
-        # The ring AllReduce of the same tensor over the same hosts is the case's job; SwitchML's
-        # own fields ride along on the runner's Case.
-        ring = CollectiveSpec("allreduce", sizes=(4 * size,), hosts=tuple(rack[:n]), backend="udp",
-                              iterations=1 if kind == "loss" else 3, warmup=1)
-        case = Case(name, [Job("ring", ring)], note=kind)
-        case.workers, case.elements, case.loss = n, size, loss
-        out.append(case)
+        case = f"n={n} {human_size(4 * size)}" if kind == "size" else f"loss {loss:.2%}"
+        iterations = 1 if kind == "loss" else 3
+        workers = tuple(rack[:n])
+        sml = AggregationSpec(elements=size, workers=workers, iterations=iterations, seed=n)
+        ring = CollectiveSpec("allreduce", sizes=(4 * size,), hosts=workers, backend="udp",
+                              iterations=iterations, warmup=1)
+        lossy = [faults.Fault(0, "loss", "fabric", 0.0, {"fraction": loss})] if loss else []
+        tags = {"case": case, "kind": kind, "workers": n, "elements": size, "loss": loss}
+        out.append(RunPlan(f"{case} switchml", options.routing, [Job("switchml", sml)], conditions=lossy,
+                           note=kind, tags={**tags, "mechanism": "switchml"}))
+        out.append(RunPlan(f"{case} ring", options.routing, [Job("ring", ring)], conditions=lossy,
+                           note=kind, tags={**tags, "mechanism": "ring"}))
     return out
 
 
-def run_cases(lab, cases_, sample_s, folder, progress):
-    from fabriclab.switchml.launcher import AggregationSpec, run_aggregation
-    from fabriclab.traffic.collective import run_collective
+def cases(doc):
+    """[(tags, switchml run, ring run)] per case, in order."""
+    by_case = {}
+    for run in doc["runs"]:
+        by_case.setdefault(run["tags"]["case"], {})[run["tags"]["mechanism"]] = run
+    return [(pair["switchml"]["tags"], pair["switchml"], pair["ring"]) for pair in by_case.values()]
 
-    rack = [h for h in lab.fabric.hosts if lab.fabric.hosts[h].ports[0].leaf == "l1"]
-    results = []
-    for number, case in enumerate(cases_):
-        if progress:
-            progress(number, case)
-        workers = tuple(rack[:case.workers])
-        iterations = 1 if case.note == "loss" else 3
-        spec = AggregationSpec(elements=case.elements, workers=workers, iterations=iterations,
-                               seed=case.workers)
-        if case.loss:
-            lab.set_loss(list(lab.fabric.links), case.loss)
-        try:
-            before = sum(d for d, _ in linkloss.counters(lab).values())
-            sml = run_aggregation(lab, spec)
-            dropped = sum(d for d, _ in linkloss.counters(lab).values()) - before
-            ring = run_collective(lab, case.jobs[0].spec)
-        finally:
-            if case.loss:
-                lab.set_loss(list(lab.fabric.links), 0)
-        summary = size_summary(ring.sizes[0])
-        results.append({"name": case.name, "kind": case.note, "workers": case.workers,
-                        "elements": case.elements, "loss": case.loss, "switchml": sml,
-                        "packets_dropped": dropped,
-                        "ring": {**summary, "bytes_sent_per_rank": ring.sizes[0]["bytes_sent_per_rank"]},
-                        "jobs": {"ring": {"valid": summary["valid"]}}})
-    return results
+
+def _tat(run):
+    return run["jobs"]["switchml"]["aggregation"]
+
+
+def _dropped(run):
+    return (run.get("link_loss") or {}).get("dropped_packets", 0)
 
 
 def table(doc):
     rows = []
-    for c in doc["cases"]:
-        if c["kind"] != "size":
+    for tags, sml_run, ring_run in cases(doc):
+        if tags["kind"] != "size":
             continue
-        s, r = c["switchml"], c["ring"]
+        s, r = _tat(sml_run), first_size(ring_run, "ring")
         ring_ms, sml_ms = r["cct_ms"]["p50"], s["tat_s"]["p50"] * 1e3
         ring_bytes = r["bytes_sent_per_rank"][0] if r["bytes_sent_per_rank"] else 0
-        rows.append((c["workers"], human_size(4 * c["elements"]), f"{sml_ms:.1f}", f"{ring_ms:.1f}",
+        rows.append((tags["workers"], human_size(4 * tags["elements"]), f"{sml_ms:.1f}", f"{ring_ms:.1f}",
                      f"{ring_ms / sml_ms:.2f}x", f"{s['elements_per_s'] / 1e6:.3f}",
                      human_size(int(s["bytes_sent_per_worker"])), human_size(int(ring_bytes)),
                      s["retransmissions"]))
     out = [format_table(("workers", "tensor", "SwitchML TAT ms", "ring ms", "speed-up", "Melem/s",
                          "bytes/worker (SwitchML)", "bytes/rank (ring)", "retx"), rows,
                         title="SwitchML vs ring AllReduce (p50 of 3 iterations)")]
-    loss_rows = [c for c in doc["cases"] if c["kind"] == "loss"]
-    if loss_rows:
-        base = loss_rows[0]["switchml"]["tat_s"]["p50"]
-        ring_base = loss_rows[0]["ring"]["cct_ms"]["p50"]
+    loss = [(tags, s, r) for tags, s, r in cases(doc) if tags["kind"] == "loss"]
+    if loss:
+        base = _tat(loss[0][1])["tat_s"]["p50"]
+        ring_base = first_size(loss[0][2], "ring")["cct_ms"]["p50"]
         out.append(format_table(("loss on every link", "SwitchML TAT ms", "inflation", "retransmissions",
                                  "dropped", "ring ms", "ring inflation", "ring retransmitted"),
-                                [(f"{c['loss']:.2%}", f"{c['switchml']['tat_s']['p50'] * 1e3:.1f}",
-                                  f"{c['switchml']['tat_s']['p50'] / base:.2f}x", c["switchml"]["retransmissions"],
-                                  c["packets_dropped"], f"{c['ring']['cct_ms']['p50']:.1f}",
-                                  f"{c['ring']['cct_ms']['p50'] / ring_base:.2f}x",
-                                  c["ring"]["counters"]["retransmitted_packets"]) for c in loss_rows],
-                                title=f"TAT under loss ({loss_rows[0]['workers']} workers, "
-                                      f"{human_size(4 * loss_rows[0]['elements'])}; seed 003 Figure 6)"))
+                                [(f"{tags['loss']:.2%}", f"{_tat(s)['tat_s']['p50'] * 1e3:.1f}",
+                                  f"{_tat(s)['tat_s']['p50'] / base:.2f}x", _tat(s)["retransmissions"],
+                                  _dropped(s), f"{first_size(r, 'ring')['cct_ms']['p50']:.1f}",
+                                  f"{first_size(r, 'ring')['cct_ms']['p50'] / ring_base:.2f}x",
+                                  first_size(r, "ring")["counters"].get("retransmitted_packets", 0))
+                                 for tags, s, r in loss],
+                                title=f"TAT under loss ({loss[0][0]['workers']} workers, "
+                                      f"{human_size(4 * loss[0][0]['elements'])}; seed 003 Figure 6)"))
     return "\n\n".join(out)
 
 
 def plot(doc, folder):
     from fabriclab.results import plots
 
-    sizes = [c for c in doc["cases"] if c["kind"] == "size"]
-    for n in sorted({c["workers"] for c in sizes}):
-        mine = [c for c in sizes if c["workers"] == n]
-        xs = [4 * c["elements"] for c in mine]
+    sizes = [(tags, s, r) for tags, s, r in cases(doc) if tags["kind"] == "size"]
+    for n in sorted({tags["workers"] for tags, _s, _r in sizes}):
+        mine = [(tags, s, r) for tags, s, r in sizes if tags["workers"] == n]
+        xs = [4 * tags["elements"] for tags, _s, _r in mine]
         plots.lines(folder / f"tat-n{n}.png", f"{n} workers: time to aggregate a tensor", xs,
-                    {"SwitchML TAT": [c["switchml"]["tat_s"]["p50"] * 1e3 for c in mine],
-                     "ring AllReduce": [c["ring"]["cct_ms"]["p50"] for c in mine]},
+                    {"SwitchML TAT": [_tat(s)["tat_s"]["p50"] * 1e3 for _t, s, _r in mine],
+                     "ring AllReduce": [first_size(r, "ring")["cct_ms"]["p50"] for _t, _s, r in mine]},
                     "tensor bytes", "ms")
-    loss = [c for c in doc["cases"] if c["kind"] == "loss"]
+    loss = [(tags, s, r) for tags, s, r in cases(doc) if tags["kind"] == "loss"]
     if loss:
-        base = loss[0]["switchml"]["tat_s"]["p50"]
-        ring_base = loss[0]["ring"]["cct_ms"]["p50"]
+        base = _tat(loss[0][1])["tat_s"]["p50"]
+        ring_base = first_size(loss[0][2], "ring")["cct_ms"]["p50"]
         plots.bars(folder / "loss-inflation.png", "TAT inflation under loss on every link (Figure 6)",
-                   [f"{c['loss']:.2%}" for c in loss],
-                   [("SwitchML: TAT / loss-free TAT", [c["switchml"]["tat_s"]["p50"] / base for c in loss]),
-                    ("ring AllReduce: time / loss-free", [c["ring"]["cct_ms"]["p50"] / ring_base for c in loss])])
+                   [f"{tags['loss']:.2%}" for tags, _s, _r in loss],
+                   [("SwitchML: TAT / loss-free TAT", [_tat(s)["tat_s"]["p50"] / base for _t, s, _r in loss]),
+                    ("ring AllReduce: time / loss-free",
+                     [first_size(r, "ring")["cct_ms"]["p50"] / ring_base for _t, _s, r in loss])])
         # Figure 7: packets one worker sent per interval, and where each run's TAT ended.
-        width = max(c["switchml"]["tat_s"]["per_iteration"][0] for c in loss) / 50
+        width = max(_tat(s)["tat_s"]["per_iteration"][0] for _t, s, _r in loss) / 50
         series, marks = {}, []
-        for c in loss:
-            t, end = c["switchml"]["timeline"], c["switchml"]["tat_s"]["per_iteration"][0]
+        for tags, s, _r in loss:
+            t, end = _tat(s)["timeline"], _tat(s)["tat_s"]["per_iteration"][0]
             counts = [0] * (int(end / width) + 2)
             for when in t["sends"] + t["resends"]:
                 counts[min(int(when / width), len(counts) - 1)] += 1
-            series[f"{c['loss']:.2%} loss"] = ([i * width for i in range(len(counts))], counts)
-            marks.append((end, f"TAT at {c['loss']:.2%}"))
+            series[f"{tags['loss']:.2%} loss"] = ([i * width for i in range(len(counts))], counts)
+            marks.append((end, f"TAT at {tags['loss']:.2%}"))
         plots.timeline(folder / "timeline.png", "packets a worker sent per interval (Figure 7)", series,
                        "time from the aggregation's start (s)", f"packets per {width * 1e3:.1f} ms", marks=marks)

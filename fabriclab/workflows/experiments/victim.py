@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from fabriclab.errors import LabError
 from fabriclab.results import figures
-from fabriclab.workflows.experiments.incast import incast_ack_timeout
-from fabriclab.workflows.experiments.runner import Case, Job, case_label
 from fabriclab.table import format_table
 from fabriclab.units import human_size
+from fabriclab.workflows.experiments import first_size, hops, label, queue_totals
+from fabriclab.workflows.experiments.incast import incast_ack_timeout
+from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "victim-noise"
 SUMMARY = "a victim AllReduce beside an incast noise job: busbw with and without congestion spreading"
@@ -58,7 +59,7 @@ def pick_hosts(fabric):
     return victim, receiver, senders
 
 
-def cases(fabric, options):
+def runs(fabric, options):
     from fabriclab.traffic.collective import CollectiveSpec
 
     victim_hosts, receiver, senders = pick_hosts(fabric)
@@ -76,32 +77,33 @@ def cases(fabric, options):
     lossy = CollectiveSpec(**noise, dscp=LOSSY_DSCP, control_dscp=LOSSY_DSCP)
     what = (f"victim: ring AllReduce {human_size(victim_size)} over {', '.join(victim_hosts)}; noise: "
             f"{len(senders)}:1 Gather of {human_size(block)} blocks into {receiver}")
+    r = options.routing
     return [
-        Case("victim alone", [Job("victim", victim)], note=what),
-        Case("noise, PFC (spreading)", [Job("victim", victim), Job("noise", streaming, noise=True)], note=what),
-        Case("noise with CTS", [Job("victim", victim), Job("noise", admitted, noise=True)],
-             note=what + "; the noise is admitted by CTS, 1 buffer of 8 KiB per sender"),
-        Case("noise in lossy class", [Job("victim", victim), Job("noise", lossy, noise=True)],
-             note=what + f"; the noise at DSCP {LOSSY_DSCP}: tail-dropped, never paused"),
+        RunPlan("victim alone", r, [Job("victim", victim)], note=what),
+        RunPlan("noise, PFC (spreading)", r, [Job("victim", victim), Job("noise", streaming, "noise")], note=what),
+        RunPlan("noise with CTS", r, [Job("victim", victim), Job("noise", admitted, "noise")],
+                note=what + "; the noise is admitted by CTS, 1 buffer of 8 KiB per sender"),
+        RunPlan("noise in lossy class", r, [Job("victim", victim), Job("noise", lossy, "noise")],
+                note=what + f"; the noise at DSCP {LOSSY_DSCP}: tail-dropped, never paused"),
     ]
 
 
-def _pauses(case, hop):
-    return case["hops"].get(hop, {}).get("pauses_per_s") or 0
+def _pauses(run, hop):
+    return hops(run).get(hop, {}).get("pauses_per_s") or 0
 
 
 def table(doc):
-    alone = doc["cases"][0]["jobs"]["victim"]["busbw_mbps"]
+    alone = first_size(doc["runs"][0], "victim")["busbw_mbps"]
     rows = []
-    for case in doc["cases"]:
-        v = case["jobs"]["victim"]
-        n = case["jobs"].get("noise")
-        rows.append((case_label(case), f"{v['cct_ms']['p50']:.0f}", f"{v['cct_ms']['p99']:.0f}",
+    for run in doc["runs"]:
+        v = first_size(run, "victim")
+        n = first_size(run, "noise") if "noise" in run["jobs"] else None
+        rows.append((label(run), f"{v['cct_ms']['p50']:.0f}", f"{v['cct_ms']['p99']:.0f}",
                      f"{v['busbw_mbps']:.2f}", f"{100 * v['busbw_mbps'] / alone:.0f}" if alone else "-",
                      f"{n['busbw_mbps']:.2f}" if n else "-",
-                     _pauses(case, "leaf->spine"), _pauses(case, "spine->leaf"), _pauses(case, "leaf->NIC"),
-                     case["queues"]["totals"].get("drops", 0), v["counters"]["retransmitted_packets"],
-                     n["counters"]["retransmitted_packets"] if n else "-"))
+                     _pauses(run, "leaf->spine"), _pauses(run, "spine->leaf"), _pauses(run, "leaf->NIC"),
+                     queue_totals(run).get("drops", 0), v["counters"].get("retransmitted_packets", 0),
+                     n["counters"].get("retransmitted_packets", 0) if n else "-"))
     scale = doc["scale"]
     title = (f"victim vs noise on {doc['fabric']['name']}, links {scale['host_rate_mbps']:g} Mbit/s "
              f"(time scale x{scale['time_scale'] or 1:.0f}); PFC pauses sent per second by hop while the "
@@ -109,14 +111,14 @@ def table(doc):
     header = ("case", "victim CCT p50 ms", "p99", "victim busbw", "% of alone", "noise busbw",
               "leaf->spine /s", "spine->leaf /s", "leaf->NIC /s", "lossy drops", "victim retrans",
               "noise retrans")
-    return format_table(header, rows, title=title) + "\n" + doc["reference"]["finding"]
+    return format_table(header, rows, title=title) + "\n" + doc["experiment"]["reference"]["finding"]
 
 
 def plot(doc, folder):
-    cases_ = doc["cases"]
-    short = [dict(c, case=c["case"].replace(" (spreading)", "").replace("noise", "+noise")) for c in cases_]
-    figures.compare(folder / "victim_noise.png", "victim AllReduce beside an incast", short, [
-        ("victim busbw Mbit/s", [c["jobs"]["victim"]["busbw_mbps"] for c in cases_]),
-        ("victim CCT p99 ms", [c["jobs"]["victim"]["cct_ms"]["p99"] for c in cases_]),
-        ("spine->leaf pauses/s", [_pauses(c, "spine->leaf") for c in cases_]),
+    runs_ = doc["runs"]
+    labels = [r["label"].replace(" (spreading)", "").replace("noise", "+noise") for r in runs_]
+    figures.compare(folder / "victim_noise.png", "victim AllReduce beside an incast", labels, [
+        ("victim busbw Mbit/s", [first_size(r, "victim")["busbw_mbps"] for r in runs_]),
+        ("victim CCT p99 ms", [first_size(r, "victim")["cct_ms"]["p99"] for r in runs_]),
+        ("spine->leaf pauses/s", [_pauses(r, "spine->leaf") for r in runs_]),
     ])

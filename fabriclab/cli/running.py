@@ -1,0 +1,81 @@
+"""What the verbs that run a plan share: their common options, the progress they print while the
+pipeline runs, and the exit code a results document earns.
+
+Exit codes, the same for every verb: 0 the run completed and is valid; 1 it completed but is not
+valid (a saturated CPU, a failed verification: the numbers are not the fabric's); 2 bad input or a
+failure the lab names in one line; 130 interrupted (Ctrl-C or SIGTERM, with the fabric torn down).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from fabriclab.table import progress_bar
+
+EXIT_VALID, EXIT_INVALID, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def add_output_args(p, formats=("table", "json")):
+    p.add_argument("--out", help="results folder (default results/<time>-<name>/)")
+    p.add_argument("--format", choices=formats, default="table")
+    p.add_argument("--verbose", action="store_true", help="show Mininet's and the lab's progress")
+
+
+def exit_code(doc, stream=None):
+    """0 for a valid document, 1 (with the reasons on stderr) for one that is not."""
+    if doc["valid"]:
+        return EXIT_VALID
+    stream = stream or sys.stderr
+    reasons = sorted({reason for run in doc["runs"] for reason in run["invalid"]})
+    print("fabriclab: results not valid: " + "; ".join(reasons[:3])
+          + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""), file=stream)
+    return EXIT_INVALID
+
+
+class Progress:
+    """Prints the pipeline's progress events: a line per run, the run's clock and fault steps, a
+    bar for a lone job's iterations (redrawn in place on a terminal, one line per run in a log)."""
+
+    def __init__(self, stream=None, bar=False):
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+        self.bar = bar and self.tty
+        self.label = ""
+        self.runs = 1
+
+    def __call__(self, event):
+        kind = event["event"]
+        if kind == "up":
+            self._line(f"fabric {event['spec']} up in {event['seconds']:.1f} s (datapath {event['datapath']})",
+                       final=True)
+        elif kind == "run":
+            self.runs = event["total"]
+            self.label = f"[{event['index'] + 1}/{event['total']}] {event['label']}" if event["total"] > 1 \
+                else event["label"]
+            self._line(f"{self.label}: starting", final=not self.tty)
+        elif kind == "job" and self.bar:
+            progress_bar(event["fraction"], event.get("label", ""))
+        elif kind == "tick":
+            self._tick(event)
+
+    def _tick(self, status):
+        if status.get("finished") and self.bar:
+            self.stream.write("\n")
+        if not status["started"]:
+            text = f"{self.label}: starting agents"
+        else:
+            left = f" of {status['duration_s']:g}" if status["duration_s"] else ""
+            faults = (f", fault steps {status['fault_steps']}/{status['fault_steps_total']}"
+                      if status["fault_steps_total"] else "")
+            text = f"{self.label}: {status['elapsed_s']:5.1f}{left} s{faults}"
+        if status.get("finished"):
+            self._line(text + " done", final=True)
+        elif self.tty and not self.bar:
+            self._line(text, final=False)
+
+    def _line(self, text, final):
+        if self.tty:
+            self.stream.write("\r" + text.ljust(70) + ("\n" if final else ""))
+        elif final:
+            self.stream.write(text + "\n")
+        self.stream.flush()

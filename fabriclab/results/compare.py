@@ -1,0 +1,135 @@
+"""Several results folders side by side: one table (and a bar plot) of every run, job and size,
+whatever wrote them (run, collective, experiment, scenario, calibration).
+
+    fabriclab compare results/a results/b --plot cmp.png
+
+A row per collective size; all-pairs jobs report what they delivered (and no size, busbw or
+CCT), SwitchML jobs their tensor aggregation time in the CCT columns (p50 and the slowest).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+
+from fabriclab.results import document, plots
+from fabriclab.table import format_table
+from fabriclab.units import human_size
+from fabriclab.errors import LabError
+
+HEADER = ("folder", "kind", "run", "job", "size", "busbw Mbit/s", "CCT p50 ms", "p99", "delivered Mbit/s",
+          "uplink max/mean", "OOS", "retrans", "LAT", "recovery s", "outliers")
+
+
+def _num(value, decimals=2):
+    return None if value is None else f"{value:.{decimals}f}"
+
+
+def _size(size):
+    return human_size(size) if isinstance(size, int) and size > 0 else size
+
+
+def rows(doc, label):
+    """A dict per (run, job, size) of any results document, labelled `label` (its folder)."""
+    out = []
+    for index, run in enumerate(doc.get("runs") or []):
+        tel = run.get("telemetry") or {}
+        # every strike of a fault (a flap or random flaps strike several times), not only the first
+        recoveries = [hit.get("recovery_s") for f in run.get("faults") or []
+                      for hit in (f.get("impacts") or [f.get("impact") or {}])]
+        recoveries = [r for r in recoveries if r is not None]
+        symmetry = tel.get("symmetry")
+        common = {"folder": label, "kind": doc.get("kind"), "run": run.get("label") or f"run {index + 1}",
+                  "uplink_max_mean": tel.get("uplink_max_mean"),
+                  "recovery_s": statistics.fmean(recoveries) if recoveries else None,
+                  "outliers": None if symmetry is None else sum(len(g.get("outliers") or []) for g in symmetry)}
+        for name, job in (run.get("jobs") or {}).items():
+            base = {**common, "job": name, "job_kind": job.get("kind"), "role": job.get("role", "measured")}
+            out += [{**base, **_measure(job, size)} for size in _sizes(job)]
+    return out
+
+
+def _sizes(job):
+    """A collective job's sizes; one row (None) for the other kinds."""
+    return (job.get("sizes") if job.get("kind") == "collective" else None) or [None]
+
+
+def _measure(job, size):
+    """The comparable numbers of one job (and size): NaN-free, None where they do not apply."""
+    if size is not None:
+        cct, counters = size.get("cct_ms") or {}, size.get("counters") or {}
+        return {"valid": size.get("valid", job.get("valid")), "size": size.get("size"),
+                "busbw_mbps": size.get("busbw_mbps"), "cct_p50_ms": cct.get("p50"), "cct_p99_ms": cct.get("p99"),
+                "delivered_mbps": None,
+                "out_of_sequence": counters.get("out_of_sequence"),
+                "retransmitted_packets": counters.get("retransmitted_packets"),
+                "local_ack_timeout_err": counters.get("local_ack_timeout_err")}
+    blank = {"valid": job.get("valid"), "size": None, "busbw_mbps": None, "cct_p50_ms": None, "cct_p99_ms": None,
+             "delivered_mbps": None, "out_of_sequence": None, "retransmitted_packets": None,
+             "local_ack_timeout_err": None}
+    if job.get("kind") == "all-pairs":
+        t = job.get("traffic") or {}
+        return {**blank, "delivered_mbps": t.get("delivered_mbps"), "out_of_sequence": t.get("oos")}
+    if job.get("kind") == "switchml":
+        a = job.get("aggregation") or {}
+        tat = a.get("tat_s") or {}
+        p50 = tat.get("p50")
+        return {**blank, "size": a.get("tensor_bytes"),
+                "cct_p50_ms": None if p50 is None else round(p50 * 1e3, 4),
+                "cct_p99_ms": None if tat.get("max") is None else round(tat["max"] * 1e3, 4),
+                "retransmitted_packets": a.get("retransmissions")}
+    return blank
+
+
+def _labels(folders):
+    """Folder names, or the path as given where two folders share a name."""
+    names = [f.resolve().name or str(f) for f in folders]
+    return [n if names.count(n) == 1 else str(f) for n, f in zip(names, folders)]
+
+
+def collect(folders):
+    """rows() of every folder, in the order given (all folders are read before anything else)."""
+    folders = [pathlib.Path(f) for f in folders]
+    docs = [document.load(f) for f in folders]
+    return [row for label, doc in zip(_labels(folders), docs) for row in rows(doc, label)]
+
+
+def _job_cell(row):
+    flags = [flag for flag, on in (("noise", row["role"] == "noise"), ("invalid", row["valid"] is False)) if on]
+    return row["job"] + (f" ({', '.join(flags)})" if flags else "")
+
+
+def table(folders):
+    """One table of every run, job and size of the folders, ready to print."""
+    folders = list(folders)
+    found = collect(folders)
+    cells = [(r["folder"], r["kind"], r["run"], _job_cell(r), _size(r["size"]), _num(r["busbw_mbps"]),
+              _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["delivered_mbps"]),
+              _num(r["uplink_max_mean"]), r["out_of_sequence"], r["retransmitted_packets"],
+              r["local_ack_timeout_err"], _num(r["recovery_s"]), r["outliers"]) for r in found]
+    title = (f"{len(folders)} results folders; recovery is the mean over a run's faults that recovered, "
+             f"outliers the symmetry outliers found")
+    return format_table(HEADER, cells, title=title)
+
+
+def plot(folders, path):
+    """Bars of busbw and CCT p99 per (folder, run, job) of the measured jobs, each at its first size;
+    labels keep only the parts that differ between bars, wrapped so neighbours do not overlap."""
+    import textwrap
+
+    found = [r for r in collect(folders) if r["busbw_mbps"] is not None or r["cct_p99_ms"] is not None]
+    first = {}
+    for row in [r for r in found if r["role"] != "noise"] or found:
+        first.setdefault((row["folder"], row["run"], row["job"]), row)
+    if not first:
+        raise LabError("nothing to plot: the folders hold no collective or aggregation jobs")
+    varying = [i for i in range(3) if len({key[i] for key in first}) > 1] or [1]
+    labels = ["\n".join(textwrap.fill(str(key[i]), 12) for i in varying) for key in first]
+    chosen = list(first.values())
+    return plots.bars(path, "busbw and CCT p99 (each job's first size)", labels, [
+        ("busbw (Mbit/s)", [r["busbw_mbps"] for r in chosen]),
+        ("CCT p99 (ms)", [r["cct_p99_ms"] for r in chosen]),
+    ])
+
+
+# -- command line ----------------------------------------------------------------------------------

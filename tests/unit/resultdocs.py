@@ -1,0 +1,190 @@
+"""Results documents for tests that need no network: every part built by fabriclab.results.document
+from launcher-shaped inputs (a CollectiveRun, a TrafficRun, a SwitchML report), the run records
+shaped as the pipeline writes them. Each document follows schema.json (test_results_schema checks).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+
+from fabriclab.results import document
+from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.spec import load_spec
+from fabriclab.traffic.allpairs import AllPairsSpec, all_pairs_plan
+from fabriclab.traffic.collective import CollectiveRun, CollectiveSpec, place_ranks
+from fabriclab.traffic.launcher import TrafficRun
+from fabriclab.workflows.plan import Job, Metrics, Plan, RunPlan
+from fabriclab.workflows.plan import slug as plan_slug
+
+COLUMNS = ["l1>s1", "s1>l1", "l1>s2", "s2>l1", "l2>s1", "s1>l2", "l2>s2#2", "s2>l2#2",
+           "h1-n0>l1", "l1>h1-n0", "h2-n0>l2", "l2>h2-n0"]
+
+
+def fake_lab(spec="tiny"):
+    fabric = Fabric(load_spec(spec))
+    return types.SimpleNamespace(fabric=fabric, datapath="user", queues=None, warnings=[],
+                                 ecn_mechanism="none", delay_mechanism="none", routing="ecmp")
+
+
+def snapshot(t, fabric, tx=0, drops=0):
+    intfs = [i for s in fabric.switches for i in fabric.switch_ports(s).values()]
+    return {"time": t, "counters": {i: {"tx_bytes": tx, "rx_bytes": tx, "tx_packets": 0, "rx_packets": 0,
+                                        "tx_dropped": 0, "rx_dropped": 0} for i in intfs},
+            "drops": {i: drops for i in intfs},
+            "cpu": {"time": t, "total": 100 * t, "idle": 60 * t, "ovs": None}}
+
+
+def launcher_size(size, ccts_s, busbw, fabric, verify=None, valid=True):
+    """One size as traffic.collective.Launcher._summarise returns it."""
+    from fabriclab.measure import telemetry
+
+    before, after = snapshot(0.0, fabric), snapshot(1.0, fabric, tx=125_000)
+    links = telemetry.link_utilization(fabric, before, after)
+    mean = sum(ccts_s) / len(ccts_s)
+    return {"collective": "allreduce", "algorithm": "ring", "size": size, "ranks": 2, "iterations": len(ccts_s),
+            "time_s": {"mean": mean, "p50": sorted(ccts_s)[len(ccts_s) // 2], "p99": max(ccts_s),
+                       "min": min(ccts_s), "max": max(ccts_s), "all": list(ccts_s)},
+            "rank_time_s_mean": mean, "ideal_time_s": mean / 2, "algbw_mbps": busbw, "busbw_mbps": busbw,
+            "bus_factor": 1.0, "nic_rate_mbps": 100.0, "busbw_fraction_of_nic": busbw / 100,
+            "bytes_sent_per_rank": [size, size],
+            "counters": {"out_of_sequence": 7, "retransmitted_packets": 3, "local_ack_timeout_err": 1,
+                         "ce_marked": 0, "cnp_sent": 0, "cnp_handled": 0},
+            "agent_cpu_s": [0.01, 0.02], "flows": None, "verify": verify, "window_s": 1.0, "links": links,
+            "buffer_drops": telemetry.buffer_drops(fabric, before, after),
+            "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
+            "cpu": {"machine": 0.4, "ovs_forwarding": None}, "valid": valid}
+
+
+def collective_job(busbw=71.5, sizes=((1 << 20, (0.010, 0.012, 0.030)), (4 << 20, (0.040, 0.044, 0.090))),
+                   role="measured", hosts=("h1", "h2"), valid=True):
+    lab = fake_lab()
+    spec = CollectiveSpec("allreduce", sizes=tuple(s for s, _ in sizes), hosts=hosts)
+    ranks = place_ranks(lab.fabric, spec)
+    run = CollectiveRun(spec, ranks, 4096, 0.2, 100.0)
+    run.sizes = [launcher_size(size, ccts, busbw + 5 * i, lab.fabric, valid=valid)
+                 for i, (size, ccts) in enumerate(sizes)]
+    run.finals = {r.rank: {"totals": {"tx_packets": 10}, "qps": [{"qpn": 256 + r.rank, "tx_packets": 10}]}
+                  for r in ranks}
+    run.elapsed_s = 1.5
+    return document.collective_job(run, role)
+
+
+def allpairs_job(delivered_mbps=30.0):
+    lab = fake_lab()
+    spec = AllPairsSpec(duration_s=2.0)
+    flows = all_pairs_plan(lab.fabric, load=spec.load)
+    run = TrafficRun(flows, 2.0, 0.0, payload_bytes=4096, start_wall=100.0)
+    run.window = (snapshot(0.5, lab.fabric), snapshot(2.0, lab.fabric, tx=250_000))
+    per_host = delivered_mbps / len(flows)
+    for host, fl in flows.items():
+        sent = {f["id"]: {"packets": 100} for f in fl}
+        received = [{"src": f["src"], "dst": f["dst"], "dst_qpn": f["dst_qpn"], "packets": 99, "oos": 1, "late": 0,
+                     "wire_bytes": int(per_host * 1e6 / 8 * 2.0)} for f in fl]
+        run.results[host] = {"sent": sent, "received": received}
+    return document.allpairs_job(run, spec, lab.fabric)
+
+
+def switchml_job():
+    from fabriclab.switchml.launcher import AggregationSpec
+
+    report = {"mechanism": "switchml", "dtype": "int32", "elements": 65536, "tensor_bytes": 262144, "workers": 2,
+              "k": 256, "slots": 64, "hierarchy": False, "aggregators": {"l1": "h3"},
+              "worker_hosts": {"l1": ["h1", "h2"]},
+              "tat_s": {"per_iteration": [0.2, 0.25], "mean": 0.225, "p50": 0.225, "max": 0.25},
+              "elements_per_s": 291271.0, "bytes_sent_per_worker": 300000.0, "retransmissions": 2,
+              "packets_sent": 600, "verify": {"ok": True, "exact": True, "max_error": 0.0, "bound": 0.0,
+                                               "result_sha256": "00"}}
+    return document.switchml_job(report, AggregationSpec(elements=65536, workers=("h1", "h2")))
+
+
+def impact(recovery, fell=True):
+    return {"baseline_mbps": 160.0, "min_mbps": 0.0, "min_at_s": 0.1, "fell": fell,
+            "recovery_s": recovery, "after_mbps": 150.0, "retained": 0.94}
+
+
+def fault(kind, at, until, recovery, index=0, target="l1-s1"):
+    return {"index": index, "kind": kind, "label": f"{kind.replace('_', ' ')} {target}", "target": target,
+            "planned_at_s": at, "params": {}, "at_s": at, "until_s": until,
+            "events": [{"t_s": at, "event": f"{target} down", "undo": False}], "impact": impact(recovery)}
+
+
+def unreached(index=3):
+    return {"index": index, "kind": "link_down", "label": "link down l2-s2", "target": "l2-s2",
+            "planned_at_s": 9.0, "params": {}, "at_s": None, "until_s": None, "events": [], "impact": None,
+            "note": "not reached: the measured jobs ended first"}
+
+
+def telemetry():
+    return {"sampling": {"interval_s": 0.005, "samples": 800, "reached_median_s": 0.0052,
+                         "reached_p99_s": 0.009, "largest_gap_s": 0.02},
+            "symmetry": [{"group": "l1 uplinks", "members": {"l1>s1": 80.0, "l1>s2": 30.0},
+                          "median_mbps": 55.0, "max_mean_ratio": 1.45,
+                          "outliers": [{"member": "l1>s2", "mbps": 30.0, "deviation": -0.455}]}],
+            "outliers": [["l1 uplinks", "l1>s2", -0.455, "tx"]],
+            "stragglers": ["h2-n0"],
+            "nics": {"h1-n0": {"histogram": [0.4] + [0.0] * 8 + [0.6], "idle_share": 0.4,
+                               "mean_utilization": 0.55, "busy_mean_utilization": 0.95},
+                     "h2-n0": {"histogram": [0.2, 0, 0, 0, 0.8, 0, 0, 0, 0, 0], "idle_share": 0.2,
+                               "mean_utilization": 0.36, "busy_mean_utilization": 0.45}},
+            "uplink_max_mean": 1.45, "mean_mbps": {c: 80.0 for c in COLUMNS}}
+
+
+def run(label, jobs, faults=(), routing="ecmp", repetition=1, tags=None):
+    slug = plan_slug(label)
+    invalid = [f"{name}: {r}" for name, job in jobs.items() for r in job["invalid"]]
+    return {"label": label, "slug": slug, "routing": routing, "repetition": repetition, "note": "",
+            "tags": tags or {}, "duration_s": None, "conditions": [], "ecn": None,
+            "origin_s": 0.5, "end_s": 3.5, "bin_s": 0.1, "jobs": jobs, "faults": list(faults), "events": [],
+            "telemetry": telemetry(), "queues": None,
+            "routing_state": {"app": routing, "stage": None, "te": None}, "link_loss": None,
+            "valid": not invalid, "invalid": invalid, "files": {"links_csv": f"links-{slug}.csv"}}
+
+
+def doc(kind, runs, name="t", description="", experiment=None):
+    lab = fake_lab()
+    spec = lab.fabric.spec
+    plan = Plan(name=name, kind=kind, spec=spec, runs=[RunPlan(r["label"]) for r in runs], metrics=Metrics(),
+                description=description, source={"command": kind})
+    out = document.assemble(plan, document.header(lab, 4096), runs, 12.0, "/tmp/x", {"up_s": 1.0})
+    if experiment is not None:
+        out["experiment"] = experiment
+    return out
+
+
+def scenario_doc():
+    """Two runs; the first has four faults (one never recovered, one never reached)."""
+    jobs = {"ring": collective_job(71.5), "bg": collective_job(20.0, sizes=((1 << 20, (0.05,)),), role="noise",
+                                                               hosts=("h1", "h2"))}
+    return doc("scenario", [
+        run("ecmp r1", jobs, [fault("link_down", 1.0, 1.5, 0.6), fault("flap", 2.0, 2.2, 0.2, 1),
+                              fault("degrade", 2.5, None, None, 2), unreached()]),
+        run("flowlet r1", {"ring": collective_job(88.25)}, routing="flowlet")],
+        name="flap under load", description="an uplink flaps during a ring AllReduce")
+
+
+def write(folder, document_, csvs=True, dip=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(document_))
+    if csvs:
+        for r in document_["runs"]:
+            links_csv(folder / r["files"]["links_csv"], dip if r is document_["runs"][0] else None)
+    return document_
+
+
+def links_csv(path, dip=None):
+    """40 bins of 0.1 s: every direction at 80 Mbit/s, nothing while `dip` (series seconds) lasts."""
+    lines = ["t_s," + ",".join(COLUMNS)]
+    for i in range(40):
+        t = 0.1 * i
+        rate = 0.0 if dip and dip[0] <= t < dip[1] else 80.0
+        lines.append(f"{t:.4f}," + ",".join(f"{rate:.3f}" for _ in COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def job(kind, **kw):
+    return {"collective": collective_job, "all-pairs": allpairs_job, "switchml": switchml_job}[kind](**kw)
+
+
+def plan_job(name="ring"):
+    return Job(name, CollectiveSpec())
