@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from fabriclab.errors import LabError
 from fabriclab.traffic import roce, send_policy, sockets
-from fabriclab.traffic.pacer import Pace, Pacer, sleep_for
+from fabriclab.traffic.pacer import Pace, Pacer
 from fabriclab.traffic.ports import IpIds, RawPort
 from fabriclab.traffic.roce_receiver import Receiver, ReceiverProcess
 
@@ -378,8 +378,8 @@ class HostSender:
         self.flows = [WriteStream(spec, config, rng) for spec in config.flows]
         self.errors = []
         self.warnings = []
-        self.ports = {}
-        self.pacers = []
+        self.ports = {}                # source address -> RawPort
+        self.pacers = {}               # source address -> Pacer
         self._clock_offset = 0.0
         self.started = None
 
@@ -418,7 +418,7 @@ class HostSender:
                     wake = due
             if wake is None:
                 break
-            time.sleep(min(sleep_for(wake, monotonic()), STOP_POLL_S))
+            time.sleep(min(max(0.0, wake - monotonic()), STOP_POLL_S))
         self._report_refusals()
         self._check_flows(end_mono)
 

@@ -75,11 +75,6 @@ class Pace:
             self.due = until
 
 
-def sleep_for(wake, now):
-    """Seconds to sleep before `wake`, the time `Pacer.pump` asked to be called again."""
-    return max(0.0, wake - now)
-
-
 class Pacer:
     """Serves one port's senders in deadline order under the port's pace.
 

@@ -214,25 +214,30 @@ def parse_reth(data, offset=BTH_LEN):
 
 # -- message segmentation -------------------------------------------------------------------------
 
+def write_opcode(index, npackets, immediate=False):
+    """The opcode of packet `index` of an RC RDMA WRITE of `npackets` packets: ONLY for a
+    one-packet message, else FIRST, MIDDLE..., LAST. With `immediate` the last packet (ONLY or
+    LAST) is the WITH IMMEDIATE variant, which carries the 4-byte immediate data."""
+    if npackets == 1:
+        return OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE if immediate else OP_RC_RDMA_WRITE_ONLY
+    if index == 0:
+        return OP_RC_RDMA_WRITE_FIRST
+    if index == npackets - 1:
+        return OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE if immediate else OP_RC_RDMA_WRITE_LAST
+    return OP_RC_RDMA_WRITE_MIDDLE
+
+
 def write_message_segments(message_bytes, payload_bytes):
     """Split one RDMA WRITE of `message_bytes` into (opcode, payload_length) per packet.
 
-    A message that fits in one packet is WRITE ONLY; otherwise WRITE FIRST, MIDDLE..., LAST, with
-    every packet but the last carrying exactly `payload_bytes` (the path MTU's payload), as the
+    Every packet but the last carries exactly `payload_bytes` (the path MTU's payload), as the
     InfiniBand spec requires of a requester.
     """
     _check_range("message_bytes", message_bytes, 1, 0xFFFFFFFF)
     _check_range("payload_bytes", payload_bytes, 1, 1 << 16)
-    if message_bytes <= payload_bytes:
-        return [(OP_RC_RDMA_WRITE_ONLY, message_bytes)]
     full, rest = divmod(message_bytes, payload_bytes)
-    sizes = [payload_bytes] * full
-    if rest:
-        sizes.append(rest)
-    segments = [(OP_RC_RDMA_WRITE_FIRST, sizes[0])]
-    segments += [(OP_RC_RDMA_WRITE_MIDDLE, size) for size in sizes[1:-1]]
-    segments.append((OP_RC_RDMA_WRITE_LAST, sizes[-1]))
-    return segments
+    sizes = [payload_bytes] * full + ([rest] if rest else [])
+    return [(write_opcode(i, len(sizes)), size) for i, size in enumerate(sizes)]
 
 
 def roce_payload_length(udp_payload_len, bth):

@@ -130,14 +130,7 @@ class Requester:
         last = index == request.npackets - 1
         offset = index * self.payload_bytes
         length = min(self.payload_bytes, request.length - offset)
-        if request.npackets == 1:
-            opcode = roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
-        elif index == 0:
-            opcode = roce.OP_RC_RDMA_WRITE_FIRST
-        elif last:
-            opcode = roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE
-        else:
-            opcode = roce.OP_RC_RDMA_WRITE_MIDDLE
+        opcode = roce.write_opcode(index, request.npackets, immediate=True)
         reth = (request.vaddr, request.rkey, request.length) if index == 0 else None
         immediate = request.immediate if last else None
         ack_req = last or (seq + 1) % self.ack_every == 0

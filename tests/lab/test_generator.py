@@ -255,6 +255,40 @@ def test_backpressure_is_counted_and_loses_no_psn(veth_pair, tmp_path):
         assert got["packets"] == out["packets"] and got["oos"] == 0
 
 
+def test_a_withdrawn_route_is_retried_and_loses_no_psn(veth_pair, tmp_path):
+    """The route to the receiver goes away for 0.3 s mid-run: every send meets ENETUNREACH, the
+    flow retries the same packet (send_policy's UNREACHABLE) and carries on when the route is
+    back, so the receiver sees every PSN in order; the time lost is the schedule given up."""
+    mac = json.loads(_run(["ip", "-n", veth_pair.b, "-j", "link", "show", "vx1"]))[0]["address"]
+    # A permanent neighbour: the outage is the route's alone, not ARP's.
+    _run(["ip", "-n", veth_pair.a, "neigh", "replace", ADDR_B, "lladdr", mac, "dev", "vx0",
+          "nud", "permanent"])
+    route = ["10.0.1.0/24", "dev", "vx0", "proto", "kernel", "scope", "link", "src", ADDR_A]
+    duration, outage = 2.0, 0.3
+    start_at = time.time() + START_DELAY_S
+    common = {"start_at": start_at, "duration_s": duration, "linger_s": 0.5,
+              "payload_bytes": 1024, "message_bytes": 4096}
+    receiver = _agent(veth_pair, veth_pair.b, {**common, "listen": True}, tmp_path, "b")
+    sender = _agent(veth_pair, veth_pair.a, {**common, "flows": [_flow(0, 5.0)]}, tmp_path, "a")
+    time.sleep(max(0.0, start_at + 0.5 - time.time()))
+    _run(["ip", "-n", veth_pair.a, "route", "del", *route])
+    time.sleep(outage)
+    _run(["ip", "-n", veth_pair.a, "route", "add", *route])
+    timeout = START_DELAY_S + duration + 15
+    sent, received = _finish(*sender, timeout), _finish(*receiver, timeout)
+
+    out = sent["sent"]["f0"]
+    assert sent["errors"] == []
+    # one retry each UNREACHABLE_BACKOFF_S (10 ms) while the route was gone
+    assert 0.5 * outage / 0.01 <= out["send_errors"] <= 1.5 * outage / 0.01
+    assert any("Network is unreachable sending to 10.0.1.2 from 10.0.1.1; retried" in w
+               for w in sent["warnings"]), sent["warnings"]
+    assert out["behind_s"] == pytest.approx(outage, abs=0.05)
+    (got,) = received["received"]
+    assert got["packets"] == out["packets"] and got["oos"] == 0 and got["late"] == 0
+    assert out["end"] - out["start"] == pytest.approx(duration, abs=0.05)
+
+
 def test_sigterm_writes_what_it_has(veth_pair, tmp_path):
     config = {"start_at": time.time() + START_DELAY_S, "duration_s": 60, "linger_s": 0.5}
     receiver = _agent(veth_pair, veth_pair.b, {**config, "listen": True}, tmp_path, "b")

@@ -6,11 +6,13 @@ import errno
 import os
 import random
 import socket
+import threading
+import time
 
 import pytest
 
 from fabriclab.traffic import generator, ports, roce, send_policy, sockets
-from fabriclab.traffic.pacer import MAX_BURST_S, SEND_AHEAD_S, Pace, Pacer, sleep_for
+from fabriclab.traffic.pacer import MAX_BURST_S, SEND_AHEAD_S, Pace, Pacer
 
 # -- fakes ----------------------------------------------------------------------------------------
 
@@ -86,7 +88,7 @@ def _run(pacer, until, start=0.0, step=None):
         wake = pacer.pump(now)
         if wake is None:
             return now
-        now += step if step is not None else max(sleep_for(wake, now), 1e-6)
+        now = now + step if step is not None else max(wake, now + 1e-6)
     return now
 
 
@@ -328,3 +330,35 @@ def test_a_stalled_flow_gives_up_schedule_and_says_so(raw_port):
     _run(pacer, until=0.1, step=0.0002)
     _run(pacer, start=0.4, until=1.1, step=0.0002)            # the agent got no CPU for 0.3 s
     assert stream.behind_s == pytest.approx(0.3 - MAX_BURST_S, abs=0.002)
+
+
+def _host_sender(raw_port, refuse, rates=(20.0, 20.0)):
+    flows = [{"id": f"f{i}", "src": "10.0.0.1", "dst": "10.0.0.2", "src_qpn": 0x100 + i,
+              "dst_qpn": 0x200 + i, "rate_mbps": rate} for i, rate in enumerate(rates)]
+    config = generator.parse_config({"flows": flows, "duration_s": 0.05, "payload_bytes": 1024})
+    sender = generator.HostSender(config, threading.Event(), seed=3)
+    port, sock = raw_port(refuse=refuse)
+    sender.ports = {"10.0.0.1": port}
+    sender.pacers = {"10.0.0.1": Pacer(port)}
+    return sender, sock
+
+
+def test_the_generator_reports_a_fatal_send_per_flow_and_runs_the_others(raw_port):
+    sender, sock = _host_sender(raw_port, refuse=[errno.EMSGSIZE])
+    start = time.monotonic()
+    sender.run(start, start + 0.05)
+    failed = [flow for flow in sender.flows if flow.failed]
+    assert len(failed) == 1 and failed[0].packets == 0
+    assert sender.errors == [f"flow {failed[0].spec.id!r}: a {len(failed[0].held)}-byte packet "
+                             f"exceeds the MTU towards 10.0.0.2; lower payload_bytes"]
+    assert sum(flow.packets for flow in sender.flows) == len(sock.accepted) > 0
+
+
+def test_the_generator_warns_once_per_flow_about_routing_errors(raw_port):
+    sender, _sock = _host_sender(raw_port, refuse=[errno.EHOSTUNREACH] * 3, rates=(20.0,))
+    start = time.monotonic()
+    sender.run(start, start + 0.05)
+    (flow,) = sender.flows
+    assert flow.send_errors == 3 and flow.packets > 0 and sender.errors == []
+    assert sender.warnings == ["flow 'f0': No route to host sending to 10.0.0.2 from 10.0.0.1; "
+                               "retried (3 refusals)"]

@@ -126,6 +126,15 @@ def test_write_message_segments(message, payload, expected):
     assert sum(size for _, size in segments) == message
 
 
+def test_write_opcode_puts_the_immediate_on_the_last_packet():
+    with_imm = [roce.write_opcode(i, 3, immediate=True) for i in range(3)]
+    assert with_imm == [roce.OP_RC_RDMA_WRITE_FIRST, roce.OP_RC_RDMA_WRITE_MIDDLE,
+                        roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE]
+    assert roce.write_opcode(0, 1, immediate=True) == roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+    assert roce.write_opcode(0, 1) == roce.OP_RC_RDMA_WRITE_ONLY
+    assert [opcode in roce.IMMDT_OPCODES for opcode in with_imm] == [False, False, True]
+
+
 def test_sender_walks_the_opcode_sequence_and_24_bit_psn():
     config = generator.parse_config({
         "flows": [_flow()], "duration_s": 1, "payload_bytes": 1024, "message_bytes": 3000})
