@@ -11,7 +11,6 @@ runs on the fabric that is already up.
 from __future__ import annotations
 
 import argparse
-import json
 
 from fabriclab.cli import running
 from fabriclab.errors import LabError
@@ -120,25 +119,13 @@ def cmd_collective(args):
     from fabriclab.lab.controller import check_app
     from fabriclab.results import tables
     from fabriclab.topologies.spec import load_spec
-    from fabriclab.workflows import pipeline
 
     spec = load_spec(args.spec)
     check_app(args.routing)
     cspec = spec_from_args(args)
     plan = collective_plan(spec, args.routing, cspec, args, sample_ms=args.sample_ms)
-    table = args.format == "table"
-    if table:
-        print(f"bringing up {spec.name} with {args.routing}; {cspec.collective}, sizes {args.sizes} ...",
-              flush=True)
-    result = pipeline.run_plan(plan, args.out, progress=running.Progress(bar=True) if table else None,
-                               verbose=args.verbose)
-    doc = result.doc
-    if table:
-        print(tables.collective_table(doc))
-        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
-    else:
-        print(json.dumps(doc, indent=1))
-    return running.exit_code(doc)
+    return running.execute(plan, args, f"bringing up {spec.name} with {args.routing}; {cspec.collective}, "
+                                       f"sizes {args.sizes} ...", {"table": tables.collective_table}, bar=True)
 
 
 def prompt_parser():

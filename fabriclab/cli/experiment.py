@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from fabriclab.cli import running
 from fabriclab.table import format_table
 
@@ -26,7 +24,6 @@ def register(subparsers):
 
 
 def cmd_experiment(args):
-    from fabriclab.workflows import pipeline
     from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, module
 
     if args.name == "list":
@@ -35,16 +32,5 @@ def cmd_experiment(args):
         return 0
     options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed)
     plan = build_plan(args.name, args.spec, options)
-    table = args.format == "table"
-    if table:
-        print(f"{args.name}: {plan.experiment.SUMMARY}", flush=True)
-    result = pipeline.run_plan(plan, args.out, progress=running.Progress() if table else None,
-                               verbose=args.verbose)
-    doc = result.doc
-    if table:
-        print()
-        print(plan.experiment.table(doc))
-        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
-    else:
-        print(json.dumps(doc, indent=1))
-    return running.exit_code(doc)
+    return running.execute(plan, args, f"{args.name}: {plan.experiment.SUMMARY}",
+                           {"table": lambda doc: "\n" + plan.experiment.table(doc)})

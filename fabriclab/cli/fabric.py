@@ -128,24 +128,15 @@ def allpairs_plan(args, kind="run"):
 
 
 def cmd_run(args):
-    from fabriclab.results import tables
-    from fabriclab.workflows import pipeline
 
     plan = allpairs_plan(args, "demo" if args.command == "demo" else "run")
-    table = args.format == "table"
-    progress = running.Progress(bar=True) if table else None
-    if table:
-        print(f"bringing up {plan.spec.name} with {args.routing}; all-pairs RoCEv2 traffic for "
-              f"{args.duration:g} s ...", flush=True)
-    result = pipeline.run_plan(plan, args.out, progress=progress, verbose=args.verbose)
-    doc = result.doc
-    if table:
-        _run, _name, job = tables.job_of(doc, "all-pairs")
-        print()
-        print(tables.uplink_table(job["links"]))
-        print()
-        print(tables.allpairs_summary(doc))
-        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
-    else:
-        print(json.dumps(doc, indent=1))
-    return running.exit_code(doc)
+    heading = (f"bringing up {plan.spec.name} with {args.routing}; all-pairs RoCEv2 traffic for "
+               f"{args.duration:g} s ...")
+    return running.execute(plan, args, heading, {"table": allpairs_tables}, bar=True)
+
+
+def allpairs_tables(doc):
+    from fabriclab.results import tables
+
+    _run, _name, job = tables.job_of(doc, "all-pairs")
+    return "\n" + tables.uplink_table(job["links"]) + "\n\n" + tables.allpairs_summary(doc)

@@ -8,6 +8,7 @@ failure the lab names in one line; 130 interrupted (Ctrl-C or SIGTERM, with the 
 
 from __future__ import annotations
 
+import json
 import sys
 
 from fabriclab.table import progress_bar
@@ -19,6 +20,26 @@ def add_output_args(p, formats=("table", "json")):
     p.add_argument("--out", help="results folder (default results/<time>-<name>/)")
     p.add_argument("--format", choices=formats, default="table")
     p.add_argument("--verbose", action="store_true", help="show Mininet's and the lab's progress")
+
+
+def execute(plan, args, heading, renderers, bar=False):
+    """What every verb that runs a plan does: say what it starts, run it through the pipeline with
+    progress lines, print the document in the chosen format (`renderers`: {format: doc -> text};
+    `json` prints the document itself) and return the exit code the document earns."""
+    from fabriclab.workflows import pipeline
+
+    text = args.format in renderers
+    if text:
+        print(heading, flush=True)
+    result = pipeline.run_plan(plan, args.out, progress=Progress(bar=bar) if args.format == "table" else None,
+                               verbose=args.verbose)
+    if text:
+        print(renderers[args.format](result.doc))
+        if args.format == "table":
+            print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
+    else:
+        print(json.dumps(result.doc, indent=1))
+    return exit_code(result.doc)
 
 
 def exit_code(doc, stream=None):

@@ -10,8 +10,6 @@ dip and recovery, symmetry outliers) and writes the folder (results.json, CSVs, 
 
 from __future__ import annotations
 
-import json
-
 from fabriclab.cli import running
 
 
@@ -26,7 +24,7 @@ def register(subparsers):
 
 def cmd_scenario(args):
     from fabriclab.results import tables
-    from fabriclab.workflows import pipeline, scenario
+    from fabriclab.workflows import scenario
 
     sc = scenario.load(args.file)
     if args.action == "check":
@@ -35,15 +33,5 @@ def cmd_scenario(args):
               f"{len(sc.routings)} routing scheme(s) x {sc.repetitions} repetition(s)")
         return 0
     plan = scenario.to_plan(sc)
-    table = args.format == "table"
-    if table:
-        print(f"scenario {sc.name}: {sc.description}".rstrip(": "), flush=True)
-    result = pipeline.run_plan(plan, args.out, progress=running.Progress() if table else None,
-                               verbose=args.verbose)
-    doc = result.doc
-    if table:
-        print(tables.runs_table(doc))
-        print(f"\nresults and report: {result.folder}/report.md")
-    else:
-        print(json.dumps(doc, indent=1))
-    return running.exit_code(doc)
+    heading = f"scenario {sc.name}: {sc.description}".rstrip(": ")
+    return running.execute(plan, args, heading, {"table": tables.runs_table})
