@@ -19,19 +19,15 @@ import random
 import selectors
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
-from fabriclab.measure import cpuload
-
-from fabriclab.system import patience
-
-from fabriclab.measure import telemetry
 from fabriclab.errors import LabError
+from fabriclab.measure import cpuload, telemetry
+from fabriclab.system import patience
 from fabriclab.units import human_size
-from fabriclab.traffic import roce, schedules, softroce
-from fabriclab.traffic.agent import QP_METHODS
+from fabriclab.traffic import agent_process, rank_channel, roce, schedules, softroce
+from fabriclab.traffic.rank_driver import QP_METHODS
 
 AGENT_MODULE = "fabriclab.traffic.agent"
 AGENT_MODULES = {softroce.UDP: AGENT_MODULE, softroce.RXE: "fabriclab.traffic.verbs_agent"}
@@ -250,26 +246,19 @@ class CollectiveRun:
 
 
 class _AgentLink:
-    """The launcher's end of one agent's control connection."""
+    """The launcher's end of one agent's control connection (the framing is rank_channel's)."""
 
     def __init__(self, rank, proc):
         self.rank, self.proc = rank, proc
         self.sock = None
-        self.buffer = b""
+        self.lines = rank_channel.Lines()
 
     def send(self, message):
-        self.sock.sendall((json.dumps(message) + "\n").encode())
+        self.sock.sendall(rank_channel.frame(message))
 
     def messages(self):
         chunk = self.sock.recv(1 << 20)
-        if not chunk:
-            return None
-        self.buffer += chunk
-        out = []
-        while b"\n" in self.buffer:
-            line, self.buffer = self.buffer.split(b"\n", 1)
-            out.append(json.loads(line))
-        return out
+        return None if not chunk else self.lines.feed(chunk)
 
 
 class Launcher:
@@ -371,10 +360,7 @@ class Launcher:
         for rank, config in self._configs():
             path = self.folder / f"rank{rank.rank}.json"
             path.write_text(json.dumps(config))
-            proc = self.lab.net.get(rank.host).popen(
-                [sys.executable, "-m", module, "--config", str(path)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            self.lab.run.add_process(proc.pid, "collective-agent", module)
+            proc = agent_process.start(self.lab, rank.host, module, ["--config", path], "collective-agent")
             self.links[rank.rank] = _AgentLink(rank.rank, proc)
         self._gather("hello", range(len(self.ranks)), patience.scaled(HELLO_TIMEOUT_S), "start")
         if self.backend == softroce.RXE:
@@ -421,7 +407,7 @@ class Launcher:
         hello = json.loads(line)
         link = self.links[hello["hello"]]
         conn.settimeout(None)
-        link.sock, link.buffer = conn, rest
+        link.sock, link.lines = conn, rank_channel.Lines(rest)
         link.hello = hello
         self.selector.register(conn, selectors.EVENT_READ, link)
 
@@ -479,7 +465,7 @@ class Launcher:
             proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             return f"{self.describe(rank)}: agent closed its control connection while {doing}"
-        line = _stderr_line(proc)
+        line = agent_process.last_error_line(proc)
         code = proc.returncode
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         return f"{self.describe(rank)}: agent died ({how}) while {doing}" + (f": {line}" if line else "")
@@ -674,14 +660,6 @@ def _percentile(values, q):
     k = (len(ordered) - 1) * q / 100
     low, high = math.floor(k), math.ceil(k)
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
-
-
-def _stderr_line(proc):
-    try:
-        err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-    except (OSError, ValueError, AttributeError):
-        err = []
-    return err[-1] if err else ""
 
 
 def run_collective(lab, spec, progress=None, name="collective", stop=None):

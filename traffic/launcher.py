@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
-from fabriclab.measure import cpuload
-
-from fabriclab.measure import telemetry
+from fabriclab.measure import cpuload, telemetry
 from fabriclab.errors import LabError
-from fabriclab.traffic import roce
+from fabriclab.traffic import agent_process, roce
 
 AGENT_MODULE = "fabriclab.traffic.generator"
 START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
@@ -130,10 +127,7 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
             cfg, out = folder / f"{host}.json", folder / f"{host}.result.json"
             cfg.write_text(json.dumps(config))
             out.unlink(missing_ok=True)
-            proc = lab.net.get(host).popen([sys.executable, "-m", AGENT_MODULE, "--config", str(cfg),
-                                            "--out", str(out)],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            lab.run.add_process(proc.pid, "traffic-agent", AGENT_MODULE)
+            proc = agent_process.start(lab, host, AGENT_MODULE, ["--config", cfg, "--out", out], "traffic-agent")
             procs[host] = (proc, out)
         if on_start is not None:
             on_start(start_unix)
@@ -146,7 +140,7 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
                 raise LabError("traffic cancelled")
             for host, (proc, _out) in procs.items():
                 if proc.poll() not in (None, 0):
-                    raise LabError(f"traffic agent on {host} exited early: {_stderr_line(proc)}")
+                    raise LabError(f"traffic agent on {host} exited early: {_why(proc)}")
             if before is None and now >= window_start:
                 before = telemetry.snapshot(lab.fabric)
             if progress:
@@ -163,11 +157,11 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
                 raise LabError(f"traffic agent on {host} did not finish within "
                                f"{LINGER_S + 15.0:.0f} s after the run") from None
             if proc.returncode not in (0, 1):
-                raise LabError(f"traffic agent on {host} failed: {_stderr_line(proc)}")
+                raise LabError(f"traffic agent on {host} failed: {_why(proc)}")
             try:
                 run.results[host] = json.loads(out.read_text())
             except (OSError, ValueError):
-                raise LabError(f"traffic agent on {host} wrote no result: {_stderr_line(proc)}") from None
+                raise LabError(f"traffic agent on {host} wrote no result: {_why(proc)}") from None
             if run.results[host].get("errors"):
                 raise LabError(f"traffic agent on {host}: {run.results[host]['errors'][0]}")
     finally:
@@ -178,9 +172,5 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
     return run
 
 
-def _stderr_line(proc):
-    try:
-        err = proc.stderr.read().decode(errors="replace").strip().splitlines()
-    except (OSError, ValueError, AttributeError):
-        err = []
-    return err[-1] if err else f"exit code {proc.returncode}"
+def _why(proc):
+    return agent_process.last_error_line(proc) or f"exit code {proc.returncode}"

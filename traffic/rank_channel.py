@@ -1,6 +1,7 @@
-"""The rank agent's end of the launcher's control connection (traffic/collective.py owns the
-other end): one JSON object per line over a Unix socket in the run folder, which every host
-namespace reaches since they share the file system."""
+"""The control connection between the collective launcher and its rank agents: one JSON object
+per line over a Unix socket in the run folder, which every host namespace reaches since they
+share the file system. `frame` and `Lines` are the wire format, used by both ends; ControlChannel
+is the agent's end (traffic/collective.py holds the launcher's)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,23 @@ import json
 import socket
 
 from fabriclab.errors import LabError
+
+
+def frame(message):
+    """One message as the bytes that go on the connection."""
+    return (json.dumps(message) + "\n").encode()
+
+
+class Lines:
+    """Messages out of a byte stream that arrives in pieces: feed() returns the complete ones."""
+
+    def __init__(self, pending=b""):
+        self.pending = pending
+
+    def feed(self, chunk):
+        lines = (self.pending + chunk).split(b"\n")
+        self.pending = lines.pop()
+        return [json.loads(line) for line in lines if line]
 
 
 class LauncherGone(Exception):
@@ -23,14 +41,14 @@ class ControlChannel:
             self.sock.close()
             raise LabError(f"cannot reach the launcher at {path}: {exc.strerror}") from None
         self.sock.setblocking(False)
-        self.buffer = b""
+        self.lines = Lines()
 
     def fileno(self):
         return self.sock.fileno()
 
     def tell(self, message):
         """Send one message, waiting for room if need be (messages are small and rare)."""
-        data = (json.dumps(message) + "\n").encode()
+        data = frame(message)
         self.sock.setblocking(True)
         try:
             self.sock.sendall(data)
@@ -45,10 +63,7 @@ class ControlChannel:
             return []
         if not chunk:
             raise LauncherGone()
-        self.buffer += chunk
-        lines = self.buffer.split(b"\n")
-        self.buffer = lines.pop()
-        return [json.loads(line) for line in lines if line]
+        return self.lines.feed(chunk)
 
     def close(self):
         self.sock.close()

@@ -21,7 +21,7 @@ DEFAULT_SIZES = "64K,256K,1M"
 
 def add_collective_args(p):
     from fabriclab.traffic import schedules
-    from fabriclab.traffic.agent import QP_METHODS
+    from fabriclab.traffic.rank_driver import QP_METHODS
     from fabriclab.traffic.collective import PLACEMENTS
     from fabriclab.traffic.softroce import BACKENDS
 
