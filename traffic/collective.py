@@ -428,6 +428,21 @@ class Launcher:
                         self._accept()
                 waiting = {r for r in waiting if self.links[r].sock is None}
             return got
+        def take(link):
+            """Handle what `link` sent; False once it has hung up."""
+            messages = link.messages()
+            if messages is None:
+                return False
+            for message in messages:
+                if "error" in message:
+                    raise LabError(f"{message['error']} (while {doing})")
+                if kind in message:
+                    got[link.rank] = message
+                    waiting.discard(link.rank)
+                    if on_message:
+                        on_message(link.rank, message)
+            return True
+
         deadline = time.monotonic() + timeout_s
         while waiting:
             remaining = deadline - time.monotonic()
@@ -437,21 +452,21 @@ class Launcher:
                 link = key.data
                 if link is None:
                     continue
-                messages = link.messages()
-                if messages is None:
+                if not take(link):
                     if link.rank in got:          # it said what we waited for, then left
                         self.selector.unregister(link.sock)
                         continue
                     raise LabError(self._death(link.rank, doing))
-                for message in messages:
-                    if "error" in message:
-                        raise LabError(f"{message['error']} (while {doing})")
-                    if kind in message:
-                        got[link.rank] = message
-                        waiting.discard(link.rank)
-                        if on_message:
-                            on_message(link.rank, message)
-            self._check_alive(doing, got)
+            for rank, link in self.links.items():
+                if rank in got or link.proc.poll() is None:
+                    continue
+                # It exited. An agent that sent its last word and exited can be seen exiting
+                # before its message is read: what it said is still in its socket.
+                if rank in waiting and link.sock is not None:
+                    while take(link):
+                        pass
+                if rank not in got:
+                    raise LabError(self._death(rank, doing))
         return got
 
     def _check_alive(self, doing, finished=()):
