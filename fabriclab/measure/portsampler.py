@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import threading
 import time
 
 from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters
-from fabriclab.queues.sampler import sample_on_grid
+from fabriclab.measure.grid import SamplingThread
 
 MIN_INTERVAL_S = 0.001
 MAX_SAMPLES = 500_000
@@ -77,8 +76,8 @@ class PortSampler:
         self.columns = columns(fabric)
         self.times, self.rows = [], []
         self._counters = None
-        self._stop = threading.Event()
-        self._thread = None
+        self.thread = SamplingThread(self._sample, interval_s, "port-sampler",
+                                     lambda: len(self.times) < self.max_samples)
         self.error = None
         self.t0 = self.wall0 = None
 
@@ -94,13 +93,8 @@ class PortSampler:
         except LabError:
             self._close()
             raise
-        self._thread = threading.Thread(target=self._run, name="port-sampler", daemon=True)
-        self._thread.start()
+        self.thread.start(self.t0)
         return self
-
-    def _run(self):
-        self.error = sample_on_grid(self.t0, self.interval_s, self._stop, self._sample,
-                                    lambda: len(self.times) < self.max_samples)
 
     def _sample(self):
         now = time.monotonic()
@@ -112,10 +106,8 @@ class PortSampler:
 
     def stop(self):
         """End sampling (one last sample first) and return the PortSeries."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(5)
-            self._thread = None
+        if self.thread.running:
+            self.error = self.thread.stop()
             if self.error is None:
                 try:
                     self._sample()

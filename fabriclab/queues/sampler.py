@@ -16,10 +16,10 @@ is read in well under a millisecond; the interval actually reached is measured a
 from __future__ import annotations
 
 import csv
-import threading
 import time
 
 from fabriclab.errors import LabError
+from fabriclab.measure.grid import SamplingThread
 from fabriclab.queues import config
 from fabriclab.queues.datapath import NCLASS, QStat
 
@@ -28,23 +28,6 @@ FIELDS = ("occ", "held", "tx_bytes", "marks", "drops", "pause_tx", "paused")
 COUNTERS = ("tx_bytes", "marks", "drops", "pause_tx")
 MIN_INTERVAL_S = 0.001
 MAX_SAMPLES = 200_000
-
-
-def sample_on_grid(t0, interval_s, stop, sample, more):
-    """Call sample() at t0 + k * interval_s until `stop` is set or more() is false; returns the
-    exception that ended it, if any (the sampler reports it when stopped)."""
-    next_at = t0 + interval_s
-    try:
-        while not stop.is_set() and more():
-            delay = next_at - time.monotonic()
-            if delay > 0 and stop.wait(delay):
-                break
-            sample()
-            # Fixed grid; after a stall, resume from now rather than bursting to catch up.
-            next_at = max(next_at + interval_s, time.monotonic())
-    except Exception as exc:                   # noqa: BLE001 - returned to the sampler
-        return exc
-    return None
 
 
 class QueueSampler:
@@ -59,21 +42,15 @@ class QueueSampler:
         self.times = []
         self.chunks = []
         self.bias_chunks = []        # the leak repair's bias per row (queues/leaks.py), per sample
-        self._stop = threading.Event()
-        self._thread = None
-        self.error = None
+        self.thread = SamplingThread(self._sample, interval_s, "queue-sampler",
+                                     lambda: len(self.times) < self.max_samples)
         self.t0 = self.wall0 = None
 
     def start(self):
         self.t0, self.wall0 = time.monotonic(), time.time()
         self._sample()                 # a first sample at t=0, before any traffic
-        self._thread = threading.Thread(target=self._run, name="queue-sampler", daemon=True)
-        self._thread.start()
+        self.thread.start(self.t0)
         return self
-
-    def _run(self):
-        self.error = sample_on_grid(self.t0, self.interval_s, self._stop, self._sample,
-                                    lambda: len(self.times) < self.max_samples)
 
     def _sample(self):
         values = self.model.datapath.stats.lookup_all(len(self.rows))
@@ -85,13 +62,11 @@ class QueueSampler:
     def stop(self):
         import numpy as np
 
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(5)
-            self._thread = None
+        if self.thread.running:
+            error = self.thread.stop()
+            if error is not None:
+                raise LabError(f"queue sampler failed: {error}")
             self._sample()             # the last state, after the traffic
-        if self.error is not None:
-            raise LabError(f"queue sampler failed: {self.error}")
         raw = np.frombuffer(b"".join(self.chunks), dtype=np.dtype(QStat)).reshape(len(self.chunks), len(self.rows))
         data = np.stack([raw[f].astype(np.int64) for f in FIELDS], axis=-1)
         bias = np.frombuffer(b"".join(self.bias_chunks), dtype=np.int64).reshape(len(self.chunks), len(self.rows))
