@@ -6,9 +6,10 @@
 The launcher owns the control plane the agents use instead of NCCL's bootstrap: a Unix socket in
 the run folder (every host namespace shares the file system). Per message size it asks every
 agent to prepare, then for each iteration sends a start time a little in the future and waits for
-every rank's "done": that is the barrier between iterations. Every wait is bounded; an agent that
-dies, reports a failed QP, or does not finish in time stops the run with an error naming the rank,
-its host, and (when known) the peer it was waiting for.
+every rank's "done": that is the barrier between iterations. With `in_place` each size runs twice,
+as nccl-tests runs it: out of place, then in place, each with its warm-up and its own result row.
+Every wait is bounded; an agent that dies, reports a failed QP, or does not finish in time stops
+the run with an error naming the rank, its host, and (when known) the peer it was waiting for.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class CollectiveSpec:
     iterations: int = 5
     warmup: int = 1
     verify: bool = False
+    in_place: bool = False              # also run every size in place, after out of place
     imbalance: float = 4.0              # AlltoAllv: max/min block size ratio
     root: int = 0                       # Gather's root rank
     sport_mode: str = "qp"
@@ -119,6 +121,8 @@ class CollectiveSpec:
             bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
         if self.backend not in softroce.BACKENDS:
             bad("backend", f"must be one of {', '.join(softroce.BACKENDS)}")
+        if not isinstance(self.in_place, bool):
+            bad("in_place", "must be true or false")
 
 
 def _not_int(value):
@@ -165,6 +169,16 @@ def place_ranks(fabric, spec):
     if len(ranks) < 2:
         raise LabError(f"collective: {len(ranks)} rank; a collective needs at least 2")
     return ranks
+
+
+def registered_regions(schedules_, rank):
+    """The memory a verbs agent registers once for every size and mode: each region at its
+    largest (in place a buffer lives inside another region, which may then be larger)."""
+    regions = {}
+    for schedule in schedules_:
+        for name, size in schedule.regions[rank].items():
+            regions[name] = max(regions.get(name, 0), size)
+    return regions
 
 
 def plan_qps(ranks, schedules_, spec, rng):
@@ -243,6 +257,7 @@ class CollectiveRun:
     queues: dict | None = None                       # the queue model's counters over the run
     traffic_window: tuple | None = None              # wall clock: first measured start, last end
     backend: str = softroce.UDP                      # what moved the bytes: udp | rdma_rxe
+    pids: dict = field(default_factory=dict)         # rank -> its agent's process id
 
 
 class _AgentLink:
@@ -251,6 +266,7 @@ class _AgentLink:
     def __init__(self, rank, proc):
         self.rank, self.proc = rank, proc
         self.sock = None
+        self.hello = {}
         self.lines = rank_channel.Lines()
 
     def send(self, message):
@@ -274,13 +290,18 @@ class Launcher:
         fabric = lab.fabric
         self.ranks = place_ranks(fabric, spec)
         n = len(self.ranks)
+        modes = (False, True) if spec.in_place else (False,)
         try:
-            self.schedules = [schedules.build(spec.collective, n, size, algorithm=spec.algorithm,
-                                              channels=spec.channels, piece_bytes=spec.piece_bytes,
-                                              imbalance=spec.imbalance, seed=spec.seed, root=spec.root)
-                              for size in spec.sizes]
+            # What runs, in order: (index of the size, its schedule), out of place then in place.
+            self.cases = [(index, schedules.build(spec.collective, n, size, algorithm=spec.algorithm,
+                                                  channels=spec.channels, piece_bytes=spec.piece_bytes,
+                                                  imbalance=spec.imbalance, seed=spec.seed,
+                                                  root=spec.root, in_place=in_place))
+                          for index, size in enumerate(spec.sizes) for in_place in modes]
         except ValueError as exc:
             raise LabError(f"collective: {exc}") from None
+        # One per size: both modes move the same bytes between the same ranks.
+        self.schedules = [schedule for _index, schedule in self.cases if not schedule.in_place]
         self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
         self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
         self.rate_mbps = fabric.spec.host_rate_mbps
@@ -329,12 +350,8 @@ class Launcher:
                       "sizes": list(spec.sizes), "verify": spec.verify, "data_seed": spec.seed,
                       "control": str(self.folder / "control.sock")}
             if self.backend == softroce.RXE:
-                # The memory registered once for every size: each region at its largest.
-                regions = {}
-                for schedule in self.schedules:
-                    for name, size in schedule.regions[r.rank].items():
-                        regions[name] = max(regions.get(name, 0), size)
-                config["rdma"] = {"devices": self.softroce.devices(r.rank), "regions": regions}
+                config["rdma"] = {"devices": self.softroce.devices(r.rank),
+                                  "regions": registered_regions([s for _i, s in self.cases], r.rank)}
             yield r, config
 
     def start_agents(self):
@@ -550,15 +567,16 @@ class Launcher:
         result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps,
                                backend=self.backend)
         t0 = time.monotonic()
-        total_steps = len(spec.sizes) * (spec.iterations + spec.warmup)
+        total_steps = len(self.cases) * (spec.iterations + spec.warmup)
         done_steps = 0
         try:
             self.start_agents()
+            result.pids = {rank: link.hello.get("pid") for rank, link in self.links.items()}
             everyone = list(self.links)
-            for index, schedule in enumerate(self.schedules):
-                label = f"{spec.collective} {human_size(schedule.size)}"
+            for index, schedule in self.cases:
+                label = f"{spec.collective} {human_size(schedule.size)}" + (" in place" * schedule.in_place)
                 for link in self.links.values():
-                    link.send({"prepare": index})
+                    link.send({"prepare": index, "in_place": schedule.in_place})
                 self._gather("ready", everyone, patience.scaled(READY_TIMEOUT_S), f"preparing {label}")
                 ideal = self.ideal_time(schedule)
                 timeout = ideal * spec.timeout_factor + 4 * self.ack_timeout + 2.0
@@ -605,11 +623,15 @@ class Launcher:
                 for key, value in message["counters"].items():
                     counters[key] = counters.get(key, 0) + value
         verify = None
-        if self.spec.verify:
+        if self.spec.verify and schedule.defined:
             checks = [m["verify"] for _s, done in iterations for m in done.values()]
             bad = [c for c in checks if not c["ok"]]
             verify = {"ok": not bad, "checked_outputs": len(checks),
                       "mismatched_outputs": len(bad),
+                      # nccl-tests' #wrong: wrong elements over all ranks (its one checked run;
+                      # here the worst measured iteration)
+                      "wrong_elements": max(sum(m["verify"].get("mismatches", 0) for m in done.values())
+                                            for _s, done in iterations),
                       "max_abs_err": max((c.get("max_abs_err", 0.0) for c in checks), default=0.0)}
             if bad:
                 verify["first_mismatch"] = bad[0].get("first_mismatch")
@@ -624,7 +646,7 @@ class Launcher:
         cpu = cpuload.between(window[0]["cpu"], window[1]["cpu"])
         return {
             "collective": schedule.collective, "algorithm": schedule.algorithm,
-            "size": schedule.size, "ranks": n, "iterations": len(times),
+            "size": schedule.size, "in_place": schedule.in_place, "ranks": n, "iterations": len(times),
             "time_s": {"mean": mean, "p50": _percentile(times, 50), "p99": _percentile(times, 99),
                        "min": min(times), "max": max(times), "all": times},
             "rank_time_s_mean": sum(per_rank) / len(per_rank),

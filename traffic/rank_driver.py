@@ -4,9 +4,12 @@ A rank agent runs inside a Mininet host's network namespace, connects to the lau
 socket (`rank_channel`) and serves commands until told to stop:
 
     -> {"hello": r, "pid": p, ...}   at once; the RNIC may add what the launcher must exchange
-    {"prepare": i}            build the schedule and memory for the i-th message size -> "ready"
+    {"prepare": i, "in_place": b}
+                              build the schedule and memory for the i-th message size, out of
+                              place or in place (b, default false) -> "ready"
     {"run": k, "start_at": t} run iteration k, starting at unix time t -> "done" with timings,
-                              counters and (verify mode) the check against numpy
+                              counters and (verify mode) the check against numpy (null where
+                              the in-place result is undefined)
     {"status": true}          what this rank is still waiting for -> "status"
     {"stop": true}            send the final counters -> "final", then exit
     anything else             the RNIC's (the verbs agent's "connect")
@@ -65,6 +68,8 @@ MAX_IDLE_WAIT_S = 0.05
 """The longest the event loop sleeps when nothing is due: bounds how late a start time is seen
 (a run's start_at comes with 50 ms of margin) at 20 idle wake-ups a second."""
 OUTPUT_REGIONS = ("output", "work", "scratch")
+"""What a collective writes: zeroed before each iteration in verify mode (the input is put back
+after, since in place it lives in one of them)."""
 
 
 class PeerError(Exception):
@@ -152,6 +157,7 @@ class RankDriver:
         self.selector = selectors.DefaultSelector()
         self.schedule = None
         self.memory = None
+        self.input = None               # verify mode: this rank's input tensor
         self.reference = None
         self.engine = None
         self.round = 0                  # "run" commands so far
@@ -211,7 +217,7 @@ class RankDriver:
 
     def on_control(self, message):
         if "prepare" in message:
-            self.prepare(message["prepare"])
+            self.prepare(message["prepare"], message.get("in_place", False))
             self.tell({"ready": message["prepare"]})
         elif "run" in message:
             self.run(message["run"], message["start_at"])
@@ -243,34 +249,43 @@ class RankDriver:
 
     # -- the collective -------------------------------------------------------------------------
 
-    def prepare(self, size_index):
+    def prepare(self, size_index, in_place=False):
         c = self.collective
         self.schedule = schedules.build(c["collective"], len(self.ranks), self.sizes[size_index],
                                         algorithm=c["algorithm"], channels=c["channels"],
                                         piece_bytes=c["piece_bytes"], imbalance=c["imbalance"],
-                                        seed=c["seed"], root=c["root"])
+                                        seed=c["seed"], root=c["root"], in_place=in_place)
         self.rnic.check_schedule(self.schedule)
-        self.memory = self.reference = None
+        self.memory = self.input = self.reference = None
         if self.verify:
-            regions = self.schedule.regions[self.rank]
-            self.memory = self.rnic.make_memory(regions)
-            inputs = [rank_input(self.config["data_seed"], r,
-                                 self.schedule.regions[r].get("input", 0) // 4)
-                      for r in range(len(self.ranks))]
-            if "input" in regions:
-                self.memory.arrays["input"][:] = inputs[self.rank]
-            self.reference = schedules.reference_outputs(self.schedule, inputs)[self.rank]
-            self.clear_outputs()
+            self.memory = self.rnic.make_memory(self.schedule.regions[self.rank])
+            inputs = [rank_input(self.config["data_seed"], r, buffers["input"].nbytes // 4)
+                      for r, buffers in enumerate(self.schedule.buffers)]
+            self.input = inputs[self.rank]
+            if self.schedule.defined:
+                self.reference = schedules.reference_outputs(self.schedule, inputs)[self.rank]
+            self.reset_memory()
 
-    def clear_outputs(self):
-        """Zero what the collective writes (verify mode), so that a write that never came shows.
+    def buffer(self, name):
+        """This rank's send ("input") or receive ("output") buffer as a float32 array, wherever
+        it lives (in place, inside the other one); None when the rank has none."""
+        where = self.schedule.buffers[self.rank][name]
+        if where is None:
+            return None
+        start = where.offset // schedules.ELEMENT_BYTES
+        return self.memory.arrays[where.region][start:start + where.nbytes // schedules.ELEMENT_BYTES]
+
+    def reset_memory(self):
+        """Zero what the collective writes (verify mode), so that a write that never came shows,
+        then put the input in its place again (in place, the last iteration overwrote it).
 
         At prepare and when an iteration is done, not when the next is announced: a fast peer's
-        writes for it may land before this rank hears of it."""
+        writes for it may land before this rank hears of it (none of them where the input is)."""
         if self.memory is not None:
             for name in OUTPUT_REGIONS:
                 if name in self.memory.bytes:
                     self.memory.arrays[name][:] = 0
+            self.buffer("input")[:] = self.input
 
     def run(self, iteration, start_at):
         self.round += 1
@@ -382,16 +397,20 @@ class RankDriver:
                             if qp.activity.it_bytes and qp.activity.it_last is not None]}
         if self.verify:
             report["verify"] = self.check_output()
-        self.clear_outputs()
+        self.reset_memory()
         self.tell(report)
 
     def check_output(self):
+        """This rank's receive buffer against numpy's answer; None when the schedule's result
+        is undefined (in-place AlltoAll), so there is nothing to check."""
         import numpy as np
 
-        out = self.memory.arrays.get("output")
+        if not self.schedule.defined:
+            return None
         expected = self.reference
         if expected is None:
             return {"ok": True, "elements": 0}
+        out = self.buffer("output")
         diff = np.abs(out - expected)
         bad = np.flatnonzero(diff > 0)
         result = {"ok": bad.size == 0, "elements": int(expected.size),

@@ -13,6 +13,16 @@ Memory: each rank has named regions (`input`, `output`, `work`, `scratch`), size
 transfer lands directly in the destination region; data that must be reduced lands in a private
 `scratch` range first (the RDMA WRITE target), and a `post` operation adds it in.
 
+Out of place or in place (nccl-tests runs each size both ways): out of place, the user's send
+buffer is the `input` region and the receive buffer the `output` region. In place, one of them
+lives inside the other, at the offset nccl-tests' getCollByteCount gives: AllReduce, AlltoAll(v)
+and the bisection test send from the receive buffer itself; AllGather and Gather send from the
+rank's slice of the receive buffer (every rank has one in place, as in nccl-tests); ReduceScatter
+receives into the rank's slice of the send buffer. The schedule is built as out of place and then
+rewritten so that every transfer and local operation names the region the bytes really live in
+(the aliased region disappears): the RNICs, the engine and the memory see plain regions, and
+`buffers` says where each rank's send and receive buffers are. The bytes on the wire are the same.
+
 Sizes follow nccl-tests: `size` is the per-rank buffer of AllReduce, the total output of
 AllGather and Gather, the total input of ReduceScatter, the bytes each rank sends in AlltoAll(v)
 (its own block included), and the bytes each rank sends to its partner in the bisection test.
@@ -29,6 +39,10 @@ COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv
                "bisection")
 ALGORITHMS = {"allreduce": ("ring", "tree")}
 """Collectives with a choice of algorithm; the others have one (ring, or direct exchange)."""
+IN_PLACE_UNDEFINED = ("alltoall", "alltoallv", "bisection")
+"""In place, these send from and receive into one buffer with no staging (NCCL's grouped
+send/recv): a peer's write may land on a block before it was sent, so the result depends on
+timing. nccl-tests times them in place and checks nothing (its #wrong is N/A); so does the lab."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,16 @@ class LocalOp:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class Buffer:
+    """Where a user buffer (a rank's send or receive buffer) lives: `nbytes` at `offset` of
+    `region`."""
+
+    region: str
+    offset: int
+    nbytes: int
+
+
 @dataclass
 class Step:
     rank: int
@@ -78,6 +102,13 @@ class Schedule:
     programs: list               # per rank: [Step]
     transfers: list              # every Transfer, indexed by tag
     root: int = 0
+    in_place: bool = False
+    buffers: list = field(default_factory=list)   # per rank: {"input"|"output": Buffer or None}
+
+    @property
+    def defined(self):
+        """Whether the result is defined, so that it can be checked (see IN_PLACE_UNDEFINED)."""
+        return not (self.in_place and self.collective in IN_PLACE_UNDEFINED)
 
     def sent_bytes(self, rank):
         return sum(t.nbytes for t in self.transfers if t.src == rank)
@@ -135,12 +166,46 @@ class _Builder:
         recv_step.post.append(LocalOp(out, (base, ("scratch", landing)), nbytes))
         return t
 
-    def schedule(self, root=0):
+    def schedule(self, root=0, aliases=None):
+        """The Schedule; `aliases` (in place): per rank {region: (region it lives in, offset)}."""
+        buffers = [{name: Buffer(name, 0, regions[name]) if name in regions else None
+                    for name in ("input", "output")} for regions in self.regions]
+        if aliases is not None:
+            buffers = self._alias(aliases, buffers)
         for rank in range(self.n):
             if self.scratch[rank]:
                 self.regions[rank]["scratch"] = self.scratch[rank]
         return Schedule(self.collective, self.algorithm, self.n, self.size, self.channels,
-                        self.regions, self.programs, self.transfers, root)
+                        self.regions, self.programs, self.transfers, root,
+                        in_place=aliases is not None, buffers=buffers)
+
+    def _alias(self, aliases, buffers):
+        """Rewrite every transfer and local operation to name the region its bytes live in; a
+        copy onto itself goes. Returns the buffers where they now are."""
+        def where(rank, region, offset):
+            base, shift = aliases[rank].get(region, (region, 0))
+            return base, shift + offset
+
+        for rank, regions in enumerate(self.regions):
+            for name, (base, shift) in aliases[rank].items():
+                regions[base] = max(regions.get(base, 0), shift + regions.pop(name))
+        moved = {}
+        for t in self.transfers:
+            moved[t.tag] = Transfer(t.tag, t.src, t.dst, t.channel, t.nbytes,
+                                    *where(t.src, t.src_region, t.src_off),
+                                    *where(t.dst, t.dst_region, t.dst_off))
+        self.transfers = [moved[t.tag] for t in self.transfers]
+        for program in self.programs:
+            for step in program:
+                step.sends = [moved[t.tag] for t in step.sends]
+                step.recvs = [moved[t.tag] for t in step.recvs]
+                for ops in (step.pre, step.post):
+                    ops[:] = [op for op in (LocalOp(where(step.rank, *op.out),
+                                                    tuple(where(step.rank, *s) for s in op.srcs),
+                                                    op.nbytes) for op in ops)
+                              if op.srcs != (op.out,)]
+        return [{name: buf and Buffer(*where(rank, buf.region, 0), buf.nbytes)
+                 for name, buf in per_rank.items()} for rank, per_rank in enumerate(buffers)]
 
 
 def _blocks(size_elems, n, channels):
@@ -399,8 +464,9 @@ def effective_size(collective, ranks, size):
 
 
 def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65536,
-          imbalance=4.0, seed=0, root=0):
-    """The Schedule of one collective. Raises ValueError on impossible parameters."""
+          imbalance=4.0, seed=0, root=0, in_place=False):
+    """The Schedule of one collective, out of place or in place. Raises ValueError on
+    impossible parameters."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
     algorithm = algorithm or ALGORITHMS.get(collective, ("ring",))[0]
@@ -442,7 +508,21 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
         _gather(b, elems, root)
     else:
         _bisection(b, elems)
-    return b.schedule(root)
+    return b.schedule(root, _in_place_aliases(b, elems) if in_place else None)
+
+
+def _in_place_aliases(b, elems):
+    """Where the aliased buffer of each rank lives in place: nccl-tests' in-place offsets."""
+    n, collective = b.n, b.collective
+    slices = [offset * ELEMENT_BYTES for offset, _count in split(elems, n)]
+    if collective in ("allgather", "gather"):
+        if collective == "gather":          # every rank has a receive buffer in nccl-tests
+            for regions in b.regions:
+                regions["output"] = elems * ELEMENT_BYTES
+        return [{"input": ("output", slices[r])} for r in range(n)]
+    if collective == "reducescatter":
+        return [{"output": ("input", slices[r])} for r in range(n)]
+    return [{"input": ("output", 0)} for _ in range(n)]
 
 
 def bus_factor(collective, ranks):
@@ -457,11 +537,15 @@ def bus_factor(collective, ranks):
 # -- reference results (numpy) ---------------------------------------------------------------------
 
 def reference_outputs(schedule, inputs):
-    """What each rank's output region must hold, computed directly with numpy from the inputs
-    (a list of float32 arrays, one per rank). None for a rank with no output."""
+    """What each rank's receive buffer must hold, computed directly with numpy from the inputs
+    (a list of float32 arrays, one per rank). None for a rank with no receive buffer. In place,
+    a Gather's non-root rank must find its buffer as it left it (its own slice, zeros around);
+    a collective whose in-place result is undefined has no reference (ValueError)."""
     import numpy as np
 
     n, collective = schedule.ranks, schedule.collective
+    if not schedule.defined:
+        raise ValueError(f"in-place {collective} has no defined result")
     if collective == "allreduce":
         total = np.sum(inputs, axis=0, dtype=np.float64).astype(np.float32)
         return [total.copy() for _ in range(n)]
@@ -483,7 +567,13 @@ def reference_outputs(schedule, inputs):
             out.append(np.concatenate(parts))
         return out
     if collective == "gather":
-        return [np.concatenate(inputs) if r == schedule.root else None for r in range(n)]
+        full = np.concatenate(inputs)
+        if not schedule.in_place:
+            return [full if r == schedule.root else None for r in range(n)]
+        untouched = [np.zeros_like(full) for _ in range(n)]
+        for r, (offset, count) in enumerate(split(len(full), n)):
+            untouched[r][offset:offset + count] = inputs[r]
+        return [full if r == schedule.root else untouched[r] for r in range(n)]
     return [inputs[(r + n // 2) % n].copy() for r in range(n)]
 
 
@@ -493,6 +583,6 @@ def _row(schedule, src):
     for t in schedule.transfers:
         if t.src == src:
             row[t.dst] += t.nbytes
-    own = schedule.regions[src]["input"] - sum(row)
+    own = schedule.buffers[src]["input"].nbytes - sum(row)
     row[src] = own
     return row

@@ -126,8 +126,8 @@ class LoopRnic:
 
 
 def _configs(n, control, *, collective="allreduce", size=96 * 1024, channels=2, qps=2,
-             qp_method="split", cts=True, verify=True):
-    schedule = schedules.build(collective, n, size, channels=channels, piece_bytes=8192)
+             qp_method="split", cts=True, verify=True, in_place=False):
+    schedule = schedules.build(collective, n, size, channels=channels, piece_bytes=8192, in_place=in_place)
     plans = [[] for _ in range(n)]
     qpn = 0x100
     for a, b, channel in schedule.connections():
@@ -277,6 +277,51 @@ def test_ranks_run_a_verified_collective_through_the_protocol(ranks):
     assert finals[3]["totals"]["tx_bytes"] == 2 * schedule.sent_bytes(3)
     assert finals[3]["ports"] == [{"address": "10.0.0.4"}] and "cpu_s" in finals[3]
     assert not errors
+
+
+def _iteration(launcher, iteration):
+    start_at = time.time() + 0.05
+    for rank in launcher.links:
+        launcher.send(rank, {"run": iteration, "start_at": start_at})
+    return launcher.gather("done")
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter", "gather"])
+def test_ranks_run_a_verified_collective_in_place(ranks, collective):
+    """In place the receive buffer aliases the send buffer; the check reads the receive buffer
+    where it lives, and every iteration starts from the input again (the last one overwrote it)."""
+    launcher, schedule, _drivers, _errors = ranks(4, collective=collective, in_place=True)
+    for rank in launcher.links:
+        launcher.send(rank, {"prepare": 0, "in_place": True})
+    launcher.gather("ready")
+    for iteration in range(2):
+        for rank, report in _iteration(launcher, iteration).items():
+            assert report["verify"]["ok"], (rank, report["verify"])
+            assert report["verify"]["elements"] == schedule.buffers[rank]["output"].nbytes // 4 > 0
+            assert report["counters"]["tx_bytes"] == schedule.sent_bytes(rank)
+
+
+def test_an_undefined_in_place_result_is_not_checked(ranks):
+    launcher, _schedule, _drivers, _errors = ranks(4, collective="alltoall", in_place=True)
+    for rank in launcher.links:
+        launcher.send(rank, {"prepare": 0, "in_place": True})
+    launcher.gather("ready")
+    assert all(report["verify"] is None for report in _iteration(launcher, 0).values())
+
+
+def test_in_place_check_catches_a_clobbered_send_buffer(ranks):
+    """Rank 0's input lives in its receive buffer in place: a stray write there before the run is
+    in every rank's sum, and each one counts its wrong elements; the next iteration, started from
+    the input again, is right."""
+    launcher, schedule, drivers, _errors = ranks(4, in_place=True)
+    for rank in launcher.links:
+        launcher.send(rank, {"prepare": 0, "in_place": True})
+    launcher.gather("ready")
+    assert schedule.buffers[0]["input"].region == "output"
+    drivers[0].memory.arrays["output"][:10] += 1000
+    for rank, report in _iteration(launcher, 0).items():
+        assert not report["verify"]["ok"] and report["verify"]["mismatches"] == 10, report["verify"]
+    assert all(report["verify"]["ok"] for report in _iteration(launcher, 1).values())
 
 
 def test_writes_that_arrive_before_the_run_command_are_kept(ranks):

@@ -1,7 +1,9 @@
 """Collective schedules and the rank engine, run over an in-memory "network" (no root needed).
 
-Each schedule is executed by the same RankEngine the agents use, with transfers delivered in a
-random order, and every rank's output is compared with numpy's answer.
+Each schedule, out of place and in place, is executed by the same RankEngine the agents use, with
+transfers delivered in a random order (a transfer's bytes are read from the sender's memory when
+it is delivered, as a NIC reads them when it sends), and every rank's receive buffer is compared
+with numpy's answer.
 """
 
 import random
@@ -13,6 +15,17 @@ from fabriclab.traffic import schedules as S
 from fabriclab.traffic.engine import Memory, RankEngine, remote_address, split_address
 
 
+def buffer(memory, where):
+    """A user buffer (schedules.Buffer) as a float32 view of the rank's memory."""
+    start = where.offset // S.ELEMENT_BYTES
+    return memory.arrays[where.region][start:start + where.nbytes // S.ELEMENT_BYTES]
+
+
+def received(schedule, memories):
+    """Every rank's receive buffer (None for a rank without one)."""
+    return [None if b["output"] is None else buffer(m, b["output"]) for m, b in zip(memories, schedule.buffers)]
+
+
 def simulate(schedule, seed=0):
     """Run every rank's program; deliver posted transfers in a seeded random order."""
     rng = random.Random(seed)
@@ -20,9 +33,9 @@ def simulate(schedule, seed=0):
     memories = [Memory(schedule.regions[r]) for r in range(n)]
     inputs = []
     for r in range(n):
-        data = np.random.default_rng(r).integers(-50, 50, memories[r].arrays["input"].size)
-        memories[r].arrays["input"][:] = data
-        inputs.append(data.astype(np.float32))
+        send = buffer(memories[r], schedule.buffers[r]["input"])
+        send[:] = np.random.default_rng(r).integers(-50, 50, send.size)
+        inputs.append(send.copy())
     posted = []
     engines = [RankEngine(schedule.programs[r], posted.append, memories[r]) for r in range(n)]
     for engine in engines:
@@ -48,17 +61,26 @@ CASES = [(c, a, n) for c in S.COLLECTIVES for a in S.ALGORITHMS.get(c, ("ring",)
          for n in (2, 3, 4, 8) if c != "bisection" or n % 2 == 0]
 
 
-@pytest.mark.parametrize("collective,algorithm,ranks", CASES)
+# In place too, but for the collectives whose in-place result is undefined (tested at the end).
+MODES = [(*case, in_place) for case in CASES for in_place in (False, True)
+         if not (in_place and case[0] in S.IN_PLACE_UNDEFINED)]
+
+
+@pytest.mark.parametrize("collective,algorithm,ranks,in_place", MODES)
 @pytest.mark.parametrize("channels", [1, 3])
-def test_schedule_computes_what_numpy_computes(collective, algorithm, ranks, channels):
+def test_schedule_computes_what_numpy_computes(collective, algorithm, ranks, channels, in_place):
     for size in (4 * ranks, 12_000):
         schedule = S.build(collective, ranks, size, algorithm=algorithm, channels=channels,
-                           piece_bytes=1024, seed=ranks)
-        memories, inputs, _ = simulate(schedule, seed=ranks * channels)
-        expected = S.reference_outputs(schedule, inputs)
-        for rank in range(ranks):
-            if expected[rank] is not None:
-                np.testing.assert_array_equal(memories[rank].arrays["output"], expected[rank])
+                           piece_bytes=1024, seed=ranks, in_place=in_place)
+        assert schedule.in_place == in_place and schedule.defined
+        for seed in range(3):
+            memories, inputs, _ = simulate(schedule, seed=ranks * channels + seed)
+            expected = S.reference_outputs(schedule, inputs)
+            for rank, got in enumerate(received(schedule, memories)):
+                if expected[rank] is None:
+                    assert got is None
+                else:
+                    np.testing.assert_array_equal(got, expected[rank])
 
 
 def test_ring_allreduce_steps_follow_the_ring():
@@ -188,3 +210,80 @@ def test_engine_reports_what_it_waits_for():
     assert engine.pending_recvs()[0][2] == 24
     with pytest.raises(ValueError, match="more than"):
         engine.received(tag, 100)
+
+
+# -- in place ---------------------------------------------------------------------------------------
+
+def test_out_of_place_buffers_are_the_input_and_output_regions():
+    schedule = S.build("gather", 4, 4000, root=1)
+    assert schedule.buffers[1] == {"input": S.Buffer("input", 0, 1000), "output": S.Buffer("output", 0, 4000)}
+    assert schedule.buffers[0] == {"input": S.Buffer("input", 0, 1000), "output": None}
+
+
+@pytest.mark.parametrize("collective,send,recv", [
+    # nccl-tests' getCollByteCount: where the send (receive) buffer sits in the receive (send) one
+    ("allreduce", lambda r: S.Buffer("output", 0, 4096), lambda r: S.Buffer("output", 0, 4096)),
+    ("allgather", lambda r: S.Buffer("output", r * 1024, 1024), lambda r: S.Buffer("output", 0, 4096)),
+    ("gather", lambda r: S.Buffer("output", r * 1024, 1024), lambda r: S.Buffer("output", 0, 4096)),
+    ("reducescatter", lambda r: S.Buffer("input", 0, 4096), lambda r: S.Buffer("input", r * 1024, 1024)),
+    ("alltoall", lambda r: S.Buffer("output", 0, 4096), lambda r: S.Buffer("output", 0, 4096)),
+    ("bisection", lambda r: S.Buffer("output", 0, 4096), lambda r: S.Buffer("output", 0, 4096)),
+])
+def test_in_place_buffers_sit_where_nccl_tests_puts_them(collective, send, recv):
+    schedule = S.build(collective, 4, 4096, in_place=True, root=2)
+    for r in range(4):
+        assert schedule.buffers[r] == {"input": send(r), "output": recv(r)}
+        # the aliased region is gone: every transfer and local operation names where bytes live
+        aliased = "output" if collective == "reducescatter" else "input"
+        assert aliased not in schedule.regions[r]
+        named = {region for step in schedule.programs[r] for op in step.pre + step.post
+                 for region, _off in (op.out,) + op.srcs}
+        named |= {t.src_region for t in schedule.transfers if t.src == r}
+        named |= {t.dst_region for t in schedule.transfers if t.dst == r}
+        assert named <= set(schedule.regions[r])
+
+
+@pytest.mark.parametrize("collective,algorithm", [(c, a) for c in S.COLLECTIVES
+                                                  for a in S.ALGORITHMS.get(c, ("ring",))])
+def test_in_place_moves_the_same_bytes_between_the_same_ranks(collective, algorithm):
+    """Only where the data lives changes: the wire carries what it carries out of place."""
+    out = S.build(collective, 4, 12_000, algorithm=algorithm, channels=2, piece_bytes=1024, seed=2)
+    inp = S.build(collective, 4, 12_000, algorithm=algorithm, channels=2, piece_bytes=1024, seed=2,
+                  in_place=True)
+    assert out.size == inp.size and out.connections() == inp.connections()
+    assert [(t.src, t.dst, t.channel, t.nbytes) for t in out.transfers] == \
+        [(t.src, t.dst, t.channel, t.nbytes) for t in inp.transfers]
+    assert [[(s.deps, len(s.sends), len(s.recvs)) for s in p] for p in out.programs] == \
+        [[(s.deps, len(s.sends), len(s.recvs)) for s in p] for p in inp.programs]
+
+
+def test_in_place_all_gather_does_not_copy_its_own_block():
+    """Out of place a rank copies its block into its output; in place it is already there."""
+    copies = [op for p in S.build("allgather", 4, 4096).programs for s in p for op in s.pre]
+    assert len(copies) == 4
+    assert not [op for p in S.build("allgather", 4, 4096, in_place=True).programs for s in p for op in s.pre]
+
+
+def test_in_place_gather_leaves_a_non_root_buffer_as_it_was():
+    """nccl-tests checks every rank's receive buffer: off the root, its own slice and zeros."""
+    schedule = S.build("gather", 4, 4096, root=1, in_place=True)
+    inputs = [np.full(256, r + 1, dtype=np.float32) for r in range(4)]
+    expected = S.reference_outputs(schedule, inputs)
+    np.testing.assert_array_equal(expected[1], np.concatenate(inputs))
+    assert list(np.unique(expected[2])) == [0.0, 3.0] and list(expected[2][512:768]) == [3.0] * 256
+
+
+@pytest.mark.parametrize("collective", S.IN_PLACE_UNDEFINED)
+def test_in_place_send_recv_overwrites_what_it_still_sends(collective):
+    """In place, AlltoAll(v) and the bisection test receive into the blocks they send from: a
+    peer's write lands before the block left, and the check (against what the collective means)
+    fails, as it must when a schedule overwrites data it still needs. So their in-place result is
+    undefined: nccl-tests reports no errors for it, and the lab checks nothing."""
+    schedule = S.build(collective, 4, 4096, seed=1, in_place=True)
+    assert not schedule.defined
+    with pytest.raises(ValueError, match="no defined result"):
+        S.reference_outputs(schedule, [np.zeros(1024, np.float32)] * 4)
+    meaning = S.reference_outputs(S.build(collective, 4, 4096, seed=1), simulate(schedule)[1])
+    memories, _inputs, _ = simulate(schedule)
+    wrong = sum(int(np.sum(got != want)) for got, want in zip(received(schedule, memories), meaning))
+    assert wrong > 0

@@ -3,6 +3,7 @@ made-up doctor findings), the plumbing an attachment plans, and the verbs agent'
 driven by fake completions."""
 
 import dataclasses
+import mmap
 import socket
 import time
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic import schedules, softroce
-from fabriclab.traffic.collective import CollectiveSpec, place_ranks
+from fabriclab.traffic.collective import CollectiveSpec, place_ranks, registered_regions
 from fabriclab.traffic.engine import Memory
 from fabriclab.traffic.rank_driver import PeerError, RankDriver
 
@@ -194,13 +195,15 @@ class FakeQP:
         self.receives += 1
 
 
-def _verbs_agent(rank=0, n=2, size=4096):
+def _verbs_agent(rank=0, n=2, size=4096, verify=False):
     """A rank driver over a VerbsRnic whose device QPs are fakes, opened as the driver opens
-    it but for the device and the launcher."""
+    it but for the device and the launcher; its memory registered for both modes, as the
+    launcher registers it."""
     pytest.importorskip("pyverbs")
     from fabriclab.traffic import verbs_agent
 
     sched = schedules.build("allreduce", n, size)
+    both = [sched, schedules.build("allreduce", n, size, in_place=True)]
     qps, fake = [], {}
     for peer in range(n):
         if peer != rank:
@@ -213,14 +216,15 @@ def _verbs_agent(rank=0, n=2, size=4096):
                             "ack_timeout_s": 0.1, "retry_limit": 7, "dscp": 26, "ecn": 2},
               "collective": {"collective": "allreduce", "algorithm": sched.algorithm, "channels": 1,
                              "piece_bytes": 65536, "imbalance": 4.0, "seed": 1, "root": 0},
-              "sizes": [size], "verify": False, "data_seed": 1, "control": "/nonexistent",
-              "rdma": {"devices": ["fake0"], "regions": sched.regions[rank]}}
+              "sizes": [size], "verify": verify, "data_seed": 1, "control": "/nonexistent",
+              "rdma": {"devices": ["fake0"], "regions": registered_regions(both, rank)}}
 
     def fake_open(rnic):
         port = SimpleNamespace(index=0, device="fake0", address=f"10.1.1.{rank + 1}", gid="::", gid_index=0,
                                mr=SimpleNamespace(lkey=1, rkey=2))
         rnic.ports = [port]
-        rnic.offsets, _length = verbs_agent.layout(config["rdma"]["regions"])
+        rnic.offsets, length = verbs_agent.layout(config["rdma"]["regions"])
+        rnic.buffer = mmap.mmap(-1, length)
         rnic.base_address, rnic.landing = 0x10000, 0x90000
         for spec in qps:
             qp = verbs_agent.VerbsQP(spec, port, FakeQP(0x11 + spec["peer"]))
@@ -281,6 +285,76 @@ def test_verbs_agent_writes_with_immediates_and_completes_on_completions():
     assert len(done) == 1 and done[0]["counters"]["tx_bytes"] == sched.sent_bytes(0)
     assert done[0]["counters"]["messages_received"] == len(incoming)
     assert qp.qp.receives == len(incoming)                                  # each reposted
+
+
+def test_registered_memory_holds_every_size_in_both_modes():
+    """The verbs agent registers its memory once: in place a non-root Gather rank has a receive
+    buffer (it sends from its slice of it) and AlltoAllv's one buffer is as large as the larger
+    of its send and receive sides; a schedule that does not fit is refused in one line."""
+    pytest.importorskip("pyverbs")
+    from fabriclab.traffic import verbs_agent
+
+    cases = [schedules.build(c, 4, size, root=1, in_place=mode, seed=3)
+             for c in ("gather", "alltoallv") for size in (4096, 8192) for mode in (False, True)]
+    gathers, alltoallvs = cases[:4], cases[4:]
+    assert registered_regions(gathers, 0) == {"input": 2048, "output": 8192}
+    biggest = max(max(s.regions[0]["input"], s.regions[0]["output"]) for s in alltoallvs if not s.in_place)
+    assert registered_regions(alltoallvs, 0)["output"] == biggest
+    rnic = verbs_agent.VerbsRnic({"rdma": {"regions": registered_regions(cases, 0)}, "transport": {}},
+                                 SimpleNamespace(rank=0))
+    for schedule in cases:
+        rnic.check_schedule(schedule)
+    rnic.rdma["regions"] = registered_regions([s for s in gathers if not s.in_place], 0)
+    with pytest.raises(LabError, match="region output of 8192 bytes exceeds the registered 0"):
+        rnic.check_schedule(gathers[3])
+
+
+def test_verbs_agent_sends_in_place_from_the_registered_receive_buffer(monkeypatch):
+    """In place the input is put where the device reads it, in the receive buffer's registered
+    bytes: every WRITE reads from that region, and lands in the peer's receive buffer or
+    scratch, at the addresses the schedule gives."""
+    import pyverbs.enums as e
+    import pyverbs.wr
+
+    local, remote = [], []
+
+    def sge(addr, length, lkey):
+        local.append((addr, length))
+        return real_sge(addr, length, lkey)
+
+    class Wr(pyverbs.wr.SendWR):
+        def set_wr_rdma(self, rkey, addr):
+            remote.append(addr)
+            super().set_wr_rdma(rkey, addr)
+
+    real_sge = pyverbs.wr.SGE
+    monkeypatch.setattr(pyverbs.wr, "SGE", sge)
+    monkeypatch.setattr(pyverbs.wr, "SendWR", Wr)
+    driver, _sched, fake, _told = _verbs_agent(verify=True)
+    rnic = driver.rnic
+    driver.prepare(0, in_place=True)
+    schedule = driver.schedule
+    assert schedule.buffers[0]["input"] == schedules.Buffer("output", 0, 4096)
+    registered = rnic.buffer[rnic.offsets["output"]:rnic.offsets["output"] + 4096]
+    assert registered == driver.input.tobytes() and any(driver.input)
+    driver.run(0, time.time())
+    driver.begin(time.monotonic())
+    qp = fake[1]
+    for t in [t for t in schedule.transfers if t.dst == 0]:
+        rnic.completion(rnic.ports[0], _wc(e.IBV_WC_RECV_RDMA_WITH_IMM, qp, imm=softroce.encode_immediate(1, t.tag),
+                                           nbytes=t.nbytes), time.monotonic())
+    while driver.engine is not None:
+        wr = qp.qp.sent.pop(0)
+        rnic.completion(rnic.ports[0], _wc(e.IBV_WC_RDMA_WRITE, qp, wr_id=wr.wr_id), time.monotonic())
+    chunk = 1024
+    sends = [t for t in schedule.transfers if t.src == 0]
+    writes = [(addr, length) for addr, length in local if addr != rnic.landing]     # not receive WRs
+    assert {t.src_region for t in sends} == {"output"} and writes
+    assert writes == [(rnic.base_address + rnic.offsets["output"] + t.src_off + off, chunk)
+                     for t in sends for off in range(0, t.nbytes, chunk)]
+    peer_base, _rkey, peer_layout = qp.remote
+    assert remote == [peer_base + peer_layout[t.dst_region] + t.dst_off + off
+                      for t in sends for off in range(0, t.nbytes, chunk)]
 
 
 def test_verbs_agent_catches_a_write_from_another_round():
