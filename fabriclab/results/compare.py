@@ -3,7 +3,8 @@ whatever wrote them (run, collective, experiment, scenario, calibration).
 
     fabriclab compare results/a results/b --plot cmp.png
 
-A row per collective size; all-pairs jobs report what they delivered (and no size, busbw or
+A row per collective size (and mode: a job that also ran in place has a row per size for each,
+its size marked `in-place`); all-pairs jobs report what they delivered (and no size, busbw or
 CCT), SwitchML jobs their tensor aggregation time in the CCT columns (p50 and the slowest).
 """
 
@@ -25,8 +26,10 @@ def _num(value, decimals=2):
     return None if value is None else f"{value:.{decimals}f}"
 
 
-def _size(size):
-    return human_size(size) if isinstance(size, int) and size > 0 else size
+def size_label(size, in_place=False):
+    """64K, or 64K in-place for a size's in-place row."""
+    text = human_size(size) if isinstance(size, int) and size > 0 else size
+    return f"{text} in-place" if in_place else text
 
 
 def rows(doc, label):
@@ -59,12 +62,14 @@ def _measure(job, size):
     if size is not None:
         cct, counters = size.get("cct_ms") or {}, size.get("counters") or {}
         return {"valid": size.get("valid", job.get("valid")), "size": size.get("size"),
+                "in_place": size.get("in_place", False),
                 "busbw_mbps": size.get("busbw_mbps"), "cct_p50_ms": cct.get("p50"), "cct_p99_ms": cct.get("p99"),
                 "delivered_mbps": None,
                 "out_of_sequence": counters.get("out_of_sequence"),
                 "retransmitted_packets": counters.get("retransmitted_packets"),
                 "local_ack_timeout_err": counters.get("local_ack_timeout_err")}
-    blank = {"valid": job.get("valid"), "size": None, "busbw_mbps": None, "cct_p50_ms": None, "cct_p99_ms": None,
+    blank = {"valid": job.get("valid"), "size": None, "in_place": False,
+             "busbw_mbps": None, "cct_p50_ms": None, "cct_p99_ms": None,
              "delivered_mbps": None, "out_of_sequence": None, "retransmitted_packets": None,
              "local_ack_timeout_err": None}
     if job.get("kind") == "all-pairs":
@@ -103,7 +108,8 @@ def table(folders):
     """One table of every run, job and size of the folders, ready to print."""
     folders = list(folders)
     found = collect(folders)
-    cells = [(r["folder"], r["kind"], r["run"], _job_cell(r), _size(r["size"]), _num(r["busbw_mbps"]),
+    cells = [(r["folder"], r["kind"], r["run"], _job_cell(r), size_label(r["size"], r["in_place"]),
+              _num(r["busbw_mbps"]),
               _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["delivered_mbps"]),
               _num(r["uplink_max_mean"]), r["out_of_sequence"], r["retransmitted_packets"],
               r["local_ack_timeout_err"], _num(r["recovery_s"]), r["outliers"]) for r in found]

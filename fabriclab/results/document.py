@@ -86,13 +86,14 @@ def _invalid(cpu_valid, verify=None):
 
 
 def size_row(row):
-    """One message size of a collective job, from the launcher's summary (times in ms)."""
+    """One message size of a collective job in one mode (out of place, or in place), from the
+    launcher's summary (times in ms)."""
     t = row["time_s"]
     ms = {k: round(t[k] * 1e3, 4) for k in ("mean", "p50", "p99", "min", "max")}
     invalid = _invalid(row["valid"], row["verify"])
     return {
         "collective": row["collective"], "algorithm": row["algorithm"], "size": row["size"],
-        "ranks": row["ranks"], "iterations": row["iterations"],
+        "in_place": row["in_place"], "ranks": row["ranks"], "iterations": row["iterations"],
         "cct_ms": {**ms, "all": [round(v * 1e3, 4) for v in t["all"]]},
         "rank_cct_ms_mean": round(row["rank_time_s_mean"] * 1e3, 4),
         "ideal_ms": round(row["ideal_time_s"] * 1e3, 4),
@@ -120,8 +121,9 @@ def collective_job(run, role="measured"):
         "backend": run.backend,
         "transport": {"payload_bytes": run.payload_bytes, "ack_timeout_s": run.ack_timeout_s,
                       "link_rate_mbps": run.link_rate_mbps},
-        "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic, "addresses": [p.ip for p in r.ports]}
-                  for r in run.ranks],
+        # pid: the rank agent's process (None where it never started); intfs: its NIC's ports
+        "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic, "addresses": [p.ip for p in r.ports],
+                   "intfs": [p.intf for p in r.ports], "pid": run.pids.get(r.rank)} for r in run.ranks],
         "sizes": sizes,
         "rank_counters": {str(rank): final["totals"] for rank, final in sorted(run.finals.items())},
         "qps": [{**q, "rank": rank} for rank, final in sorted(run.finals.items()) for q in final["qps"]],

@@ -17,6 +17,7 @@ import statistics
 
 from fabriclab.errors import LabError
 from fabriclab.results import compare, document, plots
+from fabriclab.results.tables import both_modes, mode
 from fabriclab.units import human_size
 
 HOST_PORT = re.compile(r"^h\d+-")          # a host's NIC port, e.g. h1-n0
@@ -179,13 +180,20 @@ def _summary(doc):
     header = ("run", "job", "size", "busbw Mbit/s", "CCT p50 ms", "p99", "delivered Mbit/s", "uplink max/mean",
               "recovery s", "outliers")
     return ["## Summary", ""] + _md_table(header, [
-        (r["run"], r["job"] + ("" if r["valid"] is not False else " (invalid)"), _size(r["size"]),
+        (r["run"], r["job"] + ("" if r["valid"] is not False else " (invalid)"),
+         compare.size_label(r["size"], r["in_place"]),
          _num(r["busbw_mbps"]), _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["delivered_mbps"]),
          _num(r["uplink_max_mean"]), _num(r["recovery_s"]), r["outliers"]) for r in rows])
 
 
 def _size(size):
     return human_size(size) if isinstance(size, int) and size > 0 else size
+
+
+def _without(header, rows, column):
+    """The table without `column`."""
+    i = header.index(column)
+    return header[:i] + header[i + 1:], [row[:i] + row[i + 1:] for row in rows]
 
 
 def _run_section(folder, scale, run, index):
@@ -222,13 +230,16 @@ def _jobs_table(jobs):
             cct, c = s.get("cct_ms") or {}, s.get("counters") or {}
             fraction = s.get("busbw_fraction_of_nic")
             collectives.append((name, job.get("role", "-"), f"{s.get('collective', '?')}/{s.get('algorithm', '?')}",
-                                _size(s.get("size")), s.get("ranks"), _num(s.get("busbw_mbps")),
+                                _size(s.get("size")), mode(s), s.get("ranks"), _num(s.get("busbw_mbps")),
                                 None if fraction is None else f"{100 * fraction:.0f}%", _num(cct.get("p50"), 1),
                                 _num(cct.get("p99"), 1), c.get("out_of_sequence"), c.get("retransmitted_packets"),
                                 c.get("local_ack_timeout_err"), "yes" if s.get("valid", True) else "NO"))
     if collectives:
-        out += _md_table(("job", "role", "collective", "size", "ranks", "busbw Mbit/s", "of NIC", "CCT p50 ms",
-                          "p99 ms", "OOS", "retrans", "LAT", "valid"), collectives)
+        header = ("job", "role", "collective", "size", "mode", "ranks", "busbw Mbit/s", "of NIC", "CCT p50 ms",
+                  "p99 ms", "OOS", "retrans", "LAT", "valid")
+        if not any(both_modes(job.get("sizes") or []) for job in jobs.values()):
+            header, collectives = _without(header, collectives, "mode")
+        out += _md_table(header, collectives)
     if streams:
         out += _md_table(("job", "role", "flows", "delivered Mbit/s", "loss", "OOS", "uplink max/mean",
                           "buffer drops", "valid"), streams)
@@ -439,7 +450,8 @@ def _cct_plot(path, runs):
             for s in job.get("sizes") or []:
                 values = (s.get("cct_ms") or {}).get("all") or []
                 if values:
-                    series[f"{_run_label(run, index)} {name} {_size(s.get('size'))}"] = values
+                    size = compare.size_label(s.get("size"), s.get("in_place", False))
+                    series[f"{_run_label(run, index)} {name} {size}"] = values
     if not series:
         return None
     return plots.cdfs(path, "collective completion time per run, job and size", series, "CCT (ms)")
@@ -453,7 +465,7 @@ def _busbw_plot(path, doc, runs):
         for name, job in _measured(run.get("jobs") or {}).items():
             for s in job.get("sizes") or []:
                 if s.get("busbw_mbps") is not None and s.get("size"):
-                    key = (run.get("routing", "run"), name)
+                    key = (run.get("routing", "run"), name + (" in-place" if s.get("in_place", False) else ""))
                     per.setdefault(key, {}).setdefault(s["size"], []).append(s["busbw_mbps"])
     if not any(len(sizes) > 1 for sizes in per.values()):
         return None

@@ -12,6 +12,16 @@ def scale_line(doc):
             + (f" (time scale x{scale['time_scale']:.0f})" if scale.get("time_scale") else ""))
 
 
+def mode(row):
+    """A size row's mode as the tables show it."""
+    return "in-place" if row.get("in_place", False) else "out-of-place"
+
+
+def both_modes(rows):
+    """Whether a job's size rows hold in-place results (then the tables show every row's mode)."""
+    return any(row.get("in_place", False) for row in rows)
+
+
 def job_of(doc, kind):
     """(run, job name, job record) of the first measured job of `kind` in the document."""
     for run in doc["runs"]:
@@ -62,13 +72,18 @@ def cpu_text(cpu):
 
 # -- collectives ----------------------------------------------------------------------------------
 def collective_table(doc):
-    """A row per message size of the document's collective job, nccl-tests' numbers and the RNIC's."""
+    """A row per message size (and mode, when the job ran in place too) of the document's collective
+    job, nccl-tests' numbers and the RNIC's."""
     run, _name, job = job_of(doc, "collective")
+    modes = both_modes(job["sizes"])
     rows = []
     for row in job["sizes"]:
         t, c = row["cct_ms"], row["counters"]
-        verify = "-" if row["verify"] is None else ("ok" if row["verify"]["ok"] else "FAILED")
-        rows.append((human_size(row["size"]), f"{t['mean']:.1f}", f"{t['p50']:.1f}", f"{t['p99']:.1f}",
+        # n/a: verification asked, but this mode's result is undefined (in-place AlltoAll)
+        unchecked = "n/a" if job["workload"].get("verify") else "-"
+        verify = unchecked if row["verify"] is None else ("ok" if row["verify"]["ok"] else "FAILED")
+        rows.append((human_size(row["size"]),) + ((mode(row),) if modes else ()) + (
+                     f"{t['mean']:.1f}", f"{t['p50']:.1f}", f"{t['p99']:.1f}",
                      f"{row['algbw_mbps']:.2f}", f"{row['busbw_mbps']:.2f}",
                      f"{100 * row['busbw_fraction_of_nic']:.0f}",
                      row["balance"]["up"].get("max_mean_ratio"),
@@ -80,7 +95,8 @@ def collective_table(doc):
     title = (f"{w['collective']}/{first['algorithm']} over {first['ranks']} ranks on {doc['fabric']['name']} "
              f"({run['routing']}), backend {job['backend']}, {w['channels']} channel(s), "
              f"{w['qps']} QP(s) per connection ({w['qp_method']}), {scale_line(doc)}")
-    return format_table(("size", "CCT mean ms", "p50 ms", "p99 ms", "algbw Mbit/s", "busbw Mbit/s",
+    return format_table(("size",) + (("mode",) if modes else ()) + (
+                         "CCT mean ms", "p50 ms", "p99 ms", "algbw Mbit/s", "busbw Mbit/s",
                          "busbw % NIC", "uplink max/mean", "OOS",
                          # rdma_rxe counts the requester's go-back-N restarts, not packets
                          "retries" if job["backend"] == "rdma_rxe" else "retrans",
@@ -95,9 +111,11 @@ def runs_table(doc):
     for run in doc["runs"]:
         for name, job in run["jobs"].items():
             label = name + (" (noise)" if job["role"] == "noise" else "")
+            modes = both_modes(job.get("sizes") or [])
             for size in job.get("sizes") or []:
                 c = size["counters"]
-                rows.append((run["label"], label, f"{size['collective']} {human_size(size['size'])}",
+                workload = f"{size['collective']} {human_size(size['size'])}" + f" {mode(size)}" * modes
+                rows.append((run["label"], label, workload,
                              f"{size['busbw_mbps']:.2f}", f"{size['cct_ms']['p50']:.0f}", f"{size['cct_ms']['p99']:.0f}",
                              c.get("out_of_sequence", 0), c.get("retransmitted_packets", 0),
                              c.get("local_ack_timeout_err", 0)))

@@ -11,6 +11,7 @@ import types
 from fabriclab.results import document
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
+from fabriclab.traffic import schedules
 from fabriclab.traffic.allpairs import AllPairsSpec, all_pairs_plan
 from fabriclab.traffic.collective import CollectiveRun, CollectiveSpec, place_ranks
 from fabriclab.traffic.launcher import TrafficRun
@@ -35,19 +36,22 @@ def snapshot(t, fabric, tx=0, drops=0):
             "cpu": {"time": t, "total": 100 * t, "idle": 60 * t, "ovs": None}}
 
 
-def launcher_size(size, ccts_s, busbw, fabric, verify=None, valid=True):
-    """One size as traffic.collective.Launcher._summarise returns it."""
+def launcher_size(size, ccts_s, busbw, fabric, verify=None, valid=True, in_place=False, collective="allreduce",
+                  ranks=2):
+    """One size in one mode as traffic.collective.Launcher._summarise returns it."""
     from fabriclab.measure import telemetry
 
     before, after = snapshot(0.0, fabric), snapshot(1.0, fabric, tx=125_000)
     links = telemetry.link_utilization(fabric, before, after)
     mean = sum(ccts_s) / len(ccts_s)
-    return {"collective": "allreduce", "algorithm": "ring", "size": size, "ranks": 2, "iterations": len(ccts_s),
+    factor = schedules.bus_factor(collective, ranks)
+    return {"collective": collective, "algorithm": "ring", "size": size, "in_place": in_place, "ranks": ranks,
+            "iterations": len(ccts_s),
             "time_s": {"mean": mean, "p50": sorted(ccts_s)[len(ccts_s) // 2], "p99": max(ccts_s),
                        "min": min(ccts_s), "max": max(ccts_s), "all": list(ccts_s)},
-            "rank_time_s_mean": mean, "ideal_time_s": mean / 2, "algbw_mbps": busbw, "busbw_mbps": busbw,
-            "bus_factor": 1.0, "nic_rate_mbps": 100.0, "busbw_fraction_of_nic": busbw / 100,
-            "bytes_sent_per_rank": [size, size],
+            "rank_time_s_mean": mean, "ideal_time_s": mean / 2, "algbw_mbps": busbw / factor, "busbw_mbps": busbw,
+            "bus_factor": factor, "nic_rate_mbps": 100.0, "busbw_fraction_of_nic": busbw / 100,
+            "bytes_sent_per_rank": [size] * ranks,
             "counters": {"out_of_sequence": 7, "retransmitted_packets": 3, "local_ack_timeout_err": 1,
                          "ce_marked": 0, "cnp_sent": 0, "cnp_handled": 0},
             "agent_cpu_s": [0.01, 0.02], "flows": None, "verify": verify, "window_s": 1.0, "links": links,
@@ -56,16 +60,38 @@ def launcher_size(size, ccts_s, busbw, fabric, verify=None, valid=True):
             "cpu": {"machine": 0.4, "ovs_forwarding": None}, "valid": valid}
 
 
+def verify_record(ranks, iterations, wrong=0):
+    """A size's check as the launcher summarises it: `wrong` elements in the worst iteration."""
+    record = {"ok": not wrong, "checked_outputs": ranks * iterations, "mismatched_outputs": 1 if wrong else 0,
+              "wrong_elements": wrong, "max_abs_err": 3.0 if wrong else 0.0}
+    if wrong:
+        record["first_mismatch"] = {"index": 5, "got": 0.0, "want": 3.0}
+    return record
+
+
 def collective_job(busbw=71.5, sizes=((1 << 20, (0.010, 0.012, 0.030)), (4 << 20, (0.040, 0.044, 0.090))),
-                   role="measured", hosts=("h1", "h2"), valid=True):
-    lab = fake_lab()
-    spec = CollectiveSpec("allreduce", sizes=tuple(s for s, _ in sizes), hosts=hosts)
-    ranks = place_ranks(lab.fabric, spec)
-    run = CollectiveRun(spec, ranks, 4096, 0.2, 100.0)
-    run.sizes = [launcher_size(size, ccts, busbw + 5 * i, lab.fabric, valid=valid)
-                 for i, (size, ccts) in enumerate(sizes)]
+                   role="measured", hosts=("h1", "h2"), valid=True, collective="allreduce", in_place=False,
+                   verify=False, wrong=None, root=0, spec="tiny"):
+    """A collective job's record; with `in_place` every size has an in-place row after its out-of-place
+    one (10% slower). `wrong`: {(size, in_place): wrong elements} of a verified job."""
+    lab = fake_lab(spec)
+    cspec = CollectiveSpec(collective, sizes=tuple(s for s, _ in sizes), hosts=hosts, verify=verify,
+                           in_place=in_place, root=root, warmup=2, iterations=len(sizes[0][1]))
+    ranks = place_ranks(lab.fabric, cspec)
+    run = CollectiveRun(cspec, ranks, 4096, 0.2, 100.0)
+    modes = (False, True) if in_place else (False,)
+    run.sizes = []
+    for i, (size, ccts) in enumerate(sizes):
+        for mode in modes:
+            slower = 1.1 if mode else 1.0
+            checked = verify and not (mode and collective in schedules.IN_PLACE_UNDEFINED)
+            check = verify_record(len(ranks), len(ccts), (wrong or {}).get((size, mode), 0)) if checked else None
+            run.sizes.append(launcher_size(size, [t * slower for t in ccts], (busbw + 5 * i) / slower, lab.fabric,
+                                           verify=check, valid=valid, in_place=mode, collective=collective,
+                                           ranks=len(ranks)))
     run.finals = {r.rank: {"totals": {"tx_packets": 10}, "qps": [{"qpn": 256 + r.rank, "tx_packets": 10}]}
                   for r in ranks}
+    run.pids = {r.rank: 4242 + r.rank for r in ranks}
     run.elapsed_s = 1.5
     return document.collective_job(run, role)
 

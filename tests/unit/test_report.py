@@ -183,6 +183,42 @@ def test_compare_puts_every_kind_side_by_side(tmp_path):
     assert ["run", "run", "ecmp", "traffic", "-", "-", "-", "-", "30.00", "1.45", "2", "-", "-", "-", "1"] in cells
 
 
+def test_a_job_run_in_place_too_shows_the_mode_everywhere(tmp_path, monkeypatch):
+    """Each size of a job that also ran in place has two rows; the verb's table, report.md, the
+    busbw plot and compare say which is which, and a job without in-place rows shows no mode."""
+    from fabriclab.results import tables
+
+    folder = tmp_path / "both"
+    job = rd.collective_job(50.0, in_place=True, verify=True)
+    rd.write(folder, rd.doc("collective", [rd.run("ecmp", {"allreduce": job})], name="tiny-allreduce"))
+    assert [(r["size"], r["in_place"]) for r in job["sizes"]] == [(1 << 20, False), (1 << 20, True),
+                                                                  (4 << 20, False), (4 << 20, True)]
+    doc = json.loads((folder / "results.json").read_text())
+    table = tables.collective_table(doc).splitlines()
+    assert re.split(r"\s{2,}", table[1].strip())[:2] == ["size", "mode"]
+    assert [re.split(r"\s{2,}", line.strip())[:3] for line in table[3:]] == [
+        ["1M", "out-of-place", "17.3"], ["1M", "in-place", "19.1"], ["4M", "out-of-place", "58.0"],
+        ["4M", "in-place", "63.8"]]                        # CCT means, in place 10% slower
+    assert "4M in-place" in tables.runs_table(doc) and "4M out-of-place" in tables.runs_table(doc)
+    drawn = {}
+    lines = plots.lines
+    monkeypatch.setattr(plots, "lines", lambda path, title, xs, series, *a, **k:
+                        drawn.setdefault(title, series) and lines(path, title, xs, series, *a, **k))
+    text = report.render(folder).read_text()
+    assert set(drawn["bus bandwidth per message size (repetitions averaged)"]) == \
+        {"ecmp allreduce", "ecmp allreduce in-place"}                     # not averaged together
+    assert "| job | role | collective | size | mode | ranks |" in text
+    assert "| allreduce | measured | allreduce/ring | 1M | in-place | 2 | 45.45 |" in text
+    assert "| ecmp | allreduce | 1M in-place | 45.45 | 13.2 |" in text
+    rows = compare.collect([folder])
+    assert [(r["size"], r["in_place"]) for r in rows] == [(r["size"], r["in_place"]) for r in job["sizes"]]
+    cells = [re.split(r"\s{2,}", line.strip()) for line in compare.table([folder]).splitlines()[3:]]
+    assert [c[4] for c in cells] == ["1M", "1M in-place", "4M", "4M in-place"]
+    _collective_folder(tmp_path / "one")
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    assert "mode" not in tables.collective_table(one) and "| mode |" not in report.render(tmp_path / "one").read_text()
+
+
 def test_compare_counts_switchml_tat_as_its_completion_time(tmp_path):
     rd.write(tmp_path / "sml", rd.doc("experiment", [rd.run("n=2 256K switchml", {"switchml": rd.switchml_job()})]))
     (row,) = compare.collect([tmp_path / "sml"])

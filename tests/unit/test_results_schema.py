@@ -48,6 +48,8 @@ def _broken(change):
     (lambda d: d["runs"][0]["jobs"]["ring"].__setitem__("kind", "mystery"), "runs/0/jobs/ring"),
     (lambda d: d["runs"][0]["jobs"]["ring"]["sizes"][0].__setitem__("busbw_mbps", "fast"), "runs/0/jobs/ring"),
     (lambda d: d["runs"][0]["jobs"]["ring"].__setitem__("traffic", {}), "runs/0/jobs/ring"),
+    (lambda d: d["runs"][0]["jobs"]["ring"]["sizes"][0].__setitem__("in_place", "yes"), "runs/0/jobs/ring"),
+    (lambda d: d["runs"][0]["jobs"]["ring"]["ranks"][0].__setitem__("pid", "1"), "runs/0/jobs/ring"),
     (lambda d: d["runs"][0]["faults"][0].pop("impact"), "runs/0/faults/0"),
     (lambda d: d["runs"][0].__setitem__("slug", "Not A Slug"), "runs/0/slug"),
     (lambda d: d.__setitem__("runs", []), "runs"),
@@ -79,3 +81,15 @@ def test_load_names_a_missing_or_unreadable_file(tmp_path):
     with pytest.raises(LabError, match="unreadable") as err:
         document.load(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def test_collective_records_say_the_mode_and_the_agents():
+    job = rd.collective_job(in_place=True, verify=True, wrong={(1 << 20, True): 3})
+    assert [row["in_place"] for row in job["sizes"]] == [False, True, False, True]
+    assert [row["verify"]["wrong_elements"] for row in job["sizes"]] == [0, 3, 0, 0]
+    assert [(r["pid"], r["intfs"]) for r in job["ranks"]] == [(4242, ["h1-n0"]), (4243, ["h2-n0"])]
+    # documents written before the mode existed were out of place, and still read
+    doc = rd.doc("collective", [rd.run("r", {"j": job})])
+    for row in job["sizes"]:
+        del row["in_place"]
+    assert document.first_problem(doc) is None
