@@ -4,8 +4,10 @@
 
 brings the fabric up, runs the collective over every host NIC, prints a table per message size
 (completion time mean/p50/p99, algbw, busbw and its fraction of the link rate, RNIC counters)
-and writes the results folder. The lab prompt's `collective` command takes the same options and
-runs on the fabric that is already up.
+and writes the results folder. `--in-place` also runs every size in place; `--format nccl` runs
+both modes and prints only what nccl-tests prints (results/nccl.py), for scripts that parse its
+logs. The lab prompt's `collective` command takes the same options and runs on the fabric that
+is already up.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def add_collective_args(p):
     p.add_argument("--warmup", "-w", type=int, default=1)
     p.add_argument("--verify", action="store_true",
                    help="carry real values and check every output against numpy")
+    p.add_argument("--in-place", action="store_true",
+                   help="also run every size in place (the receive buffer aliasing the send buffer, "
+                        "as nccl-tests' second half), each mode its own result row")
     p.add_argument("--sport-mode", choices=("qp", "shared"), default="qp",
                    help="UDP source port per QP (qp) or one per NIC pair (shared)")
     p.add_argument("--spray", type=int, default=1, metavar="N",
@@ -84,7 +89,8 @@ def spec_from_args(args):
         hosts=tuple(h for h in args.hosts.split(",") if h) if args.hosts else None, nics=args.nics,
         placement=args.placement, channels=args.channels, qps=args.qps, qp_method=args.qp_method,
         chunk_bytes=parse_size(args.chunk), iterations=args.iterations, warmup=args.warmup,
-        verify=args.verify, sport_mode=args.sport_mode, spray=args.spray, imbalance=args.imbalance, root=args.root,
+        verify=args.verify, in_place=args.in_place, sport_mode=args.sport_mode, spray=args.spray,
+        imbalance=args.imbalance, root=args.root,
         cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
         seed=args.seed, backend=args.backend)
     if args.control_dscp is not None:
@@ -100,7 +106,7 @@ def register(subparsers):
     p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
     add_collective_args(p)
     p.add_argument("--sample-ms", type=float, default=5.0, help="port sampling interval (default 5 ms)")
-    running.add_output_args(p)
+    running.add_output_args(p, formats=("table", "json", "nccl"))
     p.set_defaults(func=cmd_collective)
 
 
@@ -117,15 +123,18 @@ def collective_plan(spec, routing, cspec, args, kind="collective", sample_ms=5.0
 
 def cmd_collective(args):
     from fabriclab.lab.controller import check_app
-    from fabriclab.results import tables
+    from fabriclab.results import nccl, tables
     from fabriclab.topologies.spec import load_spec
 
     spec = load_spec(args.spec)
     check_app(args.routing)
+    if args.format == "nccl":
+        args.in_place = True            # nccl-tests runs every size both ways
     cspec = spec_from_args(args)
     plan = collective_plan(spec, args.routing, cspec, args, sample_ms=args.sample_ms)
     return running.execute(plan, args, f"bringing up {spec.name} with {args.routing}; {cspec.collective}, "
-                                       f"sizes {args.sizes} ...", {"table": tables.collective_table}, bar=True)
+                                       f"sizes {args.sizes} ...",
+                           {"table": tables.collective_table, "nccl": nccl.render}, bar=True)
 
 
 def prompt_parser():

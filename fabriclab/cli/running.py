@@ -25,20 +25,24 @@ def add_output_args(p, formats=("table", "json")):
 def execute(plan, args, heading, renderers, bar=False):
     """What every verb that runs a plan does: say what it starts, run it through the pipeline with
     progress lines, print the document in the chosen format (`renderers`: {format: doc -> text};
-    `json` prints the document itself) and return the exit code the document earns."""
+    `json` prints the document itself) and return the exit code the document earns. Only `table`
+    is for people (heading, progress, where the results went); any other format prints its text
+    alone, for scripts to parse (a text format says on stderr where the results went)."""
     from fabriclab.workflows import pipeline
 
-    text = args.format in renderers
-    if text:
+    table = args.format == "table"
+    if table:
         print(heading, flush=True)
-    result = pipeline.run_plan(plan, args.out, progress=Progress(bar=bar) if args.format == "table" else None,
+    result = pipeline.run_plan(plan, args.out, progress=Progress(bar=bar) if table else None,
                                verbose=args.verbose)
-    if text:
-        print(renderers[args.format](result.doc))
-        if args.format == "table":
-            print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
-    else:
+    if args.format not in renderers:
         print(json.dumps(result.doc, indent=1))
+    elif table:
+        print(renderers[args.format](result.doc))
+        print(f"\nresults: {result.folder}/results.json (report: {result.folder}/report.md)")
+    else:
+        print(renderers[args.format](result.doc))
+        print(f"results: {result.folder}/results.json", file=sys.stderr)
     return exit_code(result.doc)
 
 

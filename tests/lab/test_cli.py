@@ -9,6 +9,7 @@ import pytest
 
 from fabriclab.results import compare, document
 from tests.lab import labutil
+from tests.unit.test_nccl_format import FIELD_ENDS, MODES, field_ends, parse
 
 pytestmark = pytest.mark.lab
 
@@ -105,6 +106,32 @@ def test_collective_command_writes_results_and_charts(tmp_path, folders):
         assert (tmp_path / chart).read_bytes().startswith(b"\x89PNG")
     assert "| allreduce | measured | allreduce/ring | 64K | 2 |" in (tmp_path / "report.md").read_text()
     folders["collective"] = tmp_path
+
+
+def test_collective_prints_what_nccl_tests_prints(tmp_path):
+    """--format nccl: stdout is nccl-tests' text alone (both modes, verified), which a parser of
+    nccl-tests logs reads whole; the results folder is written and named on stderr."""
+    proc = subprocess.run(FABRICLAB + ["collective", "tiny", "--sizes", "64K,128K", "-n", "2", "--verify",
+                                       "--format", "nccl", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    log = parse(proc.stdout)                       # every line a `#` line or a 13-field row
+    assert proc.stdout.startswith("# nThread 1 nGpus 1 minBytes 65536 maxBytes 131072 step: 2(factor) ")
+    assert [r["size"] for r in log["rows"]] == [65536, 131072]
+    assert all(field_ends(r["line"]) == FIELD_ENDS for r in log["rows"])
+    assert all(r[mode]["wrong"] == 0 for r in log["rows"] for mode in MODES)
+    assert log["out_of_bounds"] == (0, "OK")
+    assert f"results: {tmp_path}/results.json" in proc.stderr
+    doc = document.load(tmp_path)
+    job = doc["runs"][0]["jobs"]["allreduce"]
+    assert [(row["size"], row["in_place"]) for row in job["sizes"]] == \
+        [(65536, False), (65536, True), (131072, False), (131072, True)]
+    assert all(row["verify"]["ok"] and row["verify"]["wrong_elements"] == 0 for row in job["sizes"])
+    assert [r["pid"] for r in log["ranks"]] == [r["pid"] for r in job["ranks"]] and all(r["pid"] for r in log["ranks"])
+    scale = doc["scale"]["time_scale"]
+    printed = [r[mode]["busbw"] for r in log["rows"] for mode in MODES]
+    assert printed == [pytest.approx(row["busbw_mbps"] * scale / 8e3, abs=0.005) for row in job["sizes"]]
+    assert log["avg_busbw"] == pytest.approx(sum(printed) / 4, rel=1e-3)
 
 
 def test_report_and_compare_read_the_run_and_the_collective(folders, tmp_path):
