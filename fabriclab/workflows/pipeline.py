@@ -158,11 +158,12 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
     from fabriclab.measure.portsampler import PortSampler
     from fabriclab.queues.sampler import QueueSampler
 
-    runners = {job.name: jobs_mod.runner(job, lab, run) for job in run.jobs}
     if lab.routing != run.routing:
         lab.set_routing(run.routing)
     if lab.queues is not None and not shared:
         wait_drained(lab)
+    runners = {job.name: jobs_mod.runner(job, lab, run) for job in run.jobs}
+    raw = None
     state = lab.fault_state()
     changes_faults = bool(run.faults or run.conditions) or not shared
     first_event = len(lab.events)
@@ -192,14 +193,20 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
             ticker.stop()
         clock.stop()
         routing.stop()
-        series = ports.stop() if ports is not None else None
-        if queues is not None:
-            qseries = queues.stop()
-        if loss is not None:
-            loss.append(_loss_counters(lab))     # before restore lifts the loss and its counters
-        if changes_faults:
-            lab.restore(to=state)
-        _reset_ecn(lab, run.ecn)
+        if raw is None:                           # the jobs never ran: their launchers hold sockets
+            for runner in runners.values():
+                runner.cancel()
+        try:
+            series = ports.stop() if ports is not None else None
+            if queues is not None:
+                qseries = queues.stop()
+        finally:
+            # Whatever failed, the fabric is put back as the run found it.
+            if loss is not None:
+                loss.append(_loss_counters(lab))     # before restore lifts the loss and its counters
+            if changes_faults:
+                lab.restore(to=state)
+            _reset_ecn(lab, run.ecn)
     record = _record(lab, plan, run, folder, runners, raw, windows, series, qseries, clock,
                      lab.events[first_event:], conditions, routing, queue_before, loss)
     return RunOutcome(record, series, qseries, raw)
