@@ -33,11 +33,14 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def programmed_runs():
+def programmed_runs(pid):
+    """The run folders of process `pid` whose controller has programmed every switch: only that
+    process's, so a run another test left behind is never mistaken for it."""
     runs = []
     for status in (RUN_ROOT / "runs").glob("*/controller.json"):
         try:
-            if json.loads(status.read_text()).get("programmed"):
+            owner = json.loads((status.parent / "state.json").read_text()).get("pid")
+            if owner == pid and json.loads(status.read_text()).get("programmed"):
                 runs.append(status.parent)
         except (OSError, ValueError):
             pass
@@ -98,7 +101,7 @@ def test_clean_repairs_a_killed_run():
                              "import time; Lab(load_spec('tiny')).start(); time.sleep(300)"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(programmed_runs, 60, "the fabric to come up")
+        wait_for(lambda: programmed_runs(proc.pid), 60, "the fabric to come up")
         proc.kill()                        # SIGKILL: no teardown runs
         proc.wait()
         # The hosts' shells die with their pty (and with them the namespaces); the OVS bridges,
@@ -122,7 +125,7 @@ def test_interrupting_a_run_tears_it_down(sig):
     proc = subprocess.Popen(FABRICLAB + ["run", "tiny", "--duration", "30"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        run_dir = wait_for(programmed_runs, 60, "the fabric to come up")[0]
+        run_dir = wait_for(lambda: programmed_runs(proc.pid), 60, "the fabric to come up")[0]
         wait_for(lambda: (run_dir / "traffic").exists(), 30, "traffic to start")
         time.sleep(1.0)
         proc.send_signal(sig)
