@@ -98,6 +98,11 @@ def test_ecn_dcqcn(tmp_path):
         assert run["ecn"]["leaf"]["mode"] == "red"
     pfc_tight, dcqcn_tight = cases["PFC only, tight ECN"], cases["DCQCN, tight ECN"]
     assert pauses(dcqcn_tight) < pauses(pfc_tight)
-    assert size(dcqcn_tight, "allreduce")["cct_ms"]["mean"] > size(pfc_tight, "allreduce")["cct_ms"]["mean"]
+    # DCQCN's rate cuts cost completion time (quick: about 10%). Without DCQCN the thresholds
+    # change only the marks, so both PFC-only runs measure one thing: the faster of the two is
+    # the reference, because one of them now and then waits out a local ACK timeout (a packet
+    # held behind pauses longer than the lab's timeout), which costs it seconds.
+    cct = {name: size(run, "allreduce")["cct_ms"]["mean"] for name, run in cases.items()}
+    assert cct["DCQCN, tight ECN"] > min(cct["PFC only, relaxed ECN"], cct["PFC only, tight ECN"]), cct
     # The thresholds changed on the running switches are back to the spec's afterwards.
     assert "DCQCN, tight ECN" in ecn_dcqcn.table(doc)
