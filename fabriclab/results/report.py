@@ -118,6 +118,12 @@ def _md_table(header, rows):
 
 
 # -- report.md -------------------------------------------------------------------------------------
+def experiment_preface(experiment, doc):
+    """The lines report.md shows after its header for a packaged experiment's document: what it
+    shows and its own table. `experiment` is the experiment's module (SUMMARY, table(doc))."""
+    return ["## Experiment", "", experiment.SUMMARY, "", "```", experiment.table(doc), "```", ""]
+
+
 def render(folder, doc=None, preface=()):
     """Write the plots and report.md of a results folder from its results.json (or `doc`, the same
     document already in memory) and links CSVs; returns the path of report.md. `preface`: lines

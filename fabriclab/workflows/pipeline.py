@@ -144,10 +144,8 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
                             lab.timings)
     document.write(doc, folder)
     if plan.experiment is not None:
-        from fabriclab.workflows.experiments import report_preface
-
         plan.experiment.plot(doc, folder)
-        report.render(folder, doc, report_preface(doc))
+        report.render(folder, doc, report.experiment_preface(plan.experiment, doc))
     else:
         report.render(folder, doc)
     return PlanResult(doc, folder, outcomes)

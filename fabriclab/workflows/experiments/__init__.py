@@ -97,9 +97,10 @@ def queue_totals(run):
 
 
 def report_preface(doc):
-    """The lines report.md shows after its header for an experiment's document: what the
-    experiment shows, the paper's finding, and the experiment's own table."""
+    """The lines report.md shows after its header for a document read back: its experiment's
+    summary and table (none for other documents)."""
+    from fabriclab.results.report import experiment_preface
+
     if not doc.get("experiment"):
         return []
-    mod = module(doc["experiment"]["name"])
-    return ["## Experiment", "", mod.SUMMARY, "", "```", mod.table(doc), "```", ""]
+    return experiment_preface(module(doc["experiment"]["name"]), doc)
