@@ -56,11 +56,14 @@ class AppInfo:
 
 
 _SEED = Option("seed", int, 0, "hash seed (the same seed gives the same choices)", low=-1)
+_WEIGHTS_ON = Option("weights", bool, True, "weight each member by the healthy capacity behind it (WCMP)")
+_WEIGHTS_OFF = Option("weights", bool, False, "weight each member by the healthy capacity behind it (WCMP)")
 _LOAD_WINDOW = Option("load_window_us", float, 2000.0,
                       "window of the per-port load estimate (bytes sent in the last 1-2 windows)", low=0)
 
 APPS = {
-    "ecmp": AppInfo("ECMP: select groups hashing the 5-tuple, one per destination leaf"),
+    "ecmp": AppInfo("ECMP: select groups hashing the 5-tuple, one per destination leaf",
+                    (_WEIGHTS_OFF,)),
     "eecmp": AppInfo("E-ECMP: the 5-tuple plus the RoCE BTH destination QP, hashed per packet at "
                      "the switch's egress stage", (_SEED,), stage="hash"),
     "flowlet": AppInfo("flowlet switching: a flow idle longer than the gap moves to the least-loaded "
@@ -77,6 +80,14 @@ APPS = {
                    Option("min_mbps", float, 0.1,
                           "measured rate below which an unannounced flow is not a demand", low=-1)),
                   routing="te"),
+    "ar": AppInfo("adaptive routing: every packet goes to the member with the least queued bytes "
+                  "(seed 002 JSQ), weighted by the capacity behind it; a dead member leaves at once",
+                  (Option("quantum_bytes", int, 64,
+                          "queue depths compare in steps of this many bytes (0: exactly)", low=-1),
+                   _WEIGHTS_ON,
+                   Option("carrier", bool, True,
+                          "leave a member without carrier in the data path (off: when the controller "
+                          "recomputes)")), stage="ar"),
 }
 
 

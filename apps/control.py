@@ -219,12 +219,15 @@ class StageStatus:
     groups: int = 0                    # member entries written to the stage's map
     attached_ports: int = 0
     updated: float | None = None
+    depth: str = ""                    # AR: "queue model" or "virtual queue"
+    carrier: str = ""                  # who takes a dead member out: "data path" or "controller"
 
     @classmethod
     def from_json(cls, doc):
         updated = doc.get("updated")
         return cls(_pick(doc, "mode", str, ""), _pick(doc, "pins", str, ""), _pick(doc, "groups", int, 0),
-                   _pick(doc, "attached_ports", int, 0), updated if isinstance(updated, (int, float)) else None)
+                   _pick(doc, "attached_ports", int, 0), updated if isinstance(updated, (int, float)) else None,
+                   _pick(doc, "depth", str, ""), _pick(doc, "carrier", str, ""))
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 `diff()` turns an old and a new state into the minimal changes, so the os-ken adapter only
 translates and sends. Group buckets watch their output port, so Open vSwitch skips a dead local
 member at once (the data-plane fast failover), before the controller's recompute removes remote
-failures too.
+failures too. With `weighted`, a group whose members lead to unequal healthy capacity (a
+remote permanent failure behind one of them, wcmp.py) becomes a WeightedGroup.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fabriclab.apps.paths import next_hops
+from fabriclab.apps.wcmp import member_weights
 
 PRIO_ARP = 1000
 PRIO_HOST = 500
@@ -37,10 +39,24 @@ class FailoverGroup:
     backup: int
 
 
+@dataclass(frozen=True)
+class WeightedGroup:
+    """A select group whose members take shares of the flows in proportion to their weights."""
+    ports: tuple
+    weights: tuple
+
+
+def group_ports(group):
+    """The (port, weight) members of a select group (a tuple of ports or a WeightedGroup)."""
+    if isinstance(group, WeightedGroup):
+        return tuple(zip(group.ports, group.weights))
+    return tuple((port, 1) for port in group)
+
+
 @dataclass
 class SwitchState:
     flows: set = field(default_factory=set)
-    groups: dict = field(default_factory=dict)    # group id -> tuple of ports (select) | FailoverGroup
+    groups: dict = field(default_factory=dict)    # group id -> ports (select) | WeightedGroup | FailoverGroup
 
 
 def group_id(leaf):
@@ -53,15 +69,18 @@ def match(**fields):
 
 
 class EcmpRouting:
-    """Destination-prefix routing with one select group (hashing the 5-tuple) per remote leaf."""
+    """Destination-prefix routing with one select group (hashing the 5-tuple) per remote leaf;
+    `weighted`: members weighted by the healthy capacity behind them."""
 
     name = "ecmp"
 
-    def __init__(self, fabric):
+    def __init__(self, fabric, weighted=False):
         self.fabric = fabric
+        self.weighted = weighted
 
     def desired(self, down=frozenset()):
         hops = next_hops(self.fabric, down)
+        weights = member_weights(self.fabric, down) if self.weighted else {}
         states = {}
         for switch in self.fabric.switches.values():
             state = SwitchState()
@@ -73,13 +92,20 @@ class EcmpRouting:
             for leaf_name, ports in hops[switch.name].items():
                 leaf = self.fabric.switches[leaf_name]
                 gid = group_id(leaf)
-                state.groups[gid] = tuple(ports)
+                state.groups[gid] = self._group(ports, weights.get(switch.name, {}).get(leaf_name, {}))
                 net = f"10.{leaf.plane}.{leaf.index}.0"
                 state.flows.add(Flow(PRIO_PREFIX,
                                      match(eth_type=0x0800, ipv4_dst=(net, "255.255.255.0")),
                                      ("group", gid)))
             states[switch.name] = state
         return states
+
+    @staticmethod
+    def _group(ports, weights):
+        chosen = tuple(weights.get(port, 1) for port in ports)
+        if len(set(chosen)) > 1:
+            return WeightedGroup(tuple(ports), chosen)
+        return tuple(ports)
 
     def _host_ports(self, leaf):
         return [p for host in self.fabric.hosts.values() for p in host.ports if p.leaf == leaf]

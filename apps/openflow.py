@@ -2,15 +2,15 @@
 taking the datapath the message is for (os-ken builds messages against a datapath's ofproto and
 parser) and returning messages to send. Nothing here sends, and nothing keeps state.
 
-The ops are diff()'s (apps/ecmp.py): reset, group_add/mod/del (select groups as port tuples,
-FailoverGroup, ReplicateGroup), flow_add/del with ('output', port) | ('group', id) |
+The ops are diff()'s (apps/ecmp.py): reset, group_add/mod/del (select groups as port tuples or
+WeightedGroup, FailoverGroup, ReplicateGroup), flow_add/del with ('output', port) | ('group', id) |
 ('rewrite', mac, ip, port) | ('controller',) actions.
 """
 
 from __future__ import annotations
 
-from fabriclab.apps.ecmp import FailoverGroup
-from fabriclab.apps.ovs_groups import SelectionMethodProperty
+from fabriclab.apps.ecmp import FailoverGroup, WeightedGroup, group_ports
+from fabriclab.apps.ovs_groups import SelectionMethodProperty, weighted_selection
 from fabriclab.apps.steering import IN_PORT, ReplicateGroup
 
 
@@ -54,14 +54,15 @@ def group_mod(dp, gid, group, add=True):
         buckets = [parser.OFPBucket(bucket_id=i, actions=rewrite_actions(dp, b.mac, b.ip, b.port))
                    for i, b in enumerate(group.buckets)]
         return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_ALL, group_id=gid, buckets=buckets)
-    # A select group: a tuple of ports. Buckets watch their port, so OVS skips a dead local member
-    # before the controller recomputes.
+    # A select group: a tuple of ports, or a WeightedGroup. Buckets watch their port, so OVS skips
+    # a dead local member before the controller recomputes.
     buckets = [parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)], properties=[
-        parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1),
+        parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=weight),
         parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port)])
-        for i, port in enumerate(group)]
+        for i, (port, weight) in enumerate(group_ports(group))]
+    method = weighted_selection(parser) if isinstance(group, WeightedGroup) else SelectionMethodProperty(parser)
     return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT, group_id=gid,
-                              buckets=buckets, properties=[SelectionMethodProperty(parser)])
+                              buckets=buckets, properties=[method])
 
 
 def flow_add(dp, flow):

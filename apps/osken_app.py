@@ -29,6 +29,9 @@ from fabriclab.apps.te import TeRouting
 from fabriclab.apps.te_engine import TeEngine
 
 CONFIG_CONTEXT = "fabriclab_config"
+# The lab starts the queue model within a few seconds of the controller (after Mininet is built).
+LINK_QUEUES_EVERY_S = 0.05
+LINK_QUEUES_FOR_S = 120.0
 ROUTING_CLASSES = {"ecmp": EcmpRouting, "te": TeRouting}
 
 
@@ -57,13 +60,14 @@ class FabricApp(app_manager.OSKenApp):
         self.config = config
         self.lock = threading.RLock()
         info = APPS[config.app]
-        routing = ROUTING_CLASSES[info.routing](config.fabric)
+        routing = ROUTING_CLASSES[info.routing](config.fabric, weighted=config.options.get("weights", False))
         self.core = ControllerCore(config, routing, publish=self._publish)
         self.te = None
         if info.routing == "te":
             self.te = self.core.te = TeEngine(config, routing)
         if info.stage is not None:
             self.core.stage = self._load_stage(config, info.stage)
+            hub.spawn(self._link_queues)
         self.watcher = control.InboxWatcher(
             config.files, on_jobs=self.te.jobs_changed if self.te else None,
             on_steering=lambda plan: self._call(self.core.steering_changed, plan),
@@ -76,11 +80,22 @@ class FabricApp(app_manager.OSKenApp):
 
     @staticmethod
     def _load_stage(config, mode):
-        from fabriclab.apps.select_stage import SelectStage, StageSync, pins_for, stage_settings
+        from fabriclab.apps.select_stage import SelectStage, StageSync, pins_for, port_settings, stage_settings
 
-        stage = SelectStage(pins_for(config.run_id or "adhoc"), mode,
+        _ports, rows = port_settings(config.fabric)
+        stage = SelectStage(pins_for(config.run_id or "adhoc"), mode, queue_rows=rows,
                             **stage_settings(mode, config.options)).load()
-        return StageSync(stage, config.fabric, mode)
+        return StageSync(stage, config.fabric, mode, config.run_id or "adhoc")
+
+    def _link_queues(self):
+        """AR reads the queue model's occupancies, which the lab starts after the controller: try
+        until they are there (the stage uses its virtual queues meanwhile)."""
+        for _ in range(int(LINK_QUEUES_FOR_S / LINK_QUEUES_EVERY_S)):
+            with self.lock:
+                if self.core.stage.link_queues():
+                    self._publish(self.core.status())
+                    return
+            hub.sleep(LINK_QUEUES_EVERY_S)
 
     # -- plumbing ---------------------------------------------------------------------------------------
     def _call(self, method, *args):

@@ -158,8 +158,8 @@ class TeRouting(EcmpRouting):
 
     name = "te"
 
-    def __init__(self, fabric):
-        super().__init__(fabric)
+    def __init__(self, fabric, weighted=False):
+        super().__init__(fabric, weighted)
         self.placement = Placement()
         self.keys = demand_keys(fabric)
 

@@ -234,7 +234,9 @@ class Lab:
         # Only links that change state move the controller (bringing up an up link is a no-op).
         changed = [link for link in links if (link.key in self._down) == up]
         for link in links:
-            mininet_net.set_link(self.net, link, up)
+            if up and self.queues is not None and link.key in self._down:
+                self.queues.empty_queues((link.a_intf, link.b_intf))
+            mininet_net.set_link(self.net, link, up, self.fabric)
             if up:
                 self._down.pop(link.key, None)
             else:

@@ -82,6 +82,8 @@ def libbpf():
             ("bpf_object__find_map_by_name", vp, [vp, cp]),
             ("bpf_object__find_program_by_name", vp, [vp, cp]),
             ("bpf_map__set_max_entries", i, [vp, u32]),
+            ("bpf_map__set_inner_map_fd", i, [vp, i]),
+            ("bpf_map_create", i, [i, cp, u32, u32, u32, vp]),
             ("bpf_map__fd", i, [vp]),
             ("bpf_program__pin", i, [vp, cp]),
             ("bpf_program__fd", i, [vp]),
@@ -263,6 +265,9 @@ class DataPath:
             err = lib.bpf_program__pin(ptr, str(self.pins / prog).encode())
             if err:
                 raise LabError(f"cannot pin {prog} under {self.pins}: {os.strerror(-err)}")
+        # `stats` is pinned too: the routing apps' adaptive routing reads the occupancies.
+        if lib.bpf_map__pin(self._map_ptr("stats"), str(self.pins / "stats").encode()):
+            raise LabError(f"cannot pin the queue model's stats map under {self.pins}")
         self.ports = Map(self._fd("ports"), ctypes.c_uint32, Port)       # by port index
         self.qcfg = Map(self._fd("qcfg"), ctypes.c_uint32, QCfg)
         self.stats = Map(self._fd("stats"), ctypes.c_uint32, QStat)

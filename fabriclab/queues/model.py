@@ -284,6 +284,19 @@ class QueueModel:
                 self._set_red(p)
         return [p.name for p in ports]
 
+    def empty_queues(self, intfs):
+        """Ports whose cable is down hold nothing: the kernel reset their qdiscs when the link
+        went down, and what was sent to them since was counted and dropped. Their occupancy goes
+        back to zero before the link comes up (adaptive routing would shun phantom bytes forever)."""
+        for name in intfs:
+            p = self.by_name.get(name)
+            for cls in range(NCLASS if p is not None else 0):
+                row = p.idx * NCLASS + cls
+                st = self.datapath.stats.lookup(row)
+                if st is not None and (st.occ or st.ce_queued):
+                    st.occ, st.ce_queued = 0, 0
+                    self.datapath.stats.update(row, st)
+
     def _ports_of(self, target):
         if target in config.SWITCH_ROLES:
             return [p for p in self.ports if p.role == target]

@@ -183,6 +183,9 @@ def veths():
     names = [f"fltest{i}" for i in range(3)]
     for name in names:
         subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True)
+        # Up at both ends, as a fabric's cables are: the stage leaves a member without carrier.
+        for end in (name, name + "p"):
+            subprocess.run(["ip", "link", "set", end, "up"], check=True)
     try:
         yield names
     finally:

@@ -9,10 +9,16 @@ member, fast-failover groups by watched port or group, ALL groups with a copy pe
 returns the *choices* the switch may make: a list of alternatives, each a list of copies
 (port, packet as rewritten).
 
+`choose(packet)` makes the one choice Open vSwitch would for that packet instead: a select group
+picks its bucket by the group's selection method as ofproto-dpif does (`hash`: the live bucket
+with the highest hash x weight score; `dp_hash`: a table of hash values shared out by weight with
+Webster's method), over a hash of the packet's 5-tuple of the fake's own.
+
 FakeFabric wires one FakeOFTable per switch as the Fabric cables them and traces a packet from a
 host port through every switch: `trace()` returns the possible *scenarios*, one per combination
 of select-group choices, each the tuple of deliveries (a host port, the controller, a drop) that
-the packet's copies end in, with the switches each copy crossed.
+the packet's copies end in, with the switches each copy crossed; `route()` the one scenario the
+switches' selection methods choose, so counting many flows gives the shares of each path.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from dataclasses import dataclass
 
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
+
+from fabriclab.apps.ovs_groups import SelectionMethodProperty
+from fabriclab.apps.select_stage import flow_hash, mix
 
 CONTROLLER = "controller"
 MAX_HOPS = 16
@@ -95,6 +104,7 @@ class FakeOFTable:
         self.name = name
         self.flows = {}          # (priority, match) -> Entry
         self.groups = {}         # group id -> (type, buckets)
+        self.methods = {}        # select group id -> selection method ("" when none was given)
         self.dead_ports = set()
         self.packet_outs = []
         self.barriers = []       # xids of the barrier requests received, not yet answered
@@ -149,6 +159,7 @@ class FakeOFTable:
                        if any(gid in self._bucket_groups(b) for b in buckets)]
             assert not chained, f"{self.name}: group {gid} deleted while groups {chained} chain to it"
             del self.groups[gid]
+            self.methods.pop(gid, None)
             return
         if msg.command == ofp.OFPGC_ADD:
             assert gid not in self.groups, f"{self.name}: group {gid} added twice"
@@ -162,7 +173,13 @@ class FakeOFTable:
                 assert chained in self.groups, f"{self.name}: group {gid} chains to missing group {chained}"
         if msg.type == ofp.OFPGT_FF:
             assert all(self._watch(b) for b in msg.buckets), "a fast-failover bucket must watch something"
+        methods = [p for p in msg.properties if isinstance(p, SelectionMethodProperty)]
+        if methods:
+            assert msg.type == ofp.OFPGT_SELECT and len(methods) == 1
+            assert methods[0].method in ("hash", "dp_hash"), methods[0].method
+            assert methods[0].method == "hash" or not methods[0].fields, "OVS refuses fields with dp_hash"
         self.groups[gid] = (msg.type, tuple(msg.buckets))
+        self.methods[gid] = methods[0].method if methods else ""
 
     @staticmethod
     def _group_refs(actions):
@@ -191,6 +208,13 @@ class FakeOFTable:
     # -- ports -----------------------------------------------------------------------------------------
     def set_port(self, port, live):
         (self.dead_ports.discard if live else self.dead_ports.add)(port)
+
+    @staticmethod
+    def weight(bucket):
+        for prop in bucket.properties:
+            if isinstance(prop, parser.OFPGroupBucketPropWeight):
+                return prop.weight
+        return 1
 
     def _bucket_live(self, bucket):
         watch = self._watch(bucket)
@@ -260,6 +284,66 @@ class FakeOFTable:
         # ALL: every bucket sends its copy; select choices inside buckets multiply
         per_bucket = [self._run(b.actions, packet) for b in buckets]
         return [[out for part in combo for out in part] for combo in itertools.product(*per_bucket)]
+
+
+    # -- one choice, as Open vSwitch makes it -------------------------------------------------------------
+    def choose(self, packet):
+        """[(port | CONTROLLER, packet)]: the copies the switch sends for `packet`, each select
+        group's bucket picked by its selection method."""
+        entry = self.lookup(packet)
+        return [] if entry is None else self._run_one(entry.actions, packet)
+
+    def _run_one(self, actions, packet):
+        outs = []
+        for action in actions:
+            if isinstance(action, parser.OFPActionSetField):
+                packet = packet.with_fields(**{action.key: action.value})
+            elif isinstance(action, parser.OFPActionOutput):
+                outs += self._output(action.port, packet)
+            elif isinstance(action, parser.OFPActionGroup):
+                outs += self._group_one(action.group_id, packet)
+            else:
+                raise AssertionError(f"{self.name}: unexpected action {action}")
+        return outs
+
+    def _group_one(self, gid, packet):
+        kind, buckets = self.groups[gid]
+        if kind == ofp.OFPGT_ALL:
+            return [out for b in buckets for out in self._run_one(b.actions, packet)]
+        live = [b for b in buckets if self._bucket_live(b)]
+        if not live:
+            return []
+        if kind == ofp.OFPGT_FF:
+            return self._run_one(live[0].actions, packet)
+        h = flow_hash(packet.ipv4_src, packet.ipv4_dst, packet.ip_proto or 0, packet.udp_src or 0,
+                      packet.udp_dst or 0)
+        if self.methods[gid] == "dp_hash":
+            table = dp_hash_table([self.weight(b) for b in buckets])
+            for i in range(len(table)):
+                bucket = buckets[table[(h + i) % len(table)]]
+                if self._bucket_live(bucket):
+                    return self._run_one(bucket.actions, packet)
+            return []
+        # `hash` (and the default): the live bucket with the highest (hash & 0xffff) x weight
+        best = max(live, key=lambda b: ((mix(h, b.bucket_id) & 0xFFFF) * self.weight(b), b.bucket_id))
+        return self._run_one(best.actions, packet)
+
+
+def dp_hash_table(weights):
+    """Open vSwitch's dp_hash table for buckets of `weights`: the bucket of each hash value
+    (ofproto-dpif.c group_setup_dp_hash_table: Webster's method over a power of two of values)."""
+    total, smallest = sum(weights), min(w for w in weights if w > 0)
+    slots = max(-(-total // smallest), min(len(weights) * 4, 256))
+    n_hash = max(16, 1 << (slots - 1).bit_length())
+    assert n_hash <= 256, f"OVS would refuse dp_hash for weights {weights}"
+    divisors = [1] * len(weights)
+    table = []
+    for _ in range(n_hash):
+        values = [w / d for w, d in zip(weights, divisors)]
+        winner = values.index(max(values))          # the first of equal values wins, as in OVS
+        divisors[winner] += 2
+        table.append(winner)
+    return table
 
 
 # -- a whole fabric ------------------------------------------------------------------------------------------
@@ -348,6 +432,31 @@ class FakeFabric:
     def trace(self, src, packet):
         """Every scenario for `packet` sent by host port `src`: [(Delivery, ...)]."""
         return self._walk(src.leaf, packet, (), 0)
+
+    def route(self, src, packet):
+        """The one scenario the switches' selection methods choose for `packet` from `src`."""
+        return self._follow(src.leaf, packet, (), 0)
+
+    def _follow(self, switch, packet, hops, depth):
+        hops = hops + ((switch, packet.in_port),)
+        if depth > MAX_HOPS:
+            return (Delivery("loop", switch, packet, hops),)
+        copies = self.tables[switch].choose(packet)
+        if not copies:
+            return (Delivery("drop", switch, packet, hops),)
+        out = ()
+        for port, copy in copies:
+            if port == CONTROLLER:
+                out += (Delivery("controller", switch, copy, hops),)
+                continue
+            wire = self.wires.get((switch, port))
+            if wire is None or wire[3].key in self.down:
+                out += (Delivery("drop", f"{switch}:{port}", copy, hops),)
+            elif wire[0] == "host":
+                out += (Delivery("host", wire[1].intf, copy, hops),)
+            else:
+                out += self._follow(wire[1], copy.with_fields(in_port=wire[2]), hops, depth + 1)
+        return out
 
     def deliveries(self, src, packet):
         """Every delivery of every scenario, flattened (when the scenarios need no telling apart)."""

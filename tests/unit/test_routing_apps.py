@@ -38,11 +38,11 @@ def wide():
 def test_every_app_is_listed_with_its_parts_and_defaults():
     from fabriclab.apps.osken_app import ROUTING_CLASSES
 
-    assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te"}
+    assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te", "ar"}
     for name, info in APPS.items():
-        assert info.routing in ROUTING_CLASSES and info.stage in (None, "hash", "flowlet")
+        assert info.routing in ROUTING_CLASSES and info.stage in (None, "hash", "flowlet", "ar")
         assert parse_routing(name) == (name, info.defaults())
-    assert [APPS[n].stage for n in ("ecmp", "eecmp", "flowlet", "te")] == [None, "hash", "flowlet", None]
+    assert [APPS[n].stage for n in ("ecmp", "eecmp", "flowlet", "te", "ar")] == [None, "hash", "flowlet", None, "ar"]
 
 
 def test_options_parse_and_fill_defaults():
@@ -61,7 +61,9 @@ def test_options_parse_and_fill_defaults():
     ("te:period_s=0", "must be > 0"),
     ("te:period_s=fast", "must be a number"),
     ("flowlet:qp=maybe", "must be on or off"),
-    ("ecmp:seed=1", "options: none"),
+    ("ecmp:seed=1", "options: weights"),
+    ("ar:quantum_bytes=-2", "must be > -1"),
+    ("ar:carrier=sometimes", "must be on or off"),
     ("", "must be an app name"),
 ])
 def test_bad_routing_choices_are_one_line_errors(text, words):
@@ -92,8 +94,8 @@ def test_the_hash_is_a_pure_function_of_its_fields_and_seed():
 def test_members_of_every_multi_member_group(tiny):
     table = group_members(tiny, EcmpRouting(tiny).desired())
     # each leaf has one group (the other leaf) over its two uplinks; spines have one link per leaf
-    assert table[("l1-eth2", "10.1.2.0")] == ["l1-eth2", "l1-eth3"]
-    assert table[("l1-eth3", "10.1.2.0")] == ["l1-eth2", "l1-eth3"]
+    assert table[("l1-eth2", "10.1.2.0")] == [("l1-eth2", 1), ("l1-eth3", 1)]
+    assert table[("l1-eth3", "10.1.2.0")] == [("l1-eth2", 1), ("l1-eth3", 1)]
     assert not any(intf.startswith("s") for intf, _net in table)
     down = {tiny.find_link("l1", "s1")[0].key}
     assert ("l1-eth2", "10.1.2.0") not in group_members(tiny, EcmpRouting(tiny).desired(down))

@@ -26,6 +26,7 @@ EXPERIMENTS = {
     "ecn-dcqcn": "fabriclab.workflows.experiments.ecn_dcqcn",
     "victim-noise": "fabriclab.workflows.experiments.victim",
     "routing-schemes": "fabriclab.workflows.experiments.routing",
+    "ar-fabric": "fabriclab.workflows.experiments.ar_fabric",
     "switchml": "fabriclab.workflows.experiments.switchml",
 }
 
