@@ -28,6 +28,7 @@ from fabriclab.measure import cpuload, telemetry
 from fabriclab.system import patience
 from fabriclab.units import human_size
 from fabriclab.traffic import agent_process, rank_channel, roce, schedules, softroce
+from fabriclab.traffic import plb as lb
 from fabriclab.traffic.rank_driver import QP_METHODS
 
 AGENT_MODULE = "fabriclab.traffic.agent"
@@ -38,6 +39,9 @@ START_MARGIN_S = 0.05        # "run" reaches every agent before its start time
 HELLO_TIMEOUT_S = 30.0       # agents import numpy and open sockets (many start at once)
 READY_TIMEOUT_S = 15.0
 FINAL_TIMEOUT_S = 10.0
+AGENT_LATENCY_S = 0.01
+"""What the agents add to a probe's round trip: each end's event loop must wake, read and send
+(the two cores are shared by every agent and the switches)."""
 
 
 @dataclass
@@ -79,6 +83,11 @@ class CollectiveSpec:
     # udp unless they ask: experiments and tests read counters only it has (retransmissions, CE
     # marks, local ACK timeouts, CNPs). The `collective` command and the prompt default to auto.
     backend: str = "udp"
+    # The plane load balancer (traffic/plb.py): per-plane | global | static | software | esr.
+    plb: str = "static"
+    probe_interval_s: float | None = None   # default: the probe round trip's bound on the spec
+    probe_timeouts: int = lb.PROBE_TIMEOUTS  # consecutive probe timeouts that remove a plane
+    sw_timeout_s: float | None = None       # software: stall before a plane is given up (ACK timeout)
 
     def check(self):
         """Raise LabError naming the first bad field."""
@@ -123,6 +132,15 @@ class CollectiveSpec:
             bad("backend", f"must be one of {', '.join(softroce.BACKENDS)}")
         if not isinstance(self.in_place, bool):
             bad("in_place", "must be true or false")
+        if self.plb not in lb.MODES:
+            bad("plb", f"must be one of {', '.join(lb.MODES)}")
+        for name in ("probe_interval_s", "sw_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value > 0):
+                bad(name, "must be > 0 s")
+        if _not_int(self.probe_timeouts) or self.probe_timeouts < 1:
+            bad("probe_timeouts", "must be a whole number >= 1")
 
 
 def _not_int(value):
@@ -182,15 +200,21 @@ def registered_regions(schedules_, rank):
 
 
 def plan_qps(ranks, schedules_, spec, rng):
-    """Per rank: the QP descriptions the agent needs, for every connection any size uses."""
+    """Per rank: the QP descriptions the agent needs, for every connection any size uses.
+
+    Plane-bound modes (static, software) open `qps` QPs per connection on every plane; the
+    multipath modes `qps` QPs per connection in all, each sending on every plane (its "port" is
+    then only its number's plane, for the record). Every QP knows its peer's address on every
+    plane."""
     connections = sorted({c for s in schedules_ for c in s.connections()})
     planes = len(ranks[0].ports)
     # Each NIC numbers its QPs from its own counter, which starts anywhere on a real device; the
     # same start everywhere would give every ring connection the same QP pair (and source port).
     next_qpn = [rng.randrange(FIRST_QPN, 1 << 23) for _ in ranks]
     out = [[] for _ in ranks]
+    bound = spec.plb in lb.PLANE_BOUND
     for a, b, channel in connections:
-        for plane in range(planes):
+        for plane in range(planes if bound else 1):
             for k in range(spec.qps):
                 qa, qb = next_qpn[a], next_qpn[b]
                 next_qpn[a] += 1
@@ -202,9 +226,10 @@ def plan_qps(ranks, schedules_, spec, rng):
                 for me, peer, qpn, peer_qpn, port, peer_port, send, recv in (
                         (a, b, qa, qb, pa, pb, psn_ab, psn_ba), (b, a, qb, qa, pb, pa, psn_ba, psn_ab)):
                     out[me].append({"qpn": qpn, "peer": peer, "peer_qpn": peer_qpn,
-                                    "channel": channel, "port": plane, "index": k,
-                                    "peer_address": peer_port.ip, "sport": sport,
-                                    "send_psn": send, "recv_psn": recv})
+                                    "channel": channel, "port": plane if bound else k % planes,
+                                    "index": k, "peer_address": peer_port.ip,
+                                    "peer_addresses": [p.ip for p in ranks[peer].ports],
+                                    "sport": sport, "send_psn": send, "recv_psn": recv})
     return out
 
 
@@ -244,6 +269,40 @@ def default_ack_timeout(fabric, rtt_s=0.0):
     return round(2 * drain_s + 0.05 + rtt_s, 3)
 
 
+def roce_frame_bytes(payload_bytes):
+    """A full RDMA WRITE packet on the wire (Ethernet header included)."""
+    return payload_bytes + roce.ROCE_OVERHEAD + roce.RETH_LEN + roce.ETH_HEADER_LEN
+
+
+def default_probe_interval(fabric, cnp_dscp, payload_bytes, rtt_s=0.0):
+    """The bound on a probe's round trip, used as the probe interval and timeout.
+
+    Probes and echoes carry the CNPs' DSCP. Where the queue model puts it in the control class
+    (strict priority, never paused) a probe waits at most for the frame already on the wire at
+    each of the 8 egress ports of a round trip across the spines (NIC, leaf, spine, leaf, each
+    way): 8 RoCE frame times at the slower of the host and fabric rates, the time scale's image
+    of the few microseconds a real probe takes. Without that class it queues with the data, and
+    the bound is every buffer on the way draining, both ways. Plus the links' round-trip delay
+    and the agents' own latency (AGENT_LATENCY_S)."""
+    spec = fabric.spec
+    rate = min(spec.host_rate_mbps, spec.fabric_rate_mbps) * 1e6
+    queues = spec.queues
+    if queues is not None and cnp_dscp in queues.control_dscp:
+        wait_s = 8 * roce_frame_bytes(payload_bytes) * 8 / rate
+    else:
+        b = spec.buffers
+        wait_s = 2 * (b.host + 2 * b.leaf + b.spine) * 8 / rate
+    return round(wait_s + rtt_s + AGENT_LATENCY_S, 4)
+
+
+def egress_room_bytes(fabric, payload_bytes, host_delay_ms=0.0):
+    """The NIC egress queue below which a plane counts as having room (per-plane and global
+    PLB): two full frames at the kernel's truesize (about 1.5x, as `nic_queue_bytes`), plus what
+    the host cable's delay holds where the lab puts that delay in the NIC's own qdisc."""
+    in_flight = fabric.spec.host_rate_mbps * 1e6 / 8 * host_delay_ms / 1000
+    return int(2 * 1.5 * roce_frame_bytes(payload_bytes) + in_flight)
+
+
 @dataclass
 class CollectiveRun:
     spec: CollectiveSpec
@@ -258,6 +317,7 @@ class CollectiveRun:
     traffic_window: tuple | None = None              # wall clock: first measured start, last end
     backend: str = softroce.UDP                      # what moved the bytes: udp | rdma_rxe
     pids: dict = field(default_factory=dict)         # rank -> its agent's process id
+    plb: dict | None = None                          # the plane load balancer's settings
 
 
 class _AgentLink:
@@ -305,6 +365,15 @@ class Launcher:
         self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
         self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
         self.rate_mbps = fabric.spec.host_rate_mbps
+        self.plb = {"mode": spec.plb,
+                    "probe_interval_s": spec.probe_interval_s or default_probe_interval(
+                        fabric, spec.cnp_dscp, self.payload_bytes, path_rtt_s(lab)),
+                    "probe_timeouts": spec.probe_timeouts,
+                    # NCCL gives a plane up after the transport's own timeout (NCCL_IB_TIMEOUT):
+                    # the lab's is the local ACK timeout, derived from the same buffers.
+                    "sw_timeout_s": spec.sw_timeout_s or self.ack_timeout,
+                    "egress_room_bytes": egress_room_bytes(fabric, self.payload_bytes,
+                                                           lab_delay_ms(lab, "host"))}
         self.backend = softroce.backend_for(spec)
         self.softroce = None                 # the job's rxe devices while they exist
         self.links = {}
@@ -321,14 +390,21 @@ class Launcher:
     def _configs(self):
         spec, fabric = self.spec, self.lab.fabric
         qps = plan_qps(self.ranks, self.schedules, spec, random.Random(spec.seed))
-        dcqcn = None
-        if spec.dcqcn is not None:
+        dcqcn = cc = None
+        multipath = spec.plb in lb.MULTIPATH
+        if spec.dcqcn is not None or multipath:
             from fabriclab.traffic.dcqcn import DcqcnParams
             scale = fabric.spec.time_scale or 1.0
             try:
-                dcqcn = DcqcnParams.scaled(self.rate_mbps, scale, **spec.dcqcn).to_dict()
+                params = DcqcnParams.scaled(self.rate_mbps, scale, **(spec.dcqcn or {})).to_dict()
             except (TypeError, ValueError) as exc:
                 raise LabError(f"collective: dcqcn: {exc}") from None
+            # A multipath NIC's CC lives in its per-destination contexts (always on: it is half
+            # of the plane choice); --dcqcn's parameters then set those, not a per-QP DCQCN.
+            if multipath:
+                cc = params
+            else:
+                dcqcn = params
         rank_table = [{"rank": r.rank, "host": r.host, "nic": r.nic,
                        "addresses": [p.ip for p in r.ports]} for r in self.ranks]
         transport = {"payload_bytes": self.payload_bytes, "chunk_bytes": spec.chunk_bytes,
@@ -339,13 +415,15 @@ class Launcher:
                      "cts": {"enabled": spec.cts, "buffers": spec.cts_buffers,
                              "refresh_s": max(0.01, self.ack_timeout / 4)},
                      "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric,
-                                                        lab_delay_ms(self.lab, "host"))}
+                                                        lab_delay_ms(self.lab, "host")),
+                     "plb": {**self.plb, "cc": cc}}
         collective = {"collective": spec.collective, "algorithm": self.schedules[0].algorithm,
                       "channels": spec.channels, "piece_bytes": spec.piece_bytes,
                       "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root}
         for r in self.ranks:
             config = {"rank": r.rank, "ranks": rank_table, "qps": qps[r.rank],
-                      "ports": [{"address": p.ip, "rate_mbps": self.rate_mbps} for p in r.ports],
+                      "ports": [{"address": p.ip, "rate_mbps": self.rate_mbps, "intf": p.intf}
+                                for p in r.ports],
                       "transport": transport, "collective": collective,
                       "sizes": list(spec.sizes), "verify": spec.verify, "data_seed": spec.seed,
                       "control": str(self.folder / "control.sock")}
@@ -565,7 +643,7 @@ class Launcher:
     def run(self):
         spec = self.spec
         result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps,
-                               backend=self.backend)
+                               backend=self.backend, plb=self.plb)
         t0 = time.monotonic()
         total_steps = len(self.cases) * (spec.iterations + spec.warmup)
         done_steps = 0
@@ -642,6 +720,10 @@ class Launcher:
         # CPU seconds each rank's agent used per iteration: the cost of the emulated RNIC.
         agent_cpu = [sum(done[r]["cpu_s"] for _s, done in iterations) / len(iterations)
                      for r in range(n)]
+        planes = len(self.ranks[0].ports)
+        plane_bytes = [sum(m.get("plane_tx_bytes", [0] * planes)[p] for _s, done in iterations
+                           for m in done.values()) for p in range(planes)]
+        sent = sum(plane_bytes)
         links = telemetry.link_utilization(self.lab.fabric, *window)
         cpu = cpuload.between(window[0]["cpu"], window[1]["cpu"])
         return {
@@ -660,6 +742,10 @@ class Launcher:
             "bytes_sent_per_rank": [schedule.sent_bytes(r) for r in range(n)],
             "counters": counters,
             "agent_cpu_s": agent_cpu,
+            # What the ranks' NICs sent on each plane (data packets on the wire, retransmissions
+            # included): the plane load balancer's split.
+            "planes": {"tx_bytes": plane_bytes,
+                       "share": [round(b / sent, 4) if sent else None for b in plane_bytes]},
             "flows": _flow_summary(iterations),
             "verify": verify,
             # The window spans the measured iterations and the launcher's pauses between them,

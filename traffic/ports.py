@@ -95,8 +95,13 @@ class RawPort:
             return None
         return refusal if refusal.kind is send_policy.FATAL else None
 
+    def queued_bytes(self):
+        """Bytes of this port's packets waiting in its qdisc: the local egress queue."""
+        return sockets.queued_bytes(self.sender)
+
     def receive(self):
-        """Up to RECEIVE_BATCH waiting datagrams as (UDP payload, source address, TOS byte)."""
+        """Up to RECEIVE_BATCH waiting datagrams as (UDP payload, source address, TOS byte,
+        UDP source port)."""
         recvmsg = self.listener.recvmsg
         read_ancillary = sockets.read_ancillary
         for _ in range(RECEIVE_BATCH):
@@ -104,7 +109,7 @@ class RawPort:
                 data, ancillary, _flags, address = recvmsg(65536, sockets.ANCILLARY_SPACE)
             except (BlockingIOError, InterruptedError):
                 return
-            yield data, address[0], read_ancillary(ancillary)[0]
+            yield data, address[0], read_ancillary(ancillary)[0], address[1]
 
     def report(self):
         return {"address": self.address, "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,

@@ -36,7 +36,13 @@ An RNIC is built as `make_rnic(config, driver)` and offers:
     post(qp, message, data)         queue one NIC message (data: its bytes, or None for zeros)
     poll(now) -> when or None       do what is due; when to be called again
     totals(), qp_counters(), port_reports(), status() -> dicts for done/final/status messages
+    plane_bytes() -> [bytes]        data sent on each plane (port) so far
+    plb_report() -> dict or None    the plane load balancer's record (`plb`), for "final"
     close()
+
+A QP's `usable` says whether the driver may deal new NIC messages to it (False while software
+load balancing has given its plane up); `port_index` is its plane, None when its packets take
+every plane.
 
 and reports back with `message_sent`, `message_received` and `grant`; a QP that failed raises
 PeerError naming the peer.
@@ -127,7 +133,7 @@ class Connection:
     def __init__(self, peer, channel, qps):
         self.peer, self.channel, self.qps = peer, channel, qps
         self.rr = 0
-        self.pending = deque()          # NIC messages waiting for CTS credit: (transfer, parts, bytes)
+        self.pending = deque()          # chunks waiting for CTS credit: (transfer, offset, bytes)
         self.granted_to_me = 0          # cumulative bytes the peer lets me write (CTS)
         self.posted = 0                 # cumulative bytes I have posted to it
         self.granted_by_me = 0          # cumulative bytes I let the peer write
@@ -167,6 +173,7 @@ class RankDriver:
         self.iteration = None
         self.iteration_start = None
         self.counter_mark = None
+        self.plane_mark = None
         self.cpu_mark = 0.0
         self.stopping = False
         self.rnic = make_rnic(config, self)
@@ -245,7 +252,7 @@ class RankDriver:
     def final(self):
         return {"final": self.rank, "totals": self.rnic.totals(),
                 "cpu_s": round(time.process_time(), 3), "qps": self.rnic.qp_counters(),
-                "ports": self.rnic.port_reports()}
+                "ports": self.rnic.port_reports(), "plb": self.rnic.plb_report()}
 
     # -- the collective -------------------------------------------------------------------------
 
@@ -293,6 +300,7 @@ class RankDriver:
         self.start_mono = start_at - self.clock_offset
         self.iteration_start = None
         self.counter_mark = self.rnic.totals()
+        self.plane_mark = self.rnic.plane_bytes()
         self.cpu_mark = time.process_time()
         for qp in self.qps:
             qp.activity.new_iteration()
@@ -316,27 +324,47 @@ class RankDriver:
     def post_transfer(self, transfer):
         conn = self.connections[(transfer.dst, transfer.channel)]
         chunk = self.transport["chunk_bytes"]
-        split = self.transport["qp_method"] == "split" and len(conn.qps) > 1
-        messages = 0
+        chunks = 0
         for off in range(0, transfer.nbytes, chunk):
-            length = min(chunk, transfer.nbytes - off)
-            if split:
-                parts = [(conn.qps[i], off + o * 4, k * 4)
-                         for i, (o, k) in enumerate(schedules.split(length // 4, len(conn.qps)))
-                         if k]
-            else:
-                parts = [(conn.qps[conn.rr % len(conn.qps)], off, length)]
-                conn.rr += 1
-            messages += len(parts)
-            conn.pending.append((transfer, parts, length))
-        self.transfer_parts[transfer.tag] = messages
+            conn.pending.append((transfer, off, min(chunk, transfer.nbytes - off)))
+            chunks += 1
+        # One per chunk until it is admitted and its parts (QP scaling's split) are known.
+        self.transfer_parts[transfer.tag] = chunks
         self.admit(conn)
+
+    @staticmethod
+    def usable_qps(conn):
+        """The connection's QPs that may take new messages (all of them if none may: software
+        load balancing has given every plane up, and the QPs go on trying)."""
+        usable = [qp for qp in conn.qps if qp.usable]
+        return usable or conn.qps
+
+    def parts(self, conn, off, length):
+        """The NIC messages of one chunk, as (QP, offset, bytes): a whole message to the next
+        QP in turn, or the chunk split over the QPs. Chosen when the chunk is posted to the
+        NIC, so a QP that software load balancing gave up since gets nothing new."""
+        if self.transport["qp_method"] == "split" and len(conn.qps) > 1:
+            qps = self.usable_qps(conn)
+            return [(qps[i], off + o * 4, k * 4)
+                    for i, (o, k) in enumerate(schedules.split(length // 4, len(qps))) if k]
+        qps = conn.qps
+        for _ in range(len(qps)):
+            qp = qps[conn.rr % len(qps)]
+            conn.rr += 1
+            if qp.usable:
+                return [(qp, off, length)]
+        qp = qps[conn.rr % len(qps)]
+        conn.rr += 1
+        return [(qp, off, length)]
 
     def admit(self, conn):
         """Post the connection's waiting NIC messages that fit within the peer's CTS grant."""
         while conn.pending and conn.posted + conn.pending[0][2] <= conn.granted_to_me:
-            transfer, parts, length = conn.pending.popleft()
+            transfer, chunk_off, length = conn.pending.popleft()
             conn.posted += length
+            parts = self.parts(conn, chunk_off, length)
+            if len(parts) > 1:
+                self.transfer_parts[transfer.tag] += len(parts) - 1
             for qp, off, nbytes in parts:
                 message = NicMessage(transfer.tag, nbytes, transfer.src_region,
                                      transfer.src_off + off, transfer.dst_region,
@@ -390,8 +418,11 @@ class RankDriver:
                   "end": now + self.clock_offset,
                   "counters": _delta(self.rnic.totals(), self.counter_mark),
                   "cpu_s": round(time.process_time() - self.cpu_mark, 4),
+                  "plane_tx_bytes": [now_ - mark for now_, mark in
+                                     zip(self.rnic.plane_bytes(), self.plane_mark or ())],
                   "flows": [{"qpn": qp.qpn, "peer": qp.peer, "channel": qp.channel,
-                             "plane": qp.port_index + 1, "bytes": qp.activity.it_bytes,
+                             "plane": None if qp.port_index is None else qp.port_index + 1,
+                             "bytes": qp.activity.it_bytes,
                              "seconds": round(qp.activity.it_last - qp.activity.it_first, 6)}
                             for qp in self.qps
                             if qp.activity.it_bytes and qp.activity.it_last is not None]}

@@ -127,6 +127,8 @@ class Bth(NamedTuple):
 
 
 def _check_range(name, value, low, high):
+    if type(value) is int and low <= value <= high:
+        return          # the common case, first: a dozen checks per packet built
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer in {low}..{high}, got {value!r}")
 
@@ -478,6 +480,32 @@ def parse_cts_payload(data, offset=BTH_LEN):
     return struct.unpack_from("!Q", data, offset + 4)[0]
 
 
+PROBE_MAGIC = b"PRB1"
+ECHO_MAGIC = b"PRE1"
+_PROBE = struct.Struct("!IB")
+PROBE_PAYLOAD_LEN = len(PROBE_MAGIC) + _PROBE.size
+"""A plane probe (seed 002 4.3: each CC context issues RTT probes on its plane) is a UC SEND
+like the CTS: the probe's sequence number and plane; the destination sends the same bytes back
+as an echo, on the plane the probe came in by."""
+
+
+def build_probe_payload(seq, plane, echo=False):
+    _check_range("seq", seq, 0, 0xFFFFFFFF)
+    _check_range("plane", plane, 0, 0xFF)
+    return (ECHO_MAGIC if echo else PROBE_MAGIC) + _PROBE.pack(seq, plane)
+
+
+def parse_probe_payload(data, offset=BTH_LEN):
+    """(is_echo, seq, plane) of a probe or an echo, or None if the SEND is neither."""
+    if len(data) < offset + PROBE_PAYLOAD_LEN:
+        return None
+    magic = bytes(data[offset:offset + 4])
+    if magic != PROBE_MAGIC and magic != ECHO_MAGIC:
+        return None
+    seq, plane = _PROBE.unpack_from(data, offset + 4)
+    return magic == ECHO_MAGIC, seq, plane
+
+
 def build_ack_packet(src, dst, sport, dest_qp, psn, syndrome=AETH_ACK, msn=0, **ip):
     """An RC ACKNOWLEDGE (BTH + AETH): `psn` is the last PSN received in order (for a NAK, the
     PSN the requester must resend from)."""
@@ -485,11 +513,23 @@ def build_ack_packet(src, dst, sport, dest_qp, psn, syndrome=AETH_ACK, msn=0, **
                                       build_aeth(syndrome, msn), **ip)
 
 
-def build_cnp_packet(src, dst, sport, dest_qp, **ip):
+def build_cnp_packet(src, dst, sport, dest_qp, entropy=0, **ip):
     """A RoCEv2 CNP: BTH (opcode 0x81, BECN set, PSN 0) + 16 reserved bytes, sent by a receiver
-    that saw ECN CE to the QP that sent the marked packet (the DCQCN notification point)."""
-    return build_ipv4_udp_roce_packet(src, dst, sport, OP_CNP, dest_qp, 0,
-                                      b"\x00" * CNP_PADDING_LEN, becn=True, **ip)
+    that saw ECN CE to the QP that sent the marked packet (the DCQCN notification point).
+
+    `entropy`: the lab puts the marked packet's UDP source port in the first two reserved bytes
+    (0: none), so that an entropy-source-routing sender knows which of its entropies was marked."""
+    _check_range("entropy", entropy, 0, 0xFFFF)
+    padding = struct.pack("!H", entropy) + b"\x00" * (CNP_PADDING_LEN - 2)
+    return build_ipv4_udp_roce_packet(src, dst, sport, OP_CNP, dest_qp, 0, padding, becn=True,
+                                      **ip)
+
+
+def cnp_entropy(data, offset=BTH_LEN):
+    """The marked packet's source port a lab CNP echoes (0: none)."""
+    if len(data) < offset + 2:
+        return 0
+    return struct.unpack_from("!H", data, offset)[0]
 
 
 class ParsedRoce(NamedTuple):

@@ -7,6 +7,7 @@ Shared by the all-pairs generator and the collective agent so both fail the same
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import signal
 import socket
@@ -126,6 +127,63 @@ def read_ancillary(ancillary):
             seconds, nanos = struct.unpack_from("@qq", data)
             arrival = seconds + nanos * 1e-9
     return tos, dst, arrival
+
+
+SIOCOUTQ = 0x5411
+"""ioctl: the bytes a socket has queued and not yet handed to the device (TIOCOUTQ's number)."""
+
+
+def queued_bytes(sock):
+    """The bytes `sock` has waiting below it: for a raw sender, its packets still in the port's
+    qdisc (the kernel charges each its truesize). The NIC's local egress queue, in the lab."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0\0\0\0"))[0]
+
+
+NETLINK_ROUTE = 0
+RTMGRP_LINK = 1
+RTM_NEWLINK = 16
+RTM_DELLINK = 17
+IFF_UP = 0x1
+IFF_LOWER_UP = 0x10000
+_NLMSG_HEADER = struct.Struct("=IHHII")
+_IFINFOMSG = struct.Struct("=BxHiII")
+
+
+def open_link_watch():
+    """A netlink socket that hears every link change in this network namespace (RTMGRP_LINK),
+    non-blocking: how a NIC learns at once that its own port lost its carrier."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+    sock.bind((0, RTMGRP_LINK))
+    sock.setblocking(False)
+    return sock
+
+
+def parse_link_events(data):
+    """[(interface index, carrier up)] from the netlink messages in one datagram: up means
+    administratively up with a carrier (IFF_UP and IFF_LOWER_UP); a removed link is down."""
+    events, offset = [], 0
+    while offset + _NLMSG_HEADER.size <= len(data):
+        length, kind, _flags, _seq, _pid = _NLMSG_HEADER.unpack_from(data, offset)
+        if length < _NLMSG_HEADER.size:
+            break
+        body = offset + _NLMSG_HEADER.size
+        if kind in (RTM_NEWLINK, RTM_DELLINK) and body + _IFINFOMSG.size <= len(data):
+            _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(data, body)
+            up = kind == RTM_NEWLINK and flags & IFF_UP and flags & IFF_LOWER_UP
+            events.append((index, bool(up)))
+        offset += (length + 3) & ~3
+    return events
+
+
+def read_link_events(sock):
+    """Every link event waiting on a socket from `open_link_watch`."""
+    events = []
+    while True:
+        try:
+            data = sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return events
+        events.extend(parse_link_events(data))
 
 
 def die_with_parent():

@@ -87,6 +87,8 @@ def udp_only_features(spec):
         out.append(("spray", "rdma_rxe derives one UDP source port per QP"))
     if spec.sport_mode != "qp":
         out.append(("sport_mode", "rdma_rxe derives the UDP source port from the QP number"))
+    if spec.plb != "static":
+        out.append(("plb", "an rxe device is one port: its QPs cannot choose a plane"))
     return out
 
 

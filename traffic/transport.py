@@ -21,6 +21,16 @@ Responder (the side whose memory is written):
 - in-order packets are placed at the RETH address plus their offset in the message; a WRITE
   with immediate data completes a message towards the application (the collective).
 
+Multipath (a QP whose packets take several planes, seed 002 sections 3 and 4.3): the requester
+makes every packet self-describing (an RDMA WRITE ONLY carrying its own RETH, the last of a
+message WITH IMMEDIATE, as IRN and other multipath transports do), keeps at most `window`
+packets outstanding, remembers the path (plane) each packet last took and can resend exactly
+the unacknowledged packets of one path (`resend_path`: the plane failed). The
+`PlacingResponder` places every packet within its window on arrival, whatever its order,
+remembers which arrived (the bitmap), acknowledges cumulatively, and completes messages in PSN
+order; it never NAKs reordering, so a real loss is recovered by the requester (a path's resend,
+or the local ACK timeout's go-back-N, whose duplicates the bitmap drops).
+
 Counter names follow the RNIC counters operators read (mlx5 names): out_of_sequence,
 duplicate_request, packet_seq_err (NAKs sent), local_ack_timeout_err, ...
 """
@@ -67,13 +77,22 @@ class RequesterCounters:
 class Requester:
     """The sending half of a QP. Sequence numbers are unbounded ints; PSN = seq mod 2**24."""
 
-    def __init__(self, initial_psn, payload_bytes, *, ack_every=16, timeout_s=0.5, retry_limit=7):
+    def __init__(self, initial_psn, payload_bytes, *, ack_every=16, timeout_s=0.5, retry_limit=7,
+                 self_describing=False, window=None):
         if payload_bytes <= 0 or payload_bytes % 4:
             raise ValueError(f"payload_bytes must be a positive multiple of 4, got {payload_bytes}")
         self.payload_bytes = payload_bytes
         self.ack_every = ack_every
         self.timeout_s = timeout_s
         self.retry_limit = retry_limit
+        self.self_describing = self_describing
+        # Multipath: no new message starts while `window` packets are outstanding (the
+        # responder's bitmap must hold every packet in flight), and each packet's path is kept.
+        self.window = window
+        self._paths = deque() if self_describing else None   # path of seq una_seq + i
+        # The paths of packets acknowledged since the caller last emptied it: those paths work.
+        self.acked_paths = set()
+        self._resend = deque()     # sequence numbers to send again first, ascending
         self.base_psn = initial_psn & roce.PSN_MASK
         self.next_seq = 0          # the next new packet
         self.send_seq = 0          # the next packet to transmit (< next_seq after a rewind)
@@ -99,7 +118,10 @@ class Requester:
         return not self.queue and not self.inflight
 
     def has_packet(self):
-        return self.send_seq < self.next_seq or bool(self.queue)
+        if self.send_seq < self.next_seq or self._resend:
+            return True
+        return bool(self.queue) and (self.window is None
+                                     or self.next_seq - self.una_seq < self.window)
 
     def outstanding_packets(self):
         return self.next_seq - self.una_seq
@@ -107,36 +129,65 @@ class Requester:
     def psn(self, seq):
         return (self.base_psn + seq) & roce.PSN_MASK
 
-    def next_packet(self, now):
+    def next_packet(self, now, path=None):
         """The next packet to transmit: (opcode, psn, ack_req, reth, immediate, request, offset,
-        length). Assumes has_packet()."""
-        if self.send_seq < self.next_seq:
-            request, index = self._locate(self.send_seq)
+        length). Assumes has_packet(). `path`: where it goes (multipath: kept per packet)."""
+        resend = self._resend
+        if resend:
+            seq = resend.popleft()
+            request, index = self._locate(seq)
         else:
-            request = self.queue.popleft()
-            request.first_seq = self.next_seq
-            request.npackets = max(1, -(-request.length // self.payload_bytes))
-            self.inflight.append(request)
-            self.next_seq += request.npackets
-            index = 0
-        seq = self.send_seq
-        self.send_seq += 1
+            if self.send_seq < self.next_seq:
+                request, index = self._locate(self.send_seq)
+            else:
+                request = self.queue.popleft()
+                request.first_seq = self.next_seq
+                request.npackets = max(1, -(-request.length // self.payload_bytes))
+                self.inflight.append(request)
+                self.next_seq += request.npackets
+                index = 0
+            seq = self.send_seq
+            self.send_seq += 1
         if seq < self.high_seq:
             self.counters.retransmitted_packets += 1
         else:
             self.high_seq = seq + 1
         if self.last_progress is None:       # the first packet outstanding starts the ACK timer
             self.last_progress = now
+        paths = self._paths
+        if paths is not None:
+            slot = seq - self.una_seq
+            if slot < len(paths):
+                paths[slot] = path
+            else:
+                paths.append(path)
         last = index == request.npackets - 1
         offset = index * self.payload_bytes
         length = min(self.payload_bytes, request.length - offset)
-        opcode = roce.write_opcode(index, request.npackets, immediate=True)
-        reth = (request.vaddr, request.rkey, request.length) if index == 0 else None
+        if self.self_describing:
+            opcode = (roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE if last
+                      else roce.OP_RC_RDMA_WRITE_ONLY)
+            reth = (request.vaddr + offset, request.rkey, length)
+        else:
+            opcode = roce.write_opcode(index, request.npackets, immediate=True)
+            reth = (request.vaddr, request.rkey, request.length) if index == 0 else None
         immediate = request.immediate if last else None
         ack_req = last or (seq + 1) % self.ack_every == 0
         self.counters.packets += 1
         self.counters.bytes += length
         return opcode, self.psn(seq), ack_req, reth, immediate, request, offset, length
+
+    def resend_path(self, path):
+        """Send again, before anything else, every unacknowledged packet whose last transmission
+        took `path` (a plane that failed: what was on it is lost). Returns how many."""
+        if self._paths is None:
+            raise ValueError("resend_path needs a self-describing (multipath) requester")
+        una, sent = self.una_seq, min(self.high_seq, self.send_seq) - self.una_seq
+        lost = {una + i for i, p in enumerate(self._paths) if i < sent and p == path}
+        lost.difference_update(self._resend)
+        if lost:
+            self._resend = deque(sorted(lost.union(self._resend)))
+        return len(lost)
 
     def _locate(self, seq):
         last = self.inflight[-1]
@@ -179,6 +230,14 @@ class Requester:
         """Everything before `upto_seq` is acknowledged."""
         if upto_seq <= self.una_seq:
             return []
+        paths = self._paths
+        if paths is not None:
+            acked = self.acked_paths
+            for _ in range(min(upto_seq - self.una_seq, len(paths))):
+                acked.add(paths.popleft())
+        resend = self._resend
+        while resend and resend[0] < upto_seq:
+            resend.popleft()
         self.una_seq = upto_seq
         self.send_seq = max(self.send_seq, upto_seq)
         self.retries = 0
@@ -210,8 +269,17 @@ class Requester:
                                  f"{self.psn(self.una_seq)} after {self.retry_limit} retries of "
                                  f"{self.timeout_s:g} s")
         self.send_seq = self.una_seq
+        self._resend.clear()
         self.last_progress = now
         return True
+
+    def rewind(self, now):
+        """Go back to the oldest unacknowledged packet now (the QP moved to another path: what
+        was in flight on the old one may be lost). Not a timeout: no retry is counted."""
+        self.send_seq = self.una_seq
+        self._resend.clear()
+        if self.una_seq < self.next_seq:
+            self.last_progress = now
 
 
 @dataclass
@@ -224,6 +292,9 @@ class ResponderCounters:
     acks_sent: int = 0
     completed: int = 0           # WRITE-with-immediate messages completed
     ce: int = 0                  # packets that arrived ECN CE-marked
+    reorder_depth_max: int = 0   # placing responder: the farthest ahead of the expected PSN
+    reorder_depth_sum: int = 0   # ... summed over the out-of-sequence arrivals (for the mean)
+    out_of_window: int = 0       # placing responder: beyond the bitmap, dropped
 
 
 @dataclass
@@ -251,6 +322,7 @@ class ResponderAction:
     placement: Placement | None = None
     completion: Completion | None = None
     reply: tuple | None = None           # (psn, syndrome) to send as ACK/NAK
+    completions: list | None = None      # placing responder: messages completed, in order
 
 
 class Responder:
@@ -306,3 +378,82 @@ class Responder:
             action.reply = (bth.psn, roce.AETH_ACK)
             self.counters.acks_sent += 1
         return action
+
+
+class PlacingResponder:
+    """The receiving half of a multipath QP: direct placement of every packet within `window`
+    PSNs of the expected one, a bitmap of what arrived ahead, cumulative ACKs, completions in
+    PSN order. Every packet carries its own RETH (the requester's `self_describing` mode).
+
+    Nothing is buffered but the bookkeeping of each packet that arrived ahead: its length, its
+    immediate data and whether it asked for an ACK. When the expected packet arrives, the run of
+    packets behind it that already arrived is consumed too; the ACK then names the new
+    cumulative PSN if any consumed packet asked for one, so a requester waiting for the ACK of a
+    message's last packet hears it even when that packet came before a hole was filled.
+    Reordering is never NAKed (a late plane is not a loss); packets behind the expected PSN, or
+    ahead of it and already arrived, are duplicates."""
+
+    def __init__(self, initial_psn, window):
+        if not 1 <= window < PSN_WINDOW:
+            raise ValueError(f"window must be 1..{PSN_WINDOW - 1} packets, got {window}")
+        self.expected = initial_psn & roce.PSN_MASK
+        self.window = window
+        self.msn = 0
+        self.counters = ResponderCounters()
+        self._ahead = {}             # psn -> (length, immediate, ack_req, rkey, vaddr)
+        self._message_bytes = 0      # consumed bytes of the message under way
+
+    def on_packet(self, parsed):
+        bth = parsed.bth
+        psn = bth.psn
+        counters = self.counters
+        action = ResponderAction()
+        distance = (psn - self.expected) & roce.PSN_MASK
+        if distance >= PSN_WINDOW or (distance and psn in self._ahead):
+            counters.duplicate_request += 1
+            if bth.ack_req:
+                action.reply = (roce.psn_add(self.expected, -1), roce.AETH_ACK)
+                counters.acks_sent += 1
+            return action
+        if distance >= self.window:
+            counters.out_of_window += 1
+            return action
+        reth = parsed.reth
+        if reth is None:             # not a self-describing packet: nowhere to place it
+            counters.out_of_sequence += 1
+            return action
+        length = parsed.payload_len
+        action.placement = Placement(reth.rkey, reth.vaddr, parsed.payload_offset, length)
+        counters.packets += 1
+        counters.bytes += length
+        if distance:
+            counters.out_of_sequence += 1
+            counters.reorder_depth_sum += distance
+            if distance > counters.reorder_depth_max:
+                counters.reorder_depth_max = distance
+            self._ahead[psn] = (length, parsed.immediate, bth.ack_req, reth.rkey, reth.vaddr)
+            return action
+        ack = self._consume(length, parsed.immediate, bth.ack_req, reth.rkey, reth.vaddr, action)
+        ahead = self._ahead
+        while ahead and self.expected in ahead:
+            ack |= self._consume(*ahead.pop(self.expected), action)
+        if ack:
+            action.reply = (roce.psn_add(self.expected, -1), roce.AETH_ACK)
+            counters.acks_sent += 1
+        return action
+
+    def _consume(self, length, immediate, ack_req, rkey, vaddr, action):
+        """The expected packet is in: move the cumulative PSN past it; complete its message."""
+        self.expected = roce.psn_add(self.expected)
+        self.msn = (self.msn + 1) & 0xFFFFFF        # every self-describing packet is a message
+        self._message_bytes += length
+        if immediate is not None:
+            total = self._message_bytes
+            self._message_bytes = 0
+            self.counters.completed += 1
+            done = Completion(immediate, rkey, vaddr + length - total, total)
+            if action.completions is None:
+                action.completions = [done]
+            else:
+                action.completions.append(done)
+        return ack_req

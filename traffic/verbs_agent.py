@@ -162,6 +162,8 @@ def _read(path):
 class VerbsQP:
     """An RC QP of the plan: the device's QP, its send queue in software, counters."""
 
+    usable = True        # rxe runs the static plane split only: every QP takes messages
+
     def __init__(self, spec, port, qp):
         self.label = spec["qpn"]               # the plan's name for it
         self.peer = spec["peer"]
@@ -407,6 +409,16 @@ class VerbsRnic:
 
     def qp_counters(self):
         return [qp.counters() for qp in self.qps.values()]
+
+    def plane_bytes(self):
+        """Message bytes written through each port so far (rxe owns the packets)."""
+        out = [0] * len(self.ports)
+        for qp in self.qps.values():
+            out[qp.port_index] += qp.tx_bytes
+        return out
+
+    def plb_report(self):
+        return None
 
     def port_reports(self):
         return [{"address": p.address, "device": p.device, "gid": p.gid} for p in self.ports]

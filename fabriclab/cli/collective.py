@@ -25,6 +25,7 @@ def add_collective_args(p):
     from fabriclab.traffic import schedules
     from fabriclab.traffic.rank_driver import QP_METHODS
     from fabriclab.traffic.collective import PLACEMENTS
+    from fabriclab.traffic.plb import MODES as PLB_MODES, PROBE_TIMEOUTS
     from fabriclab.traffic.softroce import BACKENDS
 
     p.add_argument("--collective", "-c", default="allreduce", choices=schedules.COLLECTIVES)
@@ -63,6 +64,18 @@ def add_collective_args(p):
                    help="a DCQCN NIC parameter, e.g. rpg_ai_rate=10 (repeatable)")
     p.add_argument("--ack-timeout", type=float, help="local ACK timeout, s (default from buffers)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--plb", choices=PLB_MODES, default="static",
+                   help="plane load balancing on a multiplane NIC: per-plane (per-plane CC and the "
+                        "shallowest egress queue, per packet), global (one CC across planes), static "
+                        "(even split, default), software (NCCL-style, gives a stalled plane up after "
+                        "--sw-timeout) or esr (entropy source routing)")
+    p.add_argument("--probe-interval", type=float, metavar="S",
+                   help="plane probe interval and timeout, s (default: the probe round trip's bound "
+                        "on the spec)")
+    p.add_argument("--probe-timeouts", type=int, default=PROBE_TIMEOUTS, metavar="N",
+                   help=f"consecutive probe timeouts that remove a plane (default {PROBE_TIMEOUTS})")
+    p.add_argument("--sw-timeout", type=float, metavar="S",
+                   help="software plb: stall before a plane is given up, s (default: the ACK timeout)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="what moves the bytes: rxe (soft-RoCE, real RDMA verbs), udp (the lab's "
                         "RoCEv2 agents on raw sockets) or auto (default: rxe where doctor finds "
@@ -92,7 +105,8 @@ def spec_from_args(args):
         verify=args.verify, in_place=args.in_place, sport_mode=args.sport_mode, spray=args.spray,
         imbalance=args.imbalance, root=args.root,
         cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
-        seed=args.seed, backend=args.backend)
+        seed=args.seed, backend=args.backend, plb=args.plb, probe_interval_s=args.probe_interval,
+        probe_timeouts=args.probe_timeouts, sw_timeout_s=args.sw_timeout)
     if args.control_dscp is not None:
         spec.control_dscp = args.control_dscp
     spec.check()

@@ -68,23 +68,29 @@ def host_setup_script(host, mtu):
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
         "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
     ]
-    main_plane_done = set()
     for table, port in enumerate(host.ports, start=100):
-        net = f"10.{port.plane}.0.0/16"
         lines += [
             f"sysctl -qw net.ipv4.conf.{port.intf}.rp_filter=0",
             f"ethtool -K {port.intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 || true",
             f"ip link set {port.intf} address {port.mac} mtu {mtu}",
             f"ip addr add {port.ip}/32 dev {port.intf}",
             f"ip link set {port.intf} up",
-            f"ip route add {net} dev {port.intf} src {port.ip} table {table}",
             f"ip route add unreachable default table {table}",
             f"ip rule add from {port.ip} table {table} priority {table}",
-        ]
-        if port.plane not in main_plane_done:
-            lines.append(f"ip route add {net} dev {port.intf} src {port.ip}")
-            main_plane_done.add(port.plane)
+        ] + port_routes(host, port)
     return "\n".join(lines)
+
+
+def port_routes(host, port):
+    """The routes through one host port: its plane on-link in the port's own table and, for the
+    first port of its plane, in the main table. The kernel deletes them when the port goes down,
+    so a cable that comes back up needs them again (`set_link`)."""
+    table = 100 + host.ports.index(port)
+    net = f"10.{port.plane}.0.0/16"
+    lines = [f"ip route replace {net} dev {port.intf} src {port.ip} table {table}"]
+    if next(p for p in host.ports if p.plane == port.plane) == port:
+        lines.append(f"ip route replace {net} dev {port.intf} src {port.ip}")
+    return lines
 
 
 class LabController(RemoteController):
@@ -203,11 +209,16 @@ def _check_output(node, out, what):
         raise LabError(f"{what} failed on {node.name}: {detail[-1] if detail else out.strip()}")
 
 
-def set_link(net, link, up):
-    """Bring a cable down or up by its switch-side (and host-side) interfaces, as pulling it would."""
+def set_link(net, link, up, fabric=None):
+    """Bring a cable down or up by its switch-side (and host-side) interfaces, as pulling it would.
+    A host port coming back up gets its routes again (`fabric` names the port)."""
     state = "up" if up else "down"
     for node_name, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
         net.get(node_name).cmd(f"ip link set {intf} {state}")
+    if up and link.kind == "host" and fabric is not None:
+        host = fabric.hosts[link.a]
+        port = next(p for p in host.ports if p.intf == link.a_intf)
+        net.get(host.name).cmd("; ".join(port_routes(host, port)))
 
 
 def set_rate(net, link, rate_mbps, mtu, nodes=None):

@@ -105,6 +105,8 @@ def size_row(row):
         "flows": row["flows"], "verify": row["verify"], "window_s": row["window_s"],
         "links": row["links"], "buffer_drops": row["buffer_drops"], "balance": row["balance"],
         "cpu": row["cpu"], "valid": not invalid, "invalid": invalid,
+        # data bytes each plane carried over the measured iterations, and their shares
+        **({"planes": row["planes"]} if "planes" in row else {}),
     }
 
 
@@ -129,7 +131,16 @@ def collective_job(run, role="measured"):
         "qps": [{**q, "rank": rank} for rank, final in sorted(run.finals.items()) for q in final["qps"]],
         "elapsed_s": round(run.elapsed_s, 3),
         "valid": not invalid, "invalid": invalid,
+        **({"plb": plb_record(run)} if run.plb is not None else {}),
     }
+
+
+def plb_record(run):
+    """The plane load balancer of a collective job: its settings, and per rank what each plane
+    sent, the removals and returns of planes (unix times), the CC contexts and probes per
+    destination, out-of-order arrivals and the rank's timeline (traffic/agent.py plb_report)."""
+    return {**run.plb,
+            "ranks": {str(rank): final.get("plb") for rank, final in sorted(run.finals.items())}}
 
 
 def allpairs_job(run, spec, fabric, role="measured"):

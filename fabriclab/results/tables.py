@@ -76,6 +76,8 @@ def collective_table(doc):
     job, nccl-tests' numbers and the RNIC's."""
     run, _name, job = job_of(doc, "collective")
     modes = both_modes(job["sizes"])
+    # On a multiplane fabric: what share of the data each plane carried (the PLB's split).
+    shares = any(len((row.get("planes") or {}).get("share") or ()) > 1 for row in job["sizes"])
     rows = []
     for row in job["sizes"]:
         t, c = row["cct_ms"], row["counters"]
@@ -88,19 +90,29 @@ def collective_table(doc):
                      f"{100 * row['busbw_fraction_of_nic']:.0f}",
                      row["balance"]["up"].get("max_mean_ratio"),
                      c.get("out_of_sequence", "-"), c.get("retransmitted_packets", c.get("retries", "-")),
-                     c.get("local_ack_timeout_err", "-"), c.get("cnp_sent", "-"),
-                     verify + (" (CPU SATURATED)" if any(r.startswith("CPU") for r in row["invalid"]) else "")))
+                     c.get("local_ack_timeout_err", "-"), c.get("cnp_sent", "-"))
+                    + ((plane_shares(row),) if shares else ())
+                    + (verify + (" (CPU SATURATED)" if any(r.startswith("CPU") for r in row["invalid"]) else ""),))
     w = job["workload"]
     first = job["sizes"][0]
+    plb = job.get("plb")
     title = (f"{w['collective']}/{first['algorithm']} over {first['ranks']} ranks on {doc['fabric']['name']} "
              f"({run['routing']}), backend {job['backend']}, {w['channels']} channel(s), "
-             f"{w['qps']} QP(s) per connection ({w['qp_method']}), {scale_line(doc)}")
+             f"{w['qps']} QP(s) per connection ({w['qp_method']})"
+             + (f", plb {plb['mode']}" if plb else "") + f", {scale_line(doc)}")
     return format_table(("size",) + (("mode",) if modes else ()) + (
                          "CCT mean ms", "p50 ms", "p99 ms", "algbw Mbit/s", "busbw Mbit/s",
                          "busbw % NIC", "uplink max/mean", "OOS",
                          # rdma_rxe counts the requester's go-back-N restarts, not packets
                          "retries" if job["backend"] == "rdma_rxe" else "retrans",
-                         "timeouts", "CNPs", "verify"), rows, title=title)
+                         "timeouts", "CNPs") + (("plane shares %",) if shares else ()) + ("verify",),
+                        rows, title=title)
+
+
+def plane_shares(row):
+    """Each plane's share of the data a size sent, in percent: `25/25/25/25`."""
+    share = (row.get("planes") or {}).get("share") or ()
+    return "/".join("-" if s is None else f"{100 * s:.0f}" for s in share) or "-"
 
 
 # -- several runs (scenarios) -----------------------------------------------------------------------

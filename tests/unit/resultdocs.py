@@ -71,14 +71,20 @@ def verify_record(ranks, iterations, wrong=0):
 
 def collective_job(busbw=71.5, sizes=((1 << 20, (0.010, 0.012, 0.030)), (4 << 20, (0.040, 0.044, 0.090))),
                    role="measured", hosts=("h1", "h2"), valid=True, collective="allreduce", in_place=False,
-                   verify=False, wrong=None, root=0, spec="tiny"):
+                   verify=False, wrong=None, root=0, spec="tiny", plb=None):
     """A collective job's record; with `in_place` every size has an in-place row after its out-of-place
-    one (10% slower). `wrong`: {(size, in_place): wrong elements} of a verified job."""
+    one (10% slower). `wrong`: {(size, in_place): wrong elements} of a verified job. `plb`: a plane
+    load balancer mode, whose records (settings, per-plane shares, each rank's report) the job gets."""
     lab = fake_lab(spec)
     cspec = CollectiveSpec(collective, sizes=tuple(s for s, _ in sizes), hosts=hosts, verify=verify,
-                           in_place=in_place, root=root, warmup=2, iterations=len(sizes[0][1]))
+                           in_place=in_place, root=root, warmup=2, iterations=len(sizes[0][1]),
+                           plb=plb or "static")
     ranks = place_ranks(lab.fabric, cspec)
-    run = CollectiveRun(cspec, ranks, 4096, 0.2, 100.0)
+    settings = None
+    if plb is not None:
+        settings = {"mode": plb, "probe_interval_s": 0.037, "probe_timeouts": 3, "sw_timeout_s": 1.7,
+                    "egress_room_bytes": 12510}
+    run = CollectiveRun(cspec, ranks, 4096, 0.2, 100.0, plb=settings)
     modes = (False, True) if in_place else (False,)
     run.sizes = []
     for i, (size, ccts) in enumerate(sizes):
@@ -91,9 +97,32 @@ def collective_job(busbw=71.5, sizes=((1 << 20, (0.010, 0.012, 0.030)), (4 << 20
                                            ranks=len(ranks)))
     run.finals = {r.rank: {"totals": {"tx_packets": 10}, "qps": [{"qpn": 256 + r.rank, "tx_packets": 10}]}
                   for r in ranks}
+    if plb is not None:
+        planes = len(ranks[0].ports)
+        for row in run.sizes:
+            row["planes"] = {"tx_bytes": [1000] * planes, "share": [round(1 / planes, 4)] * planes}
+        for r in ranks:
+            run.finals[r.rank]["plb"] = plb_report(plb, planes, peer=1 - r.rank)
     run.pids = {r.rank: 4242 + r.rank for r in ranks}
     run.elapsed_s = 1.5
     return document.collective_job(run, role)
+
+
+def plb_report(mode, planes, peer):
+    """One rank's plane load balancer record, shaped as traffic/agent.py's plb_report makes it:
+    one plane removed by its port and back after a successful send."""
+    return {"mode": mode,
+            "planes": [{"plane": p + 1, "intf": f"h1-n0p{p + 1}", "up": True, "data_tx_packets": 25,
+                        "data_tx_bytes": 104250, "deep_queue_skips": 0} for p in range(planes)],
+            "destinations": [{"peer": peer, "planes": [
+                {"plane": p + 1, "liveness": {"probes_sent": 4, "probe_timeouts": 0, "echoes": 4, "removed": False,
+                                              "rtt_ms": {"min": 3.1, "max": 9.0, "mean": 5.2}},
+                 "cc": {"rate_mbps": 10.0, "min_rate_mbps": 5.0, "cnps": 1}} for p in range(planes)]}],
+            "events": [{"t": 1700000000.5, "plane": planes, "peer": None, "event": "removed", "by": "send"},
+                       {"t": 1700000001.5, "plane": planes, "peer": None, "event": "returned", "by": "send"}],
+            "reorder": {"out_of_sequence": 12, "depth_max": 6, "depth_mean": 2.5},
+            "timeline": {"start": 1700000000.0, "t_s": [0.0, 0.01], "acked_bytes": [4096, 8192],
+                         "received_bytes": [0, 4096], "sent_bytes": [[4170, 8340]] * planes, "truncated": False}}
 
 
 def allpairs_job(delivered_mbps=30.0):

@@ -44,6 +44,7 @@ class LoopQp:
         self.channel, self.port_index = spec["channel"], spec["port"]
         self.activity = QpActivity()
         self.tx_bytes = self.rx_bytes = 0
+        self.usable = True
 
 
 class LoopRnic:
@@ -117,6 +118,15 @@ class LoopRnic:
 
     def port_reports(self):
         return [{"address": a["address"]} for a in self.config["ports"]]
+
+    def plane_bytes(self):
+        out = [0] * len(self.config["ports"])
+        for qp in self.by_qpn.values():
+            out[qp.port_index] += qp.tx_bytes
+        return out
+
+    def plb_report(self):
+        return None
 
     def status(self):
         return {"inbox": self.wire.inboxes[self.rank].qsize()}
@@ -368,6 +378,9 @@ def test_cts_holds_a_sender_within_the_receivers_grant(tmp_path):
 
         def totals(self):
             return {}
+
+        def plane_bytes(self):
+            return [0]
 
         def status(self):
             return {}

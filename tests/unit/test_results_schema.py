@@ -93,3 +93,18 @@ def test_collective_records_say_the_mode_and_the_agents():
     for row in job["sizes"]:
         del row["in_place"]
     assert document.first_problem(doc) is None
+
+
+def test_plane_load_balancer_records_follow_the_schema_and_stay_optional():
+    job = rd.collective_job(plb="per-plane", spec="spectrumx_fig16", hosts=("h1", "h5"))
+    assert job["plb"]["mode"] == "per-plane" and set(job["plb"]["ranks"]) == {"0", "1"}
+    assert job["sizes"][0]["planes"]["share"] == [0.25] * 4
+    doc = rd.doc("collective", [rd.run("r", {"j": job})])
+    assert document.first_problem(doc) is None
+    # a bad event kind is named
+    job["plb"]["ranks"]["0"]["events"][0]["event"] = "vanished"
+    assert document.first_problem(doc) is not None
+    # documents written before the plane load balancer existed still read
+    old = rd.collective_job()
+    assert "plb" not in old and "planes" not in old["sizes"][0]
+    assert document.first_problem(rd.doc("collective", [rd.run("r", {"j": old})])) is None

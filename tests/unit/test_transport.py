@@ -5,7 +5,8 @@ from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.layers.inet import IP, UDP
 
 from fabriclab.traffic import roce
-from fabriclab.traffic.transport import Requester, Responder, TransportError, WriteRequest
+from fabriclab.traffic.transport import (PlacingResponder, Requester, Responder, TransportError,
+                                         WriteRequest)
 
 PAYLOAD = 1024
 
@@ -232,3 +233,153 @@ def test_cts_payload_round_trip():
     data = roce.build_bth(roce.OP_UC_SEND_ONLY, 1, 0) + roce.build_cts_payload(123456789) + bytes(4)
     assert roce.parse_cts_payload(data) == 123456789
     assert roce.parse_cts_payload(roce.build_bth(roce.OP_UC_SEND_ONLY, 1, 0) + bytes(16)) is None
+
+
+# -- multipath: self-describing packets, paths, the placing responder ------------------------------
+
+def drain_on(req, path, now=0.0, limit=None):
+    """Packets the requester sends now on `path` (up to `limit`), as dicts."""
+    out = []
+    while req.has_packet() and (limit is None or len(out) < limit):
+        opcode, psn, ack_req, reth, imm, _request, offset, length = req.next_packet(now, path)
+        out.append(dict(opcode=opcode, psn=psn, ack_req=ack_req, reth=reth, imm=imm,
+                        offset=offset, length=length))
+    return out
+
+
+def test_multipath_packets_each_carry_their_own_address():
+    req = Requester(100, PAYLOAD, ack_every=2, self_describing=True, window=64)
+    req.post(write(2 * PAYLOAD + 8, tag=5, vaddr=0x4000))
+    pkts = drain_on(req, 0)
+    assert [p["opcode"] for p in pkts] == [roce.OP_RC_RDMA_WRITE_ONLY] * 2 + [
+        roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE]
+    assert [p["reth"] for p in pkts] == [(0x4000, 2, PAYLOAD), (0x4000 + PAYLOAD, 2, PAYLOAD),
+                                         (0x4000 + 2 * PAYLOAD, 2, 8)]
+    assert pkts[-1]["imm"] == 5 and [p["ack_req"] for p in pkts] == [False, True, True]
+    # genuine RoCEv2: scapy decodes the RETH of every one of them
+    for pkt in pkts:
+        _parsed, udp = as_parsed(pkt)
+        assert BTH(udp).opcode == pkt["opcode"]
+
+
+def test_the_window_holds_back_new_messages_not_retransmissions():
+    req = Requester(0, PAYLOAD, self_describing=True, window=4)
+    for tag in range(3):
+        req.post(write(2 * PAYLOAD, tag=tag))
+    assert len(drain_on(req, 0)) == 4                  # two messages fill the window
+    assert not req.has_packet()
+    req.on_ack(1, ACK, 0.1)                            # the first message is acknowledged
+    assert [p["psn"] for p in drain_on(req, 0)] == [4, 5]
+    assert req.check_timeout(10.0)                     # go-back-N still resends what is out
+    assert [p["psn"] for p in drain_on(req, 0, 10.0)] == [2, 3, 4, 5]
+
+
+def test_a_failed_path_resends_exactly_what_it_carried():
+    req = Requester(0, PAYLOAD, ack_every=100, self_describing=True, window=64)
+    req.post(write(8 * PAYLOAD, tag=1))
+    sent = [drain_on(req, path, limit=1)[0]["psn"] for path in (0, 1, 2, 3, 0, 1, 2, 3)]
+    assert sent == list(range(8))
+    req.on_ack(1, ACK, 0.1)                            # 0 and 1 arrived
+    assert req.resend_path(1) == 1                     # 5 went on path 1 (1 is acknowledged)
+    assert req.resend_path(1) == 0                     # asked twice: still once
+    assert req.resend_path(2) == 2                     # 2 and 6
+    again = drain_on(req, 3, 0.2)
+    assert [p["psn"] for p in again] == [2, 5, 6]      # in PSN order, before anything new
+    assert req.counters.retransmitted_packets == 3
+    req.on_ack(7, ACK, 0.3)
+    assert req.idle
+    with pytest.raises(ValueError, match="self-describing"):
+        Requester(0, PAYLOAD).resend_path(0)
+
+
+def test_a_path_resend_skips_what_an_ack_covered_meanwhile():
+    req = Requester(0, PAYLOAD, ack_every=100, self_describing=True, window=64)
+    req.post(write(4 * PAYLOAD, tag=1))
+    drain_on(req, 7)
+    assert req.resend_path(7) == 4
+    req.on_ack(2, ACK, 0.1)                            # 0..2 arrived after all
+    assert [p["psn"] for p in drain_on(req, 0)] == [3]
+
+
+def _multipath_packets(npackets, tag=9, vaddr=0x8000, first_psn=0, ack_every=4):
+    req = Requester(first_psn, PAYLOAD, ack_every=ack_every, self_describing=True, window=1024)
+    req.post(write(npackets * PAYLOAD - 24, tag=tag, vaddr=vaddr))
+    return req, [as_parsed(p)[0] for p in drain_on(req, 0)]
+
+
+def test_the_placing_responder_places_out_of_order_and_acks_cumulatively():
+    _req, pkts = _multipath_packets(6, first_psn=roce.PSN_MASK - 2)      # PSNs wrap
+    resp = PlacingResponder(roce.PSN_MASK - 2, window=16)
+    order = [1, 3, 0, 5, 2, 4]
+    actions = [resp.on_packet(pkts[i]) for i in order]
+    # every packet placed on arrival, at its own address
+    assert [a.placement.vaddr for a in actions] == [0x8000 + i * PAYLOAD for i in order]
+    # 1 and 3 came while 0 was expected, 5 while 2 was: 0, 2 and 4 each filled a hole
+    assert resp.counters.out_of_sequence == 3
+    assert resp.counters.reorder_depth_max == 3 and resp.counters.reorder_depth_sum == 1 + 3 + 3
+    # packet 3 asked for an ACK (ack_every 4) and is acknowledged when 2 fills the hole below
+    # it; the last packet when 4 does; 0 moved the cumulative PSN past 1, which asked nothing
+    first = roce.PSN_MASK - 2
+    assert [a.reply for a in actions] == [None, None, None, None,
+                                          (roce.psn_add(first, 3), roce.AETH_ACK),
+                                          (roce.psn_add(first, 5), roce.AETH_ACK)]
+    # the message completes once, when all of it is in, with its start and whole length
+    done = [c for a in actions for c in a.completions or ()]
+    assert [(c.immediate, c.vaddr, c.length) for c in done] == [(9, 0x8000, 6 * PAYLOAD - 24)]
+    assert actions[-1].completions == done and resp.counters.completed == 1
+    assert resp.counters.packet_seq_err == 0          # reordering is never NAKed
+
+
+def test_the_placing_responder_drops_duplicates_and_what_is_beyond_its_window():
+    _req, pkts = _multipath_packets(8)
+    resp = PlacingResponder(0, window=4)
+    resp.on_packet(pkts[2])
+    dup = resp.on_packet(pkts[2])                      # the same packet ahead, again
+    assert dup.placement is None and resp.counters.duplicate_request == 1
+    far = resp.on_packet(pkts[5])                      # beyond the bitmap
+    assert far.placement is None and resp.counters.out_of_window == 1
+    for i in (0, 1):
+        resp.on_packet(pkts[i])
+    behind = resp.on_packet(pkts[3 - 3])              # behind the cumulative PSN, asks no ACK
+    assert behind.placement is None and resp.counters.duplicate_request == 2
+    acked = resp.on_packet(pkts[3])                    # asks for an ACK: re-acknowledged
+    assert acked.reply == (3, roce.AETH_ACK)
+    dup_behind = resp.on_packet(pkts[3])
+    assert dup_behind.reply == (3, roce.AETH_ACK) and dup_behind.placement is None
+    with pytest.raises(ValueError, match="window"):
+        PlacingResponder(0, window=0)
+
+
+def test_a_lost_packet_is_recovered_and_reordering_costs_nothing():
+    """Two messages over four paths, delivered in a scrambled order, one packet lost: the ACK
+    timeout resends, the bitmap drops the duplicates, each message completes once, in order."""
+    rng = __import__("random").Random(4)
+    req = Requester(7, PAYLOAD, ack_every=4, timeout_s=0.1, self_describing=True, window=256)
+    resp = PlacingResponder(7, window=512)
+    for tag in (1, 2):
+        req.post(write(10 * PAYLOAD, tag=tag, vaddr=0x1000 * tag * 16))
+    now, lost, delivered, completed, placed = 0.0, None, [], [], set()
+    while not req.idle and now < 5:
+        batch = []
+        while req.has_packet():
+            path = len(batch) % 4
+            opcode, psn, ack_req, reth, imm, _r, off, length = req.next_packet(now, path)
+            batch.append(dict(opcode=opcode, psn=psn, ack_req=ack_req, reth=reth, imm=imm,
+                              offset=off, length=length))
+        rng.shuffle(batch)
+        for pkt in batch:
+            if lost is None and pkt["psn"] == 12:
+                lost = pkt["psn"]
+                continue
+            action = resp.on_packet(as_parsed(pkt)[0])
+            if action.placement is not None:
+                placed.add(action.placement.vaddr)
+            delivered += [c.immediate for c in action.completions or ()]
+            if action.reply:
+                completed += [r.context for r in req.on_ack(action.reply[0], ACK, now)]
+        now += 0.05
+        req.check_timeout(now)
+    assert delivered == [1, 2] and completed == [1, 2]
+    assert len(placed) == 20 and req.counters.local_ack_timeout_err >= 1
+    assert resp.counters.bytes == 20 * PAYLOAD         # every byte placed exactly once
+    assert resp.counters.out_of_sequence > 0 and resp.counters.duplicate_request > 0
