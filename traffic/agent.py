@@ -127,8 +127,11 @@ class QueuePair:
         self.port_index = None if self.multipath else self.home
         self.usable = True                    # software: its plane is not given up on
         self.progress_at = None               # software: the last ACK progress (or start)
-        # Packet spraying: a multipath NIC varies the source port per packet so ECMP spreads one
-        # QP over paths; the RC transport here does not tolerate the reordering that follows.
+        # The receiver places packets that arrive ahead of the expected PSN instead of NAKing
+        # them (a multipath QP always does; its packets overtake each other across planes).
+        self.placing = self.multipath or transport.get("reorder") == "place"
+        # Packet spraying: the NIC varies the source port per packet so ECMP spreads one QP
+        # over paths; without placement the reordering that follows costs go-back-N.
         spray = transport.get("spray", 1)
         self.sports = [roce.ROCE_UDP_SPORT_MIN | ((self.sport + i * 0x1111) & 0x3FFF)
                        for i in range(spray)]
@@ -136,15 +139,16 @@ class QueuePair:
         self.zero = bytes(transport["chunk_bytes"])
         payload = transport["payload_bytes"]
         window = None
-        if self.multipath:
+        if self.placing:
             # A message starts only while the responder's bitmap still holds all of it.
             window = plb.REORDER_WINDOW - -(-transport["chunk_bytes"] // payload)
         self.requester = Requester(spec["send_psn"], payload,
                                    ack_every=transport["ack_every"],
                                    timeout_s=transport["ack_timeout_s"],
                                    retry_limit=transport["retry_limit"],
-                                   self_describing=self.multipath, window=window)
-        self.responder = (PlacingResponder(spec["recv_psn"], plb.REORDER_WINDOW) if self.multipath
+                                   self_describing=self.placing, window=window)
+        self.responder = (PlacingResponder(spec["recv_psn"], plb.REORDER_WINDOW,
+                                           transport.get("reorder_timeout_s")) if self.placing
                           else Responder(spec["recv_psn"]))
         self.rp = dcqcn.ReactionPoint(rp_params) if rp_params else None
         self.np = dcqcn.NotificationPoint(np_params) if np_params else None
@@ -242,7 +246,7 @@ class QueuePair:
                "cnp_sent": self.cnp_sent, "cnp_handled": self.cnp_received,
                "reorder_depth_sum": s.reorder_depth_sum,
                "reorder_depth_max": s.reorder_depth_max, "out_of_window": s.out_of_window,
-               "first_send": self.activity.first_send, "last_ack": self.activity.last_ack}
+               "holes_naked": s.holes_naked, "first_send": self.activity.first_send, "last_ack": self.activity.last_ack}
         if self.mode == "software" and self.current != self.home:
             out["moved_to_plane"] = self.current + 1
         if self.rp is not None:
@@ -254,7 +258,7 @@ class QueuePair:
 TOTAL_KEYS = ("tx_packets", "tx_bytes", "retransmitted_packets", "naks_received",
               "local_ack_timeout_err", "rx_packets", "rx_bytes", "out_of_sequence",
               "duplicate_request", "packet_seq_err", "acks_sent", "ce_marked", "cnp_sent",
-              "cnp_handled", "reorder_depth_sum", "out_of_window")
+              "cnp_handled", "reorder_depth_sum", "out_of_window", "holes_naked")
 
 
 class UdpRnic:
@@ -279,6 +283,8 @@ class UdpRnic:
         self.timer_period = min(TIMER_PERIOD_S, self.transport["ack_timeout_s"] / 5)
         if self.mode != "static":
             self.timer_period = min(self.timer_period, self.plb["probe_interval_s"] / 4)
+        if self.transport.get("reorder_timeout_s"):
+            self.timer_period = min(self.timer_period, self.transport["reorder_timeout_s"] / 4)
         self.jsq = self.mode in ("per-plane", "global")
         self.control_ip = {"dscp": self.transport["control_dscp"], "ecn": roce.ECN_NOT_ECT}
         self.probe_ip = {"dscp": self.transport["cnp_dscp"], "ecn": roce.ECN_NOT_ECT}
@@ -433,6 +439,10 @@ class UdpRnic:
                 raise PeerError(qp.peer, f"{exc} on QP {qp.qpn:#x}") from None
             if qp.rp is not None:
                 qp.rp.advance(now)
+            if qp.placing:
+                nak = qp.responder.check_hole(now)
+                if nak is not None:
+                    self.send_ack(self.control_plane(qp), qp, nak, now)
         for ctx in self.contexts:
             ctx.advance(now)
         if self.mode != "static":
@@ -628,24 +638,28 @@ class UdpRnic:
                     plane.port.address, peer, qp.sport, qp.peer_qpn, entropy=sport,
                     dscp=self.transport["cnp_dscp"], ecn=roce.ECN_NOT_ECT,
                     ip_id=plane.ip_ids.take()), peer, now)
-        action = qp.responder.on_packet(parsed)
+        action = qp.responder.on_packet(parsed, now)
         if action.placement is not None and driver.memory is not None:
             place = action.placement
             region, offset = split_address(place.vaddr)
             start = place.offset_in_payload
             driver.memory.write(region, offset, data[start:start + place.length])
         if action.reply is not None:
-            psn, syndrome = action.reply
-            peer = qp.peer_addresses[plane.index]
-            self.send_control(plane, qp, roce.build_ack_packet(
-                plane.port.address, peer, qp.sport, qp.peer_qpn, psn, syndrome,
-                qp.responder.msn, ip_id=plane.ip_ids.take(), **self.control_ip), peer, now)
+            self.send_ack(plane, qp, action.reply, now)
         if action.completion is not None:
             done = action.completion
             driver.message_received(qp, done.immediate, done.length, now)
         if action.completions:
             for done in action.completions:
                 driver.message_received(qp, done.immediate, done.length, now)
+
+    def send_ack(self, plane, qp, reply, now):
+        """An ACK or NAK, (psn, syndrome), to the QP's peer on `plane`."""
+        psn, syndrome = reply
+        peer = qp.peer_addresses[plane.index]
+        self.send_control(plane, qp, roce.build_ack_packet(
+            plane.port.address, peer, qp.sport, qp.peer_qpn, psn, syndrome,
+            qp.responder.msn, ip_id=plane.ip_ids.take(), **self.control_ip), peer, now)
 
     def control_message(self, qp, data, plane, now):
         """A UC SEND: a CTS grant, a plane probe (echo it on the plane it came by) or an echo."""

@@ -35,6 +35,7 @@ AGENT_MODULE = "fabriclab.traffic.agent"
 AGENT_MODULES = {softroce.UDP: AGENT_MODULE, softroce.RXE: "fabriclab.traffic.verbs_agent"}
 PLACEMENTS = ("order", "topology", "random")
 FIRST_QPN = 0x100
+REORDER_MODES = ("go-back-n", "place")
 START_MARGIN_S = 0.05        # "run" reaches every agent before its start time
 HELLO_TIMEOUT_S = 30.0       # agents import numpy and open sockets (many start at once)
 READY_TIMEOUT_S = 15.0
@@ -88,6 +89,13 @@ class CollectiveSpec:
     probe_interval_s: float | None = None   # default: the probe round trip's bound on the spec
     probe_timeouts: int = lb.PROBE_TIMEOUTS  # consecutive probe timeouts that remove a plane
     sw_timeout_s: float | None = None       # software: stall before a plane is given up (ACK timeout)
+    # What the receiver does with a packet ahead of the expected PSN: go-back-n (NAK it, as an
+    # RC QP of RoCEv2 does) or place (write it where its RETH says and remember it, as a NIC
+    # built for per-packet load balancing does: seed 002 section 3). None: place where the plb
+    # mode sends one QP on several planes, else go-back-n.
+    reorder: str | None = None
+    reorder_timeout_s: float | None = None  # place: a hole older than this is NAKed (default: a
+                                            # path's buffers draining, the most reordering costs)
 
     def check(self):
         """Raise LabError naming the first bad field."""
@@ -134,13 +142,24 @@ class CollectiveSpec:
             bad("in_place", "must be true or false")
         if self.plb not in lb.MODES:
             bad("plb", f"must be one of {', '.join(lb.MODES)}")
-        for name in ("probe_interval_s", "sw_timeout_s"):
+        for name in ("probe_interval_s", "sw_timeout_s", "reorder_timeout_s"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not value > 0):
                 bad(name, "must be > 0 s")
         if _not_int(self.probe_timeouts) or self.probe_timeouts < 1:
             bad("probe_timeouts", "must be a whole number >= 1")
+        if self.reorder is not None and self.reorder not in REORDER_MODES:
+            bad("reorder", f"must be one of {', '.join(REORDER_MODES)}")
+        if self.reorder == "go-back-n" and self.plb in lb.MULTIPATH:
+            bad("reorder", f"must be place with plb {self.plb}: its QPs send on every plane, so "
+                           "their packets arrive out of order")
+
+    def reorder_mode(self):
+        """The receiver's way with out-of-order packets: `reorder`, or the plb mode's default."""
+        if self.reorder is not None:
+            return self.reorder
+        return "place" if self.plb in lb.MULTIPATH else "go-back-n"
 
 
 def _not_int(value):
@@ -269,6 +288,15 @@ def default_ack_timeout(fabric, rtt_s=0.0):
     return round(2 * drain_s + 0.05 + rtt_s, 3)
 
 
+def default_reorder_timeout(fabric, rtt_s=0.0):
+    """How long a placing receiver waits for a hole before it NAKs it as lost: the time every
+    buffer of a path (host, two leaves, a spine) takes to drain at the host rate, the most a
+    packet can fall behind another of its QP on a lossless path, plus the links' delay. A hole
+    NAKed too early costs one duplicate packet; one found only by the ACK timeout, go-back-N."""
+    b = fabric.spec.buffers
+    return round((b.host + 2 * b.leaf + b.spine) * 8 / (fabric.spec.host_rate_mbps * 1e6) + rtt_s / 2, 4)
+
+
 def roce_frame_bytes(payload_bytes):
     """A full RDMA WRITE packet on the wire (Ethernet header included)."""
     return payload_bytes + roce.ROCE_OVERHEAD + roce.RETH_LEN + roce.ETH_HEADER_LEN
@@ -318,6 +346,8 @@ class CollectiveRun:
     backend: str = softroce.UDP                      # what moved the bytes: udp | rdma_rxe
     pids: dict = field(default_factory=dict)         # rank -> its agent's process id
     plb: dict | None = None                          # the plane load balancer's settings
+    reorder: str = "go-back-n"                       # the receivers' way with reordering
+    reorder_timeout_s: float | None = None           # place: a hole's wait before its NAK
 
 
 class _AgentLink:
@@ -364,6 +394,7 @@ class Launcher:
         self.schedules = [schedule for _index, schedule in self.cases if not schedule.in_place]
         self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
         self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
+        self.reorder_timeout = spec.reorder_timeout_s or default_reorder_timeout(fabric, path_rtt_s(lab))
         self.rate_mbps = fabric.spec.host_rate_mbps
         self.plb = {"mode": spec.plb,
                     "probe_interval_s": spec.probe_interval_s or default_probe_interval(
@@ -416,7 +447,8 @@ class Launcher:
                              "refresh_s": max(0.01, self.ack_timeout / 4)},
                      "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric,
                                                         lab_delay_ms(self.lab, "host")),
-                     "plb": {**self.plb, "cc": cc}}
+                     "plb": {**self.plb, "cc": cc}, "reorder": spec.reorder_mode(),
+                     "reorder_timeout_s": self.reorder_timeout}
         collective = {"collective": spec.collective, "algorithm": self.schedules[0].algorithm,
                       "channels": spec.channels, "piece_bytes": spec.piece_bytes,
                       "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root}
@@ -643,7 +675,8 @@ class Launcher:
     def run(self):
         spec = self.spec
         result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps,
-                               backend=self.backend, plb=self.plb)
+                               backend=self.backend, plb=self.plb, reorder=spec.reorder_mode(),
+                               reorder_timeout_s=self.reorder_timeout)
         t0 = time.monotonic()
         total_steps = len(self.cases) * (spec.iterations + spec.warmup)
         done_steps = 0

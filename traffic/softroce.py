@@ -89,6 +89,8 @@ def udp_only_features(spec):
         out.append(("sport_mode", "rdma_rxe derives the UDP source port from the QP number"))
     if spec.plb != "static":
         out.append(("plb", "an rxe device is one port: its QPs cannot choose a plane"))
+    elif spec.reorder_mode() == "place":
+        out.append(("reorder", "rdma_rxe NAKs a packet ahead of the expected PSN (go-back-N)"))
     return out
 
 

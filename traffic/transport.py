@@ -29,7 +29,10 @@ the unacknowledged packets of one path (`resend_path`: the plane failed). The
 `PlacingResponder` places every packet within its window on arrival, whatever its order,
 remembers which arrived (the bitmap), acknowledges cumulatively, and completes messages in PSN
 order; it never NAKs reordering, so a real loss is recovered by the requester (a path's resend,
-or the local ACK timeout's go-back-N, whose duplicates the bitmap drops).
+or the local ACK timeout's go-back-N, whose duplicates the bitmap drops). A hole that stays
+open longer than any reordering a path can cause (`reorder_timeout_s`: every buffer of a path
+draining) is a loss: the responder NAKs its PSN and the requester resends that one packet
+(selective repeat, as IRN does), long before its ACK timeout.
 
 Counter names follow the RNIC counters operators read (mlx5 names): out_of_sequence,
 duplicate_request, packet_seq_err (NAKs sent), local_ack_timeout_err, ...
@@ -218,7 +221,12 @@ class Requester:
             if seq is None or seq > self.next_seq:
                 return []
             completed = self._acknowledge(seq, now)   # everything before the NAK'd PSN
-            self.send_seq = seq                         # go back to it
+            if self.self_describing:
+                # A placing responder NAKs a hole it gave up waiting for: that packet only.
+                if seq < min(self.high_seq, self.send_seq) and seq not in self._resend:
+                    self._resend.appendleft(seq)        # every other queued resend is later
+            else:
+                self.send_seq = seq                     # go back to it
             return completed
         self.counters.acks += 1
         seq = self._seq_of(psn)
@@ -295,6 +303,7 @@ class ResponderCounters:
     reorder_depth_max: int = 0   # placing responder: the farthest ahead of the expected PSN
     reorder_depth_sum: int = 0   # ... summed over the out-of-sequence arrivals (for the mean)
     out_of_window: int = 0       # placing responder: beyond the bitmap, dropped
+    holes_naked: int = 0         # placing responder: holes given up as lost (also packet_seq_err)
 
 
 @dataclass
@@ -335,8 +344,9 @@ class Responder:
         self.counters = ResponderCounters()
         self._message = None         # (rkey, vaddr, length, bytes placed) of the message underway
 
-    def on_packet(self, parsed):
-        """Process one RDMA WRITE packet (a `roce.ParsedRoce`); returns a ResponderAction."""
+    def on_packet(self, parsed, now=0.0):
+        """Process one RDMA WRITE packet (a `roce.ParsedRoce`); returns a ResponderAction. (`now`
+        is for the placing responder's holes; an in-order receiver NAKs at once.)"""
         bth = parsed.bth
         action = ResponderAction()
         if bth.psn != self.expected:
@@ -390,20 +400,39 @@ class PlacingResponder:
     packets behind it that already arrived is consumed too; the ACK then names the new
     cumulative PSN if any consumed packet asked for one, so a requester waiting for the ACK of a
     message's last packet hears it even when that packet came before a hole was filled.
-    Reordering is never NAKed (a late plane is not a loss); packets behind the expected PSN, or
-    ahead of it and already arrived, are duplicates."""
+    Reordering is not NAKed at once (a late plane is not a loss): only a hole older than
+    `hole_timeout_s` (None: never) is, by `check_hole`. Packets behind the expected PSN, or ahead
+    of it and already arrived, are duplicates."""
 
-    def __init__(self, initial_psn, window):
+    def __init__(self, initial_psn, window, hole_timeout_s=None):
         if not 1 <= window < PSN_WINDOW:
             raise ValueError(f"window must be 1..{PSN_WINDOW - 1} packets, got {window}")
+        if hole_timeout_s is not None and not hole_timeout_s > 0:
+            raise ValueError(f"hole timeout must be > 0 s, got {hole_timeout_s!r}")
         self.expected = initial_psn & roce.PSN_MASK
         self.window = window
+        self.hole_timeout_s = hole_timeout_s
         self.msn = 0
         self.counters = ResponderCounters()
-        self._ahead = {}             # psn -> (length, immediate, ack_req, rkey, vaddr)
+        self._ahead = {}             # psn -> (length, immediate, ack_req, rkey, vaddr, arrived)
         self._message_bytes = 0      # consumed bytes of the message under way
+        self.hole_since = None       # the first arrival beyond the open hole at `expected`
+        self.naked_at = None         # when that hole was last NAKed
 
-    def on_packet(self, parsed):
+    def check_hole(self, now):
+        """The NAK (psn, syndrome) to send for a hole open longer than the timeout (again after
+        another timeout if it stays open), else None."""
+        timeout = self.hole_timeout_s
+        if self.hole_since is None or timeout is None or now - self.hole_since < timeout:
+            return None
+        if self.naked_at is not None and now - self.naked_at < timeout:
+            return None
+        self.naked_at = now
+        self.counters.holes_naked += 1
+        self.counters.packet_seq_err += 1
+        return self.expected, roce.AETH_NAK_PSN_SEQUENCE_ERROR
+
+    def on_packet(self, parsed, now=0.0):
         bth = parsed.bth
         psn = bth.psn
         counters = self.counters
@@ -431,12 +460,19 @@ class PlacingResponder:
             counters.reorder_depth_sum += distance
             if distance > counters.reorder_depth_max:
                 counters.reorder_depth_max = distance
-            self._ahead[psn] = (length, parsed.immediate, bth.ack_req, reth.rkey, reth.vaddr)
+            self._ahead[psn] = (length, parsed.immediate, bth.ack_req, reth.rkey, reth.vaddr, now)
+            if self.hole_since is None:
+                self.hole_since = now
             return action
         ack = self._consume(length, parsed.immediate, bth.ack_req, reth.rkey, reth.vaddr, action)
         ahead = self._ahead
         while ahead and self.expected in ahead:
-            ack |= self._consume(*ahead.pop(self.expected), action)
+            ack |= self._consume(*ahead.pop(self.expected)[:5], action)
+        if self.hole_since is not None:
+            # The hole is filled. Another may open right behind it (a burst lost together): its
+            # age is that of the oldest arrival still waiting beyond it.
+            self.hole_since = min((entry[5] for entry in ahead.values()), default=None)
+            self.naked_at = None
         if ack:
             action.reply = (roce.psn_add(self.expected, -1), roce.AETH_ACK)
             counters.acks_sent += 1

@@ -74,6 +74,13 @@ def add_collective_args(p):
                         "on the spec)")
     p.add_argument("--probe-timeouts", type=int, default=PROBE_TIMEOUTS, metavar="N",
                    help=f"consecutive probe timeouts that remove a plane (default {PROBE_TIMEOUTS})")
+    p.add_argument("--reorder", choices=("go-back-n", "place"),
+                   help="the receiver's way with a packet ahead of the expected PSN: go-back-n (NAK, "
+                        "as RoCEv2's RC) or place (write it by its RETH, as a NIC for per-packet load "
+                        "balancing does); default place with per-plane, global and esr, else go-back-n")
+    p.add_argument("--reorder-timeout", type=float, metavar="S",
+                   help="with --reorder place: how long a hole may stay open before the receiver "
+                        "NAKs it as lost, s (default: a path's buffers draining)")
     p.add_argument("--sw-timeout", type=float, metavar="S",
                    help="software plb: stall before a plane is given up, s (default: the ACK timeout)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
@@ -106,7 +113,8 @@ def spec_from_args(args):
         imbalance=args.imbalance, root=args.root,
         cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
         seed=args.seed, backend=args.backend, plb=args.plb, probe_interval_s=args.probe_interval,
-        probe_timeouts=args.probe_timeouts, sw_timeout_s=args.sw_timeout)
+        probe_timeouts=args.probe_timeouts, sw_timeout_s=args.sw_timeout, reorder=args.reorder,
+        reorder_timeout_s=args.reorder_timeout)
     if args.control_dscp is not None:
         spec.control_dscp = args.control_dscp
     spec.check()

@@ -121,8 +121,11 @@ def collective_job(run, role="measured"):
         "workload": workload,
         # udp: the lab's RNIC in Python, RoCEv2 through raw sockets; rdma_rxe: soft-RoCE verbs.
         "backend": run.backend,
+        # reorder: go-back-n (RoCEv2 RC) or place (out-of-order packets placed by PSN, a hole
+        # NAKed after reorder_timeout_s)
         "transport": {"payload_bytes": run.payload_bytes, "ack_timeout_s": run.ack_timeout_s,
-                      "link_rate_mbps": run.link_rate_mbps},
+                      "link_rate_mbps": run.link_rate_mbps, "reorder": run.reorder,
+                      "reorder_timeout_s": run.reorder_timeout_s if run.reorder == "place" else None},
         # pid: the rank agent's process (None where it never started); intfs: its NIC's ports
         "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic, "addresses": [p.ip for p in r.ports],
                    "intfs": [p.intf for p in r.ports], "pid": run.pids.get(r.rank)} for r in run.ranks],

@@ -197,3 +197,29 @@ def test_failover_time_is_when_three_quarters_of_the_rate_came_back_for_good():
     assert plb.failover_time(quick, 100.0)["baseline_mbps"] is None
     # `until` ends the look (the repair): recovery within it only
     assert plb.failover_time(stall, 101.0, until=101.5)["recovery_s"] is None
+
+
+@pytest.mark.parametrize("plb_mode, reorder, receiver", [
+    ("static", None, "go-back-n"), ("software", None, "go-back-n"), ("static", "place", "place"),
+    ("per-plane", None, "place"), ("global", None, "place"), ("esr", "place", "place")])
+def test_the_receiver_places_where_packets_overtake_each_other(plb_mode, reorder, receiver):
+    from fabriclab.traffic.collective import CollectiveSpec
+
+    spec = CollectiveSpec(plb=plb_mode, reorder=reorder)
+    spec.check()
+    assert spec.reorder_mode() == receiver
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(reorder="sometimes"), "reorder must be one of go-back-n, place"),
+    (dict(plb="per-plane", reorder="go-back-n"), "must be place with plb per-plane"),
+    (dict(plb="magic"), "plb must be one of per-plane, global, static, software, esr"),
+    (dict(probe_timeouts=0), "probe_timeouts must be a whole number >= 1"),
+    (dict(sw_timeout_s=float("nan")), "sw_timeout_s must be > 0 s")])
+def test_bad_plane_settings_are_one_line_errors(fields, words):
+    from fabriclab.errors import LabError
+    from fabriclab.traffic.collective import CollectiveSpec
+
+    with pytest.raises(LabError, match=words) as err:
+        CollectiveSpec(**fields).check()
+    assert "\n" not in str(err.value)

@@ -383,3 +383,35 @@ def test_a_lost_packet_is_recovered_and_reordering_costs_nothing():
     assert len(placed) == 20 and req.counters.local_ack_timeout_err >= 1
     assert resp.counters.bytes == 20 * PAYLOAD         # every byte placed exactly once
     assert resp.counters.out_of_sequence > 0 and resp.counters.duplicate_request > 0
+
+
+def test_a_hole_older_than_the_reorder_timeout_is_naked_and_resent_alone():
+    req, pkts = _multipath_packets(6, ack_every=100)
+    resp = PlacingResponder(0, window=16, hole_timeout_s=0.1)
+    for i in (2, 3, 4):                                # 0 and 1 were lost together
+        resp.on_packet(pkts[i], now=0.01)
+    assert resp.check_hole(0.05) is None               # still reordering, perhaps
+    assert resp.check_hole(0.11) == (0, roce.AETH_NAK_PSN_SEQUENCE_ERROR)
+    assert resp.check_hole(0.15) is None               # NAKed once per timeout...
+    assert resp.check_hole(0.22) == (0, roce.AETH_NAK_PSN_SEQUENCE_ERROR)    # ... then again
+    # the requester resends the NAKed packet only (selective repeat), not everything after it
+    completed = req.on_ack(0, NAK, 0.22)
+    assert completed == [] and [p["psn"] for p in drain_on(req, 1, 0.22)] == [0]
+    assert req.counters.retransmitted_packets == 1 and req.counters.naks == 1
+    resp.on_packet(pkts[0], now=0.25)
+    # the next hole (1) is as old as the arrivals beyond it: NAKed at once, not a timeout later
+    assert resp.check_hole(0.25) == (1, roce.AETH_NAK_PSN_SEQUENCE_ERROR)
+    assert resp.counters.holes_naked == 3 == resp.counters.packet_seq_err
+    resp.on_packet(pkts[1], now=0.3)
+    resp.on_packet(pkts[5], now=0.3)
+    assert resp.hole_since is None and resp.check_hole(10.0) is None
+    assert resp.counters.completed == 1
+
+
+def test_without_a_hole_timeout_the_placing_responder_never_naks():
+    _req, pkts = _multipath_packets(4)
+    resp = PlacingResponder(0, window=16)
+    resp.on_packet(pkts[3], now=0.0)
+    assert resp.check_hole(1e6) is None
+    with pytest.raises(ValueError, match="hole timeout"):
+        PlacingResponder(0, window=16, hole_timeout_s=0)

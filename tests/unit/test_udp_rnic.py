@@ -21,12 +21,14 @@ ADDRESSES = ["10.0.0.1", "10.0.0.2"]
 class Wire:
     """Datagrams between the agents' sockets: what one raw socket sends lands in the listener
     of its destination address, as the kernel would hand it over (UDP payload, TOS, source).
-    `drop(n)` says whether the n-th data packet is lost; `mark(n)` whether it is CE-marked."""
+    `drop(n)` says whether the n-th data packet is lost; `mark(n)` whether it is CE-marked;
+    `late(n)` whether it arrives after the next data packet (another path was faster)."""
 
-    def __init__(self, drop=lambda n: False, mark=lambda n: False):
+    def __init__(self, drop=lambda n: False, mark=lambda n: False, late=lambda n: False):
         self.inboxes = {address: deque() for address in ADDRESSES}
-        self.drop, self.mark = drop, mark
+        self.drop, self.mark, self.late = drop, mark, late
         self.data_packets = 0
+        self.held = None               # a late packet: (inbox, datagram)
         self.refuse = []               # errnos the next sends raise
 
     def carry(self, packet):
@@ -44,6 +46,14 @@ class Wire:
                 return
             if self.mark(self.data_packets):
                 tos |= roce.ECN_CE
+            held, self.held = self.held, None
+            if self.late(self.data_packets):
+                self.held = (self.inboxes[dst], (payload, tos, (src, sport)))
+            else:
+                self.inboxes[dst].append((payload, tos, (src, sport)))
+            if held is not None:
+                held[0].append(held[1])
+            return
         self.inboxes[dst].append((payload, tos, (src, sport)))
 
 
@@ -180,6 +190,36 @@ def test_go_back_n_recovers_a_lost_packet(pair):
     assert sum(c["packet_seq_err"] for c in counters) == 1            # one NAK per gap
     assert sum(c["naks_received"] for c in counters) == 1
     assert sum(c["retransmitted_packets"] for c in counters) >= 1
+
+
+def test_reordering_costs_go_back_n_unless_the_receiver_places(pair):
+    """Every 7th data packet overtaken by the next (a per-packet load balancer's paths): RoCEv2's
+    RC receiver NAKs each and the sender goes back N; a placing receiver writes each packet where
+    its RETH says and counts it, and nothing is sent twice."""
+    counters = {}
+    for reorder in ("go-back-n", "place"):
+        _schedule, drivers = pair(Wire(late=lambda n: n % 7 == 0), reorder=reorder)
+        reports = _iterate(drivers)
+        assert all(r["verify"]["ok"] for r in reports), reorder
+        counters[reorder] = {k: sum(r["counters"][k] for r in reports)
+                             for k in ("out_of_sequence", "packet_seq_err", "retransmitted_packets")}
+    assert counters["go-back-n"]["packet_seq_err"] > 0 and counters["go-back-n"]["retransmitted_packets"] > 0
+    assert counters["place"]["out_of_sequence"] > 0
+    assert counters["place"]["packet_seq_err"] == counters["place"]["retransmitted_packets"] == 0
+
+
+def test_a_placing_receiver_naks_a_lost_packets_hole_before_the_ack_timeout(pair):
+    """A loss under reorder=place: the hole outlives the reorder timeout, is NAKed, and that
+    packet alone goes again; the 5 s ACK timeout never fires."""
+    wire = Wire(drop=lambda n: n == 10)
+    _schedule, drivers = pair(wire, reorder="place", reorder_timeout_s=0.01, ack_timeout_s=5.0)
+    reports = _iterate(drivers, seconds=3.0)
+    assert all(r["verify"]["ok"] for r in reports)
+    c = {k: sum(r["counters"][k] for r in reports)
+         for k in ("holes_naked", "packet_seq_err", "naks_received", "retransmitted_packets",
+                   "local_ack_timeout_err", "duplicate_request")}
+    assert c["holes_naked"] == c["packet_seq_err"] == c["naks_received"] == 1, c
+    assert c["retransmitted_packets"] == 1 and c["local_ack_timeout_err"] == 0, c
 
 
 def test_cts_grants_let_the_writes_through(pair):
