@@ -151,7 +151,16 @@ class QueuePair:
                                            transport.get("reorder_timeout_s")) if self.placing
                           else Responder(spec["recv_psn"]))
         self.rp = dcqcn.ReactionPoint(rp_params) if rp_params else None
-        self.np = dcqcn.NotificationPoint(np_params) if np_params else None
+        # The notification point spaces CNPs per QP, and per plane where the sender keeps a CC
+        # context per plane: each context then hears of its plane's marks as often as a
+        # one-plane QP would, where one NP for all would make each plane's context hear a
+        # quarter of them and the global context (one NP) all of them.
+        if not np_params:
+            self.nps = None
+        elif self.mode == "per-plane":
+            self.nps = [dcqcn.NotificationPoint(np_params) for _ in rnic.planes]
+        else:
+            self.nps = [dcqcn.NotificationPoint(np_params)] * len(rnic.planes)
         self.pace = Pace(self.rp.rate_mbps) if self.rp else None   # DCQCN's per-QP limit
         self.min_rate = rnic.planes[self.home].rate_mbps          # the lowest rate DCQCN set
         self.esr_plane = self.esr_sport = None
@@ -286,6 +295,7 @@ class UdpRnic:
         if self.transport.get("reorder_timeout_s"):
             self.timer_period = min(self.timer_period, self.transport["reorder_timeout_s"] / 4)
         self.jsq = self.mode in ("per-plane", "global")
+        self.cc_idle_s = self.plb.get("cc_idle_s")
         self.control_ip = {"dscp": self.transport["control_dscp"], "ecn": roce.ECN_NOT_ECT}
         self.probe_ip = {"dscp": self.transport["cnp_dscp"], "ecn": roce.ECN_NOT_ECT}
 
@@ -357,6 +367,7 @@ class UdpRnic:
         now = time.monotonic()
         if qp.requester.idle:
             qp.progress_at = now
+            qp.dest.idle_reset(now, self.cc_idle_s)
         qp.requester.post(WriteRequest(
             message.nbytes, remote_address(message.dst_region, message.dst_offset),
             rkey=REGION_IDS[message.dst_region], immediate=message.tag, data=data,
@@ -598,7 +609,7 @@ class UdpRnic:
                 qp.activity.completed(now)
                 driver.message_sent(request.context, now)
             if requester.una_seq != before:
-                qp.progress_at = now
+                qp.progress_at = qp.dest.last_active = now
                 self.acked_bytes += (requester.una_seq - before) * requester.payload_bytes
             if qp.multipath:
                 # The ACK came back on this plane, and the packets it acknowledged got through
@@ -631,7 +642,7 @@ class UdpRnic:
         if (tos & 3) == roce.ECN_CE:
             qp.ce_seen += 1
             qp.responder.counters.ce += 1
-            if qp.np is not None and qp.np.on_ce(now):
+            if qp.nps is not None and qp.nps[plane.index].on_ce(now):
                 qp.cnp_sent += 1
                 peer = qp.peer_addresses[plane.index]
                 self.send_control(plane, qp, roce.build_cnp_packet(

@@ -89,6 +89,9 @@ class CollectiveSpec:
     probe_interval_s: float | None = None   # default: the probe round trip's bound on the spec
     probe_timeouts: int = lb.PROBE_TIMEOUTS  # consecutive probe timeouts that remove a plane
     sw_timeout_s: float | None = None       # software: stall before a plane is given up (ACK timeout)
+    # per-plane, global, esr: a destination silent this long starts its next burst with fresh
+    # CC contexts (seed 002 6.7). None: the probe interval (a few round trips); 0: never.
+    cc_idle_s: float | None = None
     # What the receiver does with a packet ahead of the expected PSN: go-back-n (NAK it, as an
     # RC QP of RoCEv2 does) or place (write it where its RETH says and remember it, as a NIC
     # built for per-packet load balancing does: seed 002 section 3). None: place where the plb
@@ -147,6 +150,10 @@ class CollectiveSpec:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not value > 0):
                 bad(name, "must be > 0 s")
+        if self.cc_idle_s is not None and (isinstance(self.cc_idle_s, bool)
+                                           or not isinstance(self.cc_idle_s, (int, float))
+                                           or not 0 <= self.cc_idle_s <= 3600):
+            bad("cc_idle_s", "must be in [0, 3600] s (0: never reset)")
         if _not_int(self.probe_timeouts) or self.probe_timeouts < 1:
             bad("probe_timeouts", "must be a whole number >= 1")
         if self.reorder is not None and self.reorder not in REORDER_MODES:
@@ -405,6 +412,8 @@ class Launcher:
                     "sw_timeout_s": spec.sw_timeout_s or self.ack_timeout,
                     "egress_room_bytes": egress_room_bytes(fabric, self.payload_bytes,
                                                            lab_delay_ms(lab, "host"))}
+        self.plb["cc_idle_s"] = (self.plb["probe_interval_s"] if spec.cc_idle_s is None
+                                 else spec.cc_idle_s)
         self.backend = softroce.backend_for(spec)
         self.softroce = None                 # the job's rxe devices while they exist
         self.links = {}

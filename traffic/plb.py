@@ -157,13 +157,22 @@ class CcContext:
     """One congestion-control context: DCQCN's rate (a `dcqcn.ReactionPoint`) as an allowance
     (a `Pace` at that rate). A plane whose context is not due is excluded from the choice."""
 
-    __slots__ = ("rp", "pace", "min_rate", "cnps")
+    __slots__ = ("params", "rp", "pace", "min_rate", "cnps", "resets")
 
     def __init__(self, params):
+        self.params = params
         self.rp = dcqcn.ReactionPoint(params)
         self.pace = Pace(params.line_rate_mbps)
         self.min_rate = params.line_rate_mbps
         self.cnps = 0
+        self.resets = 0
+
+    def reset(self):
+        """Forget what was learnt (the NIC released the context of an idle destination): line
+        rate again. The Pace object stays, because the lanes hold it."""
+        self.rp = dcqcn.ReactionPoint(self.params)
+        self.pace.set_rate(self.params.line_rate_mbps)
+        self.resets += 1
 
     def allows(self, now):
         """The allowance is not exhausted: a packet may go now."""
@@ -189,7 +198,7 @@ class CcContext:
 
     def summary(self):
         return {"rate_mbps": round(self.rp.rate_mbps, 6), "min_rate_mbps": round(self.min_rate, 6),
-                "cnps": self.cnps, **{k: v for k, v in self.rp.counters.items() if k != "cnps"}}
+                "cnps": self.cnps, "resets": self.resets, **{k: v for k, v in self.rp.counters.items() if k != "cnps"}}
 
 
 class EntropySet:
@@ -256,6 +265,18 @@ class Destination:
         self.sw_failed = [False] * planes          # software: planes it gave up on
         self.usable = [True] * planes              # the NIC's port is up and `reachable`
         self.qps = []
+        self.last_active = None                    # the last ACK progress towards this peer
+
+    def idle_reset(self, now, idle_s):
+        """A new burst towards this peer after `idle_s` of silence starts with fresh CC contexts
+        (seed 002 6.7: between bursts the PLB's state resets and is learnt again). True if so."""
+        if (not self.contexts or not idle_s or self.last_active is None
+                or now - self.last_active < idle_s or not all(q.requester.idle for q in self.qps)):
+            return False
+        for ctx in self.unique_contexts():
+            ctx.reset()
+        self.last_active = None
+        return True
 
     def reachable(self, plane):
         """Not removed by probes (software: not given up on)."""

@@ -24,8 +24,9 @@ rewritten so that every transfer and local operation names the region the bytes 
 `buffers` says where each rank's send and receive buffers are. The bytes on the wire are the same.
 
 Sizes follow nccl-tests: `size` is the per-rank buffer of AllReduce, the total output of
-AllGather and Gather, the total input of ReduceScatter, the bytes each rank sends in AlltoAll(v)
-(its own block included), and the bytes each rank sends to its partner in the bisection test.
+AllGather and Gather, the total input of ReduceScatter and Scatter, the bytes each rank sends in
+AlltoAll(v) (its own block included), and the bytes each rank sends to its partner in the
+bisection test.
 Elements are 4 bytes (float32); buffers are split into blocks on element boundaries.
 """
 
@@ -36,7 +37,9 @@ from dataclasses import dataclass, field
 
 ELEMENT_BYTES = 4
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "gather",
-               "bisection")
+               "scatter", "bisection")
+BLOCKED = ("allgather", "reducescatter", "alltoall", "gather", "scatter")
+"""Collectives that cut `size` into one block per rank (a multiple of the rank count)."""
 ALGORITHMS = {"allreduce": ("ring", "tree")}
 """Collectives with a choice of algorithm; the others have one (ring, or direct exchange)."""
 IN_PLACE_UNDEFINED = ("alltoall", "alltoallv", "bisection")
@@ -436,6 +439,26 @@ def _gather(b, size_elems, root):
                 b.transfer(b.step(r, c), recv[c], nbytes, "input", off - base[r], "output", off, c)
 
 
+def _scatter(b, size_elems, root):
+    """1:N: the root writes block r of its input into rank r's output (nccl-tests' Scatter;
+    seed 002 6.7's one-to-many bursts)."""
+    n, C = b.n, b.channels
+    blocks = _blocks(size_elems, n, C)
+    base = [blocks[r][0][0] for r in range(n)]
+    for r in range(n):                  # every rank has a send buffer, as in nccl-tests
+        b.regions[r].update(input=size_elems * ELEMENT_BYTES, output=sum(nb for _, nb in blocks[r]))
+    send = [b.step(root, c) for c in range(C)]
+    for r in range(n):
+        for c in range(C):
+            off, nbytes = blocks[r][c]
+            if not nbytes:
+                continue
+            if r == root:
+                send[c].pre.append(LocalOp(("output", off - base[r]), (("input", off),), nbytes))
+            else:
+                b.transfer(send[c], b.step(r, c), nbytes, "input", off, "output", off - base[r], c)
+
+
 def _bisection(b, size_elems):
     """Ranks r and r + n/2 write `size` bytes to each other at once (ib_write_bw -b)."""
     n, C = b.n, b.channels
@@ -458,7 +481,7 @@ def effective_size(collective, ranks, size):
     """The size actually run: whole elements, and for the block collectives a multiple of the
     rank count (nccl-tests rounds the same way), at least one element per block."""
     elems = size // ELEMENT_BYTES
-    if collective in ("allgather", "reducescatter", "alltoall", "gather"):
+    if collective in BLOCKED:
         elems -= elems % ranks
     return elems * ELEMENT_BYTES
 
@@ -482,8 +505,7 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
     if not 0 <= root < ranks:
         raise ValueError(f"root rank {root} is not one of the {ranks} ranks")
     size = effective_size(collective, ranks, size)
-    minimum = ELEMENT_BYTES * (ranks if collective in ("allgather", "reducescatter", "alltoall",
-                                                      "gather") else 1)
+    minimum = ELEMENT_BYTES * (ranks if collective in BLOCKED else 1)
     if size < minimum:
         raise ValueError(f"{collective} over {ranks} ranks needs at least {minimum} bytes")
     b = _Builder(collective, algorithm, ranks, size, channels)
@@ -506,6 +528,8 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
         b.size = sum(map(sum, matrix)) // ranks      # what the average rank really sends
     elif collective == "gather":
         _gather(b, elems, root)
+    elif collective == "scatter":
+        _scatter(b, elems, root)
     else:
         _bisection(b, elems)
     return b.schedule(root, _in_place_aliases(b, elems) if in_place else None)
@@ -520,7 +544,7 @@ def _in_place_aliases(b, elems):
             for regions in b.regions:
                 regions["output"] = elems * ELEMENT_BYTES
         return [{"input": ("output", slices[r])} for r in range(n)]
-    if collective == "reducescatter":
+    if collective in ("reducescatter", "scatter"):
         return [{"output": ("input", slices[r])} for r in range(n)]
     return [{"input": ("output", 0)} for _ in range(n)]
 
@@ -529,7 +553,7 @@ def bus_factor(collective, ranks):
     """nccl-tests' busbw = algbw x factor, so busbw compares with a link's bandwidth."""
     if collective == "allreduce":
         return 2 * (ranks - 1) / ranks
-    if collective in ("allgather", "reducescatter", "alltoall", "alltoallv", "gather"):
+    if collective in ("allgather", "reducescatter", "alltoall", "alltoallv", "gather", "scatter"):
         return (ranks - 1) / ranks
     return 1.0
 
@@ -566,6 +590,9 @@ def reference_outputs(schedule, inputs):
                 parts.append(inputs[src][start:start + sizes[dst] // ELEMENT_BYTES])
             out.append(np.concatenate(parts))
         return out
+    if collective == "scatter":
+        blocks = split(len(inputs[schedule.root]), n)
+        return [inputs[schedule.root][o:o + k].copy() for o, k in blocks]
     if collective == "gather":
         full = np.concatenate(inputs)
         if not schedule.in_place:

@@ -151,7 +151,8 @@ class Requester:
                 index = 0
             seq = self.send_seq
             self.send_seq += 1
-        if seq < self.high_seq:
+        retransmission = seq < self.high_seq
+        if retransmission:
             self.counters.retransmitted_packets += 1
         else:
             self.high_seq = seq + 1
@@ -175,7 +176,10 @@ class Requester:
             opcode = roce.write_opcode(index, request.npackets, immediate=True)
             reth = (request.vaddr, request.rkey, request.length) if index == 0 else None
         immediate = request.immediate if last else None
-        ack_req = last or (seq + 1) % self.ack_every == 0
+        # A packet sent again asks for an ACK: if it arrives as a duplicate, or fills the hole
+        # before a run of packets none of which asked, the requester still hears of it (a QP its
+        # rate limit lets send one packet per timeout would otherwise never see progress).
+        ack_req = last or retransmission or (seq + 1) % self.ack_every == 0
         self.counters.packets += 1
         self.counters.bytes += length
         return opcode, self.psn(seq), ack_req, reth, immediate, request, offset, length
@@ -278,7 +282,10 @@ class Requester:
                                  f"{self.timeout_s:g} s")
         self.send_seq = self.una_seq
         self._resend.clear()
-        self.last_progress = now
+        # The timer starts again when the retransmission leaves (`next_packet`), as an RNIC's
+        # does: a QP its rate limit holds back (DCQCN cut it to a trickle, and at the lab's time
+        # scale its recovery timer is seconds) spends no retries without sending.
+        self.last_progress = None
         return True
 
     def rewind(self, now):

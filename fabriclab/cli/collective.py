@@ -53,7 +53,7 @@ def add_collective_args(p):
     p.add_argument("--spray", type=int, default=1, metavar="N",
                    help="vary the UDP source port per packet over N ports (packet spraying)")
     p.add_argument("--imbalance", type=float, default=4.0, help="alltoallv: max/min block ratio")
-    p.add_argument("--root", type=int, default=0, help="gather: the receiving rank")
+    p.add_argument("--root", type=int, default=0, help="gather: the receiving rank; scatter: the sending one")
     p.add_argument("--cts", action="store_true", help="receiver-driven admission (clear-to-send)")
     p.add_argument("--cts-buffers", type=int, default=2,
                    help="channel buffers (of --chunk bytes) a receiver grants per connection")

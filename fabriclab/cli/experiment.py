@@ -14,7 +14,8 @@ def register(subparsers):
     p.add_argument("name", metavar="NAME", choices=("list", *EXPERIMENTS),
                    help="list, or one of: " + ", ".join(EXPERIMENTS))
     p.add_argument("--spec", help="fabric spec (default: the experiment's own)")
-    p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
+    p.add_argument("--routing", help="controller app for the experiment's runs (default: the "
+                                     "experiment's own; refused by those that compare schemes)")
     p.add_argument("--quick", action="store_true",
                    help="smaller transfers and fewer iterations (a minute instead of several)")
     p.add_argument("--sample-ms", type=float, default=5.0, help="port and queue sampling interval (default 5 ms)")

@@ -11,7 +11,7 @@ stands for (lab time / scale, lab bandwidth x scale), and an extra `#` line says
 What the lab has no equivalent for gets an honest value: one thread and one "GPU" per rank
 process, no CUDA graphs, no aggregated iterations; the rank agent's pid; the host's name; the NIC
 index as the device and the plane count as its bus id; float32 elements; `sum` for reductions
-and `none` otherwise; root -1 but for Gather. The size column is the document's size (nccl-tests'
+and `none` otherwise; root -1 but for Gather and Scatter. The size column is the document's size (nccl-tests'
 size per collective, `traffic/schedules.py`); the count is elements per rank's buffer as
 nccl-tests counts them. This module reads only the results document.
 """
@@ -22,8 +22,8 @@ from fabriclab.results.tables import job_of
 
 ELEMENT_TYPE = "float"
 REDUCTIONS = ("allreduce", "reducescatter")
-ROOTED = ("gather",)
-PER_RANK_COUNT = ("allgather", "reducescatter", "alltoall", "alltoallv", "gather")
+ROOTED = ("gather", "scatter")
+PER_RANK_COUNT = ("allgather", "reducescatter", "alltoall", "alltoallv", "gather", "scatter")
 """Collectives whose count nccl-tests gives per rank (size / ranks elements)."""
 NOT_RUN = "  %7s  %6s  %6s  %5s" % ("N/A", "N/A", "N/A", "N/A")
 

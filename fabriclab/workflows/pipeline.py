@@ -296,13 +296,14 @@ def wait_drained(lab, timeout_s=DRAIN_TIMEOUT_S):
     empty fabric, not from the previous run's backlog."""
     deadline = time.monotonic() + timeout_s
     while True:
-        busy = [r["port"] for r in lab.queues.counters()
+        busy = [r for r in lab.queues.counters()
                 if r["class"] == "lossless" and (r.get("occ") or r.get("paused"))]
         if not busy:
             return
         if time.monotonic() > deadline:
-            raise LabError(f"queues did not drain within {timeout_s:.0f} s before the next run: "
-                           f"{', '.join(busy[:4])}")
+            what = ", ".join(f"{r['port']} ({r.get('occ', 0)} B{', paused' if r.get('paused') else ''})"
+                             for r in busy[:4])
+            raise LabError(f"queues did not drain within {timeout_s:.0f} s before the next run: {what}")
         time.sleep(0.05)
 
 

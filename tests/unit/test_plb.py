@@ -223,3 +223,29 @@ def test_bad_plane_settings_are_one_line_errors(fields, words):
     with pytest.raises(LabError, match=words) as err:
         CollectiveSpec(**fields).check()
     assert "\n" not in str(err.value)
+
+
+def test_a_burst_after_silence_starts_with_fresh_contexts():
+    """Seed 002 6.7: between bursts the PLB's CC state resets and is learnt again."""
+    from types import SimpleNamespace
+
+    params = DcqcnParams.scaled(10.0, 1.0)
+    dest = plb.Destination(1, "per-plane", 4, plane_params=params)
+    qp = SimpleNamespace(requester=SimpleNamespace(idle=False))
+    dest.qps.append(qp)
+    dest.contexts[2].on_cnp(0.0)
+    assert dest.contexts[2].rp.rate_mbps < 10.0
+    dest.last_active = 0.1
+    assert not dest.idle_reset(0.5, 1.0)                     # busy: nothing to reset
+    qp.requester.idle = True
+    assert not dest.idle_reset(0.5, 1.0)                     # idle, but not for long enough
+    assert not dest.idle_reset(5.0, 0)                       # 0: never
+    assert dest.idle_reset(1.2, 1.0)
+    assert dest.contexts[2].rp.rate_mbps == 10.0
+    assert dest.contexts[2].pace.seconds_per_byte == pytest.approx(8 / 10e6)
+    assert [c.resets for c in dest.contexts] == [1, 1, 1, 1]
+    assert not dest.idle_reset(9.0, 1.0)                     # nothing heard since: once per burst
+    shared = plb.Destination(1, "global", 4, nic_params=params)
+    shared.qps.append(qp)
+    shared.last_active = 0.0
+    assert shared.idle_reset(2.0, 1.0) and shared.contexts[0].resets == 1   # one context

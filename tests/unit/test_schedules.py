@@ -287,3 +287,16 @@ def test_in_place_send_recv_overwrites_what_it_still_sends(collective):
     memories, _inputs, _ = simulate(schedule)
     wrong = sum(int(np.sum(got != want)) for got, want in zip(received(schedule, memories), meaning))
     assert wrong > 0
+
+
+@pytest.mark.parametrize("root", [0, 2])
+def test_scatter_is_one_to_many_from_the_root(root):
+    """Scatter: the root writes one block to every other rank and nothing else moves, so the root
+    sends (n-1)/n of `size`, nccl-tests' bus factor; Gather is its mirror."""
+    n, size = 4, 4 * 4096
+    scatter = S.build("scatter", n, size, root=root, channels=2)
+    gather = S.build("gather", n, size, root=root, channels=2)
+    assert scatter.sent_bytes(root) == size * S.bus_factor("scatter", n) == gather.received_bytes(root)
+    assert all(scatter.sent_bytes(r) == 0 and scatter.received_bytes(r) == size // n
+               for r in range(n) if r != root)
+    assert {t.src for t in scatter.transfers} == {root}

@@ -107,12 +107,14 @@ def test_local_ack_timeout_rewinds_then_fails_after_the_retry_limit():
     assert req.deadline() == 0.5
     assert not req.check_timeout(0.4)
     assert req.check_timeout(0.5)
-    assert [p["psn"] for p in drain(req, 0.5)] == [0, 1]
-    assert req.counters.local_ack_timeout_err == 1
-    assert req.check_timeout(1.0)
-    drain(req, 1.0)
+    assert req.deadline() is None               # held back: no retransmission left yet
+    assert not req.check_timeout(5.0)
+    assert [p["psn"] for p in drain(req, 5.0)] == [0, 1]
+    assert req.deadline() == 5.5 and req.counters.local_ack_timeout_err == 1
+    assert req.check_timeout(5.5)
+    drain(req, 5.5)
     with pytest.raises(TransportError, match="retry counter exceeded"):
-        req.check_timeout(1.5)
+        req.check_timeout(6.0)
 
 
 def test_progress_resets_the_retry_counter():
@@ -415,3 +417,18 @@ def test_without_a_hole_timeout_the_placing_responder_never_naks():
     assert resp.check_hole(1e6) is None
     with pytest.raises(ValueError, match="hole timeout"):
         PlacingResponder(0, window=16, hole_timeout_s=0)
+
+
+def test_a_packet_sent_again_asks_for_an_ack():
+    """A duplicate that asked nothing would be answered by nothing: retransmissions ask."""
+    req = Requester(0, PAYLOAD, ack_every=16, timeout_s=0.5)
+    req.post(write(4 * PAYLOAD))
+    first = drain(req, 0.0)
+    assert [p["ack_req"] for p in first] == [False, False, False, True]
+    assert req.check_timeout(0.5)
+    again = drain(req, 0.6)
+    assert [p["ack_req"] for p in again] == [True] * 4
+    resp = Responder(0)
+    for pkt in first:
+        resp.on_packet(as_parsed(pkt)[0])
+    assert resp.on_packet(as_parsed(again[0])[0]).reply == (3, roce.AETH_ACK)   # a duplicate, answered

@@ -8,7 +8,9 @@ or from Python (pytest):
     doc = run_experiment("pfc-incast", quick=True, out=tmp_path)
 
 An experiment is a plan plus its own table and plot. Its module defines NAME, SUMMARY,
-DEFAULT_SPEC, REFERENCE (what the paper reports), `prepare(spec, options)` (the spec it runs on),
+DEFAULT_SPEC, REFERENCE (what the paper reports), optionally DEFAULT_ROUTING (the app its runs use
+unless --routing says otherwise; None: it compares routing schemes itself and takes no --routing),
+`prepare(spec, options)` (the spec it runs on),
 `runs(fabric, options)` (the pipeline's RunPlans: one per case, each with its routing app, jobs,
 faults, conditions and ECN settings), `table(doc)` and `plot(doc, folder)`, which read the one
 results document. Everything is checked before the fabric is built.
@@ -27,6 +29,8 @@ EXPERIMENTS = {
     "victim-noise": "fabriclab.workflows.experiments.victim",
     "routing-schemes": "fabriclab.workflows.experiments.routing",
     "ar-fabric": "fabriclab.workflows.experiments.ar_fabric",
+    "multiplane-asymmetry": "fabriclab.workflows.experiments.multiplane_asymmetry",
+    "plane-convergence": "fabriclab.workflows.experiments.plane_convergence",
     "switchml": "fabriclab.workflows.experiments.switchml",
 }
 
@@ -35,7 +39,7 @@ EXPERIMENTS = {
 class Options:
     quick: bool = False              # smaller transfers and fewer iterations (tests, CI)
     sample_s: float = 0.005          # port and queue sampling interval
-    routing: str = "ecmp"
+    routing: str | None = None       # None: the experiment's DEFAULT_ROUTING (else ecmp)
     seed: int = 1
 
 
@@ -56,6 +60,11 @@ def build_plan(name, spec=None, options=None):
     options = options or Options()
     if not options.sample_s >= 0.001:
         raise LabError(f"--sample-ms must be >= 1 ms, got {options.sample_s * 1e3:g}")
+    default = getattr(mod, "DEFAULT_ROUTING", "ecmp")
+    if options.routing is None:
+        options = dataclasses.replace(options, routing=default or "ecmp")
+    elif default is None:
+        raise LabError(f"experiment {name} compares routing schemes itself: it takes no --routing")
     check_app(options.routing)
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)
     runs = mod.runs(Fabric(fabric_spec), options)

@@ -36,6 +36,7 @@ SUMMARY = ("ring AllReduce on a lossless fabric with parallel links: ECMP vs per
            "routing; a spine's link to l1 down for the run under plain and weighted ECMP and AR; "
            "a local link failure during the ring under AR")
 DEFAULT_SPEC = "ar_fabric"
+DEFAULT_ROUTING = None       # the runs name their own routing apps
 REFERENCE = {
     "source": "seed 002 sections 3.2, 4.1, 4.4.2, 6.4 and Figure 5",
     "finding": ("Paper: per-packet AR (quantized JSQ) keeps fabric queues from building; a local link "

@@ -21,6 +21,7 @@ SUMMARY = ("ring AllReduce over every host, each ring hop crossing leaves, under
            "scaling, E-ECMP + QP scaling with shared source ports, TE and flowlet; then l1-s1 fails "
            "under each scheme")
 DEFAULT_SPEC = "routing"
+DEFAULT_ROUTING = None       # the runs name their own routing apps
 REFERENCE = {
     "source": "seed 000 sections 4.1-4.5, Figure 7, 4.4.2, Figure 11",
     "finding": ("Paper: ECMP collides elephant flows (MMR > 1.2 at 1,000 flows on 16 links, worse in "
