@@ -29,7 +29,7 @@ def test_every_run_plans_and_checks_on_the_default_spec(name):
     for quick in (True, False):
         plan = build_plan(name, options=Options(quick=quick))
         assert plan.kind == "experiment" and plan.experiment is module(name)
-        assert len({run.slug for run in plan.runs}) == len(plan.runs) >= 3
+        assert len({run.slug for run in plan.runs}) == len(plan.runs) >= 2      # a comparison
         pipeline.check(plan, Lab(plan.spec, routing=plan.runs[0].routing))
 
 
