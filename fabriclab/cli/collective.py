@@ -81,6 +81,9 @@ def add_collective_args(p):
     p.add_argument("--reorder-timeout", type=float, metavar="S",
                    help="with --reorder place: how long a hole may stay open before the receiver "
                         "NAKs it as lost, s (default: a path's buffers draining)")
+    p.add_argument("--cc-idle", type=float, metavar="S",
+                   help="per-plane, global, esr: a destination silent this long starts its next burst "
+                        "with fresh CC contexts, s (default: the probe interval; 0: never)")
     p.add_argument("--sw-timeout", type=float, metavar="S",
                    help="software plb: stall before a plane is given up, s (default: the ACK timeout)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
@@ -114,7 +117,7 @@ def spec_from_args(args):
         cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
         seed=args.seed, backend=args.backend, plb=args.plb, probe_interval_s=args.probe_interval,
         probe_timeouts=args.probe_timeouts, sw_timeout_s=args.sw_timeout, reorder=args.reorder,
-        reorder_timeout_s=args.reorder_timeout)
+        reorder_timeout_s=args.reorder_timeout, cc_idle_s=args.cc_idle)
     if args.control_dscp is not None:
         spec.control_dscp = args.control_dscp
     spec.check()

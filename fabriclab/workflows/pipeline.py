@@ -480,6 +480,7 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
         "note": run.note, "tags": run.tags, "duration_s": run.duration_s,
         "conditions": conditions, "ecn": run.ecn,
         "origin_s": round(origin, 4), "end_s": round(end, 4), "bin_s": bin_s,
+        "origin_unix": round(origin_wall, 4),
         "jobs": jobs,
         "faults": faults,
         "events": [{**{k: v for k, v in e.items() if k != "time"}, "t_s": round(e["time"] - origin_wall, 4)}

@@ -31,6 +31,9 @@ EXPERIMENTS = {
     "ar-fabric": "fabriclab.workflows.experiments.ar_fabric",
     "multiplane-asymmetry": "fabriclab.workflows.experiments.multiplane_asymmetry",
     "plane-convergence": "fabriclab.workflows.experiments.plane_convergence",
+    "plane-failover": "fabriclab.workflows.experiments.plane_failover",
+    "plane-flaps": "fabriclab.workflows.experiments.plane_flaps",
+    "esr": "fabriclab.workflows.experiments.esr",
     "switchml": "fabriclab.workflows.experiments.switchml",
 }
 

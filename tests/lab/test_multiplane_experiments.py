@@ -1,0 +1,116 @@
+"""The multiplane and adaptive-routing experiments (seed 002), quick versions, on real fabrics:
+each must show the paper's effect in the direction and, where the lab reproduces it, the size
+the issue asks for. The margins below the measured values are for a loaded 2-core machine;
+docs/multiplane.md quotes the full runs.
+
+ar-fabric: AR balances the ring's uplinks where ECMP collides them; a local failure costs no
+  ACK timeout.
+multiplane-asymmetry: symmetric, per-plane and global CC are alike; asymmetric, per-plane keeps
+  most of its bandwidth and global loses more.
+plane-convergence: the asymmetric/symmetric ratio grows with the message size.
+plane-failover: per-plane is back at 75% at least 20x sooner than software; static never is.
+plane-flaps: the slower the reaction, the longer the tail.
+esr: ESR's throughput is lower and swings more than the PLB's.
+"""
+
+import statistics
+
+import pytest
+
+from fabriclab.results import document
+from fabriclab.workflows.experiments import (Options, ar_fabric, esr, multiplane_asymmetry, plane_convergence,
+                                             plane_failover, plane_flaps, run_experiment)
+
+pytestmark = pytest.mark.lab
+
+
+def run(name, tmp_path):
+    doc = run_experiment(name, out=tmp_path, options=Options(quick=True))
+    on_disk = document.load(tmp_path)                 # of the one schema
+    assert on_disk["experiment"] == doc["experiment"] and on_disk["scale"]["time_scale"]
+    assert "## Experiment" in (tmp_path / "report.md").read_text()
+    assert all(run["valid"] for run in doc["runs"]), [(r["label"], r["invalid"]) for r in doc["runs"]]
+    return doc
+
+
+def by_label(doc):
+    return {r["label"]: r for r in doc["runs"]}
+
+
+def ring(run):
+    return run["jobs"]["ring"]["sizes"][0]
+
+
+def test_ar_fabric(tmp_path):
+    doc = run("ar-fabric", tmp_path)
+    cases = by_label(doc)
+    ecmp, ar = cases["ECMP"], cases["AR"]
+    # the issue's target: AR at most 1.1 where ECMP shows 1.5 or more (measured 2.0 and 1.00)
+    assert ar_fabric.live_uplinks(ecmp) >= 1.5 and ar_fabric.live_uplinks(ar) <= 1.1
+    assert ring(ar)["busbw_mbps"] > 1.5 * ring(ecmp)["busbw_mbps"]
+    # AR reorders within a flow; the NICs place by PSN, so reordering costs no retransmission
+    assert ring(ar)["counters"]["out_of_sequence"] > 0 and ring(ar)["counters"]["local_ack_timeout_err"] == 0
+    failing = cases[f"AR, {ar_fabric.LOCAL} fails"]
+    assert ring(failing)["counters"]["local_ack_timeout_err"] == 0
+    assert (tmp_path / "ar_fabric.png").stat().st_size > 10_000
+
+
+def test_multiplane_asymmetry(tmp_path):
+    doc = run("multiplane-asymmetry", tmp_path)
+    cases = multiplane_asymmetry.cases(doc)
+    sym = {mode: cases[("one-to-many", "symmetric", mode)]["jobs"]["main"]["sizes"][0]["busbw_mbps"]
+           for mode in multiplane_asymmetry.MODES}
+    assert abs(sym["per-plane"] - sym["global"]) <= 0.05 * sym["per-plane"], sym
+    per_plane = multiplane_asymmetry.kept(doc, "one-to-many", "per-plane")
+    glob = multiplane_asymmetry.kept(doc, "one-to-many", "global")
+    # measured over five quick runs: per-plane 0.87-0.94, global 0.17-0.83, always below
+    assert per_plane >= 0.8 and glob < per_plane, (per_plane, glob)
+    asym = cases[("one-to-many", "asymmetric", "per-plane")]["jobs"]["main"]["sizes"][0]
+    assert asym["counters"]["cnp_sent"] > 0                     # the degraded planes were marked
+    assert "one-to-many: asymmetric keeps" in multiplane_asymmetry.table(doc)
+
+
+def test_plane_convergence(tmp_path):
+    doc = run("plane-convergence", tmp_path)
+    (series,) = plane_convergence.ratios(doc).values()
+    small, large = series[0][-1], series[-1][-1]
+    # measured: 1 MiB 0.46-0.47, 4 MiB 0.83-0.88
+    assert small < large and large >= 0.75, series
+    assert (tmp_path / "plane_convergence.png").stat().st_size > 10_000
+
+
+def test_plane_failover(tmp_path):
+    doc = run("plane-failover", tmp_path)
+    took = {r["tags"]["plb"]: plane_failover.recovery(r) for r in doc["runs"]}
+    per_plane, software = took["per-plane"]["recovery_s"], took["software"]["recovery_s"]
+    # measured: 0.019 s against 1.10 s (57x); the issue's target is 20x
+    assert per_plane is not None and software is not None and per_plane * 20 <= software, took
+    assert took["static"]["recovery_s"] is None
+    # the per-plane sender took its own port out when the carrier went, and put it back
+    events = [(e, by) for e, by, _t in took["per-plane"]["events"]]
+    assert events[0] == ("removed", "carrier") and events[-1][0] == "returned", events
+    assert (tmp_path / "plane_failover.png").stat().st_size > 10_000
+
+
+def test_plane_flaps(tmp_path):
+    doc = run("plane-flaps", tmp_path)
+    cases = by_label(doc)
+    base, per_plane, software = cases["no flaps"], cases["per-plane"], cases["software, 0.4 s"]
+    assert plane_flaps.downs(per_plane) and plane_flaps.downs(software)
+    assert not plane_flaps.downs(base)
+    # measured: p99 323/411/690 ms p50; reaction 0.08 s against 0.39 s
+    assert statistics.median(plane_flaps.reactions(per_plane)) < statistics.median(plane_flaps.reactions(software))
+    assert ring(software)["cct_ms"]["p99"] > ring(per_plane)["cct_ms"]["p99"]
+
+
+def test_esr(tmp_path):
+    doc = run("esr", tmp_path)
+    cases = by_label(doc)
+    summed = {name: sum(j["sizes"][0]["busbw_mbps"] for j in r["jobs"].values()) for name, r in cases.items()}
+    spread = {}
+    for name, r in cases.items():
+        middle = esr.steady(esr.throughput(r)[1])
+        spread[name] = statistics.pstdev(middle) / statistics.mean(middle)
+    # measured: busbw 23.7 against 19.0 Mbit/s, cv 0.08-0.12 against 0.20-0.21
+    assert summed["PLB + AR"] > 1.1 * summed["ESR + ECMP"], summed
+    assert spread["ESR + ECMP"] > spread["PLB + AR"], spread
