@@ -419,44 +419,37 @@ def _alltoall(b, matrix):
                                dst_off + o, c)
 
 
-def _gather(b, size_elems, root):
-    """N:1 incast: every rank writes its block into the root's output (nccl-tests' Gather)."""
+def _rooted(b, size_elems, root, to_root):
+    """One block per rank, between each rank and the root; the root's own block is a local copy.
+    Gather (`to_root`): N:1 incast, every rank writes its block into the root's output. Scatter:
+    1:N, the root writes block r of its input into rank r's output (seed 002 6.7's one-to-many).
+    Every rank has both buffers where nccl-tests gives it both: Gather's senders their block,
+    Scatter's ranks the whole send buffer."""
     n, C = b.n, b.channels
     blocks = _blocks(size_elems, n, C)
     base = [blocks[r][0][0] for r in range(n)]
+    whole = size_elems * ELEMENT_BYTES
     for r in range(n):
-        b.regions[r]["input"] = sum(nb for _, nb in blocks[r])
-    b.regions[root]["output"] = size_elems * ELEMENT_BYTES
-    recv = [b.step(root, c) for c in range(C)]
+        own = sum(nb for _, nb in blocks[r])
+        b.regions[r].update({"input": own} if to_root else {"input": whole, "output": own})
+    if to_root:
+        b.regions[root]["output"] = whole
+    hub = [b.step(root, c) for c in range(C)]
     for r in range(n):
         for c in range(C):
             off, nbytes = blocks[r][c]
             if not nbytes:
                 continue
+            # (region, offset) at the rank and at the root, in the direction the bytes move
+            at_rank = ("input" if to_root else "output", off - base[r])
+            at_root = ("output" if to_root else "input", off)
+            src, dst = (at_rank, at_root) if to_root else (at_root, at_rank)
             if r == root:
-                recv[c].pre.append(LocalOp(("output", off), (("input", off - base[r]),), nbytes))
+                hub[c].pre.append(LocalOp(dst, (src,), nbytes))
+            elif to_root:
+                b.transfer(b.step(r, c), hub[c], nbytes, *src, *dst, c)
             else:
-                b.transfer(b.step(r, c), recv[c], nbytes, "input", off - base[r], "output", off, c)
-
-
-def _scatter(b, size_elems, root):
-    """1:N: the root writes block r of its input into rank r's output (nccl-tests' Scatter;
-    seed 002 6.7's one-to-many bursts)."""
-    n, C = b.n, b.channels
-    blocks = _blocks(size_elems, n, C)
-    base = [blocks[r][0][0] for r in range(n)]
-    for r in range(n):                  # every rank has a send buffer, as in nccl-tests
-        b.regions[r].update(input=size_elems * ELEMENT_BYTES, output=sum(nb for _, nb in blocks[r]))
-    send = [b.step(root, c) for c in range(C)]
-    for r in range(n):
-        for c in range(C):
-            off, nbytes = blocks[r][c]
-            if not nbytes:
-                continue
-            if r == root:
-                send[c].pre.append(LocalOp(("output", off - base[r]), (("input", off),), nbytes))
-            else:
-                b.transfer(send[c], b.step(r, c), nbytes, "input", off, "output", off - base[r], c)
+                b.transfer(hub[c], b.step(r, c), nbytes, *src, *dst, c)
 
 
 def _bisection(b, size_elems):
@@ -526,10 +519,8 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
         matrix = alltoallv_matrix(ranks, size, imbalance, seed)
         _alltoall(b, matrix)
         b.size = sum(map(sum, matrix)) // ranks      # what the average rank really sends
-    elif collective == "gather":
-        _gather(b, elems, root)
-    elif collective == "scatter":
-        _scatter(b, elems, root)
+    elif collective in ("gather", "scatter"):
+        _rooted(b, elems, root, to_root=collective == "gather")
     else:
         _bisection(b, elems)
     return b.schedule(root, _in_place_aliases(b, elems) if in_place else None)

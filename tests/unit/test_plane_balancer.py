@@ -17,6 +17,7 @@ import pytest
 from fabriclab.traffic import agent, collective, rank_driver, roce, schedules, sockets
 from fabriclab.traffic.dcqcn import DcqcnParams
 from fabriclab.traffic.rank_driver import PeerError
+from tests.unit.fakesockets import Listener, RawSocket
 
 PLANES = 4
 RATE = 100.0                 # Mbit/s per plane port
@@ -69,38 +70,6 @@ class Wire:
             else:
                 keep.append(item)
         self.in_flight = keep
-
-
-class RawSocket:
-    def __init__(self, wire, src):
-        self.wire, self.src = wire, src
-
-    def sendto(self, packet, _flags, _address):
-        self.wire.carry(packet)
-        return len(packet)
-
-    def queued(self):
-        return self.wire.deep.get(self.src, 0)
-
-    def close(self):
-        pass
-
-
-class Listener:
-    def __init__(self, wire, address_):
-        self.inbox = wire.inboxes[address_]
-
-    def setblocking(self, _flag):
-        pass
-
-    def recvmsg(self, _size, _ancillary):
-        if not self.inbox:
-            raise BlockingIOError
-        payload, tos, source = self.inbox.popleft()
-        return payload, [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos]))], 0, source
-
-    def close(self):
-        pass
 
 
 class Clock:

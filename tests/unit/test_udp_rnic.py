@@ -14,6 +14,7 @@ import pytest
 
 from fabriclab.errors import LabError
 from fabriclab.traffic import agent, rank_driver, roce, schedules, sockets
+from tests.unit.fakesockets import Listener, RawSocket
 
 ADDRESSES = ["10.0.0.1", "10.0.0.2"]
 
@@ -55,35 +56,6 @@ class Wire:
                 held[0].append(held[1])
             return
         self.inboxes[dst].append((payload, tos, (src, sport)))
-
-
-class RawSocket:
-    def __init__(self, wire):
-        self.wire = wire
-
-    def sendto(self, packet, _flags, _address):
-        self.wire.carry(packet)
-        return len(packet)
-
-    def close(self):
-        pass
-
-
-class Listener:
-    def __init__(self, wire, address):
-        self.inbox = wire.inboxes[address]
-
-    def setblocking(self, _flag):
-        pass
-
-    def recvmsg(self, _size, _ancillary):
-        if not self.inbox:
-            raise BlockingIOError
-        payload, tos, source = self.inbox.popleft()
-        return payload, [(socket.IPPROTO_IP, socket.IP_TOS, bytes([tos]))], 0, source
-
-    def close(self):
-        pass
 
 
 def _configs(collective="allreduce", size=64 * 1024, in_place=False, **transport):
