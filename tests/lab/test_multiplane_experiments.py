@@ -10,7 +10,7 @@ multiplane-asymmetry: symmetric, per-plane and global CC are alike; asymmetric, 
 plane-convergence: the asymmetric/symmetric ratio grows with the message size.
 plane-failover: per-plane is back at 75% at least 20x sooner than software; static never is.
 plane-flaps: the slower the reaction, the longer the tail.
-esr: ESR's throughput is lower and swings more than the PLB's.
+esr: ESR's throughput is lower than the PLB's, and its slowest job slower.
 """
 
 import statistics
@@ -106,11 +106,10 @@ def test_plane_flaps(tmp_path):
 def test_esr(tmp_path):
     doc = run("esr", tmp_path)
     cases = by_label(doc)
-    summed = {name: sum(j["sizes"][0]["busbw_mbps"] for j in r["jobs"].values()) for name, r in cases.items()}
-    spread = {}
-    for name, r in cases.items():
-        middle = esr.steady(esr.throughput(r)[1])
-        spread[name] = statistics.pstdev(middle) / statistics.mean(middle)
-    # measured: busbw 23.7 against 19.0 Mbit/s, cv 0.08-0.12 against 0.20-0.21
-    assert summed["PLB + AR"] > 1.1 * summed["ESR + ECMP"], summed
-    assert spread["ESR + ECMP"] > spread["PLB + AR"], spread
+    busbw = {name: [j["sizes"][0]["busbw_mbps"] for j in r["jobs"].values()] for name, r in cases.items()}
+    competing = {name: statistics.mean(esr.together(esr.throughput(r)[1])) for name, r in cases.items()}
+    # measured (quick): busbw 23.7 against 19.0 Mbit/s in all, 11.8 against 9.3 for the slowest job,
+    # 46.3 against 38.5 Mbit/s while both jobs send
+    assert sum(busbw["PLB + AR"]) > 1.1 * sum(busbw["ESR + ECMP"]), busbw
+    assert min(busbw["PLB + AR"]) > min(busbw["ESR + ECMP"]), busbw
+    assert competing["PLB + AR"] > competing["ESR + ECMP"], competing

@@ -76,40 +76,46 @@ def runs(fabric, options):
 
 # -- reading the document ---------------------------------------------------------------------------
 def throughput(run, bin_s=BIN_S):
-    """(times from the run's first sample, [Mbit/s summed over every job and rank]): what the
-    NICs had acknowledged, in bins."""
+    """(bin times from the run's first sample, {job: [Mbit/s]}): what each job's NICs had
+    acknowledged, summed over its ranks, on one grid of `bin_s` bins."""
     from fabriclab.traffic import plb
 
-    per_rank = []
-    for job in run["jobs"].values():
+    series = {}
+    for name, job in run["jobs"].items():
         for record in (job.get("plb") or {}).get("ranks", {}).values():
             timeline = (record or {}).get("timeline")
             if timeline:
                 ts, mbps = plb.rate_series(timeline, bin_s, "acked_bytes")
-                per_rank.append(([timeline["start"] + t for t in ts], mbps))
-    if not per_rank:
-        return [], []
-    start = min(ts[0] for ts, _ in per_rank if ts)
-    end = max(ts[-1] for ts, _ in per_rank if ts)
-    n = int((end - start) / bin_s) + 1
-    total = [0.0] * n
-    for ts, mbps in per_rank:
-        for t, v in zip(ts, mbps):
-            total[min(n - 1, int(round((t - start) / bin_s)))] += v
-    return [i * bin_s for i in range(n)], total
+                series.setdefault(name, []).append(([timeline["start"] + t for t in ts], mbps))
+    stamps = [t for ranks in series.values() for ts, _ in ranks for t in ts]
+    if not stamps:
+        return [], {}
+    start, n = min(stamps), int((max(stamps) - min(stamps)) / bin_s) + 1
+    out = {}
+    for name, ranks in series.items():
+        total = out[name] = [0.0] * n
+        for ts, mbps in ranks:
+            for t, v in zip(ts, mbps):
+                total[min(n - 1, int(round((t - start) / bin_s)))] += v
+    return [i * bin_s for i in range(n)], out
 
 
-def steady(values):
-    """The bins between the first and last tenth of a run (start-up and the tail left out)."""
-    k = max(1, len(values) // 10)
-    return values[k:-k] or values
+def together(per_job):
+    """The summed throughput of the bins in which every job was sending, less the first and last
+    tenth of them (start-up, and the last packets of the first job to end): the jobs competing."""
+    if not per_job:
+        return []
+    columns = list(zip(*per_job.values()))
+    both = [sum(c) for c in columns if all(v > 0 for v in c)]
+    k = max(1, len(both) // 10)
+    return both[k:-k] or both
 
 
 def table(doc):
     rows = []
     for run in doc["runs"]:
-        _ts, total = throughput(run)
-        mid = steady(total)
+        _ts, per_job = throughput(run)
+        mid = together(per_job)
         busbws = [job["sizes"][0]["busbw_mbps"] for job in run["jobs"].values()]
         cnps = sum(job["sizes"][0]["counters"].get("cnp_sent", 0) for job in run["jobs"].values())
         rows.append((label(run), run["routing"], f"{sum(busbws):.2f}", f"{min(busbws):.2f}",
@@ -120,7 +126,7 @@ def table(doc):
     scale = doc["scale"]
     title = (f"{len(doc['runs'][0]['jobs'])} AlltoAlls of {human_size(first['size'])} over {first['ranks']} hosts each on "
              f"{doc['fabric']['name']}, plane ports {scale['host_rate_mbps']:g} Mbit/s (time scale "
-             f"x{scale['time_scale'] or 1:.0f}); throughput: every NIC's acknowledged data, {BIN_S * 1e3:.0f} ms bins")
+             f"x{scale['time_scale'] or 1:.0f}); throughput: every NIC's acknowledged data, {BIN_S * 1e3:.0f} ms bins, while every job sends")
     header = ("case", "switches", "busbw sum Mbit/s", "slowest job", "throughput mean", "cv",
               "throughput range", "CNPs")
     return format_table(header, rows, title=title) + "\n" + doc["experiment"]["reference"]["finding"]
@@ -129,7 +135,7 @@ def table(doc):
 def plot(doc, folder):
     series = {}
     for run in doc["runs"]:
-        ts, total = throughput(run)
-        series[run["label"]] = (ts, total)
+        ts, per_job = throughput(run)
+        series[run["label"]] = (ts, [sum(c) for c in zip(*per_job.values())])
     plots.timeline(folder / "esr.png", f"{len(doc['runs'][0]['jobs'])} concurrent AlltoAlls: throughput over time", series,
                    "seconds from the first sample", f"Mbit/s ({BIN_S * 1e3:.0f} ms bins)")
