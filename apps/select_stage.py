@@ -248,12 +248,14 @@ def stage_source(reads_carrier):
     if not reads_carrier:
         return SOURCE
     text = f'#define STAGE_READS_CARRIER 1\n#line 1 "{SOURCE.name}"\n' + SOURCE.read_text()
-    path = datapath.CACHE_DIR / "select_stage_carrier.bpf.c"
-    if not path.exists() or path.read_text() != text:
-        datapath.CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+    path = datapath.cache_dir() / "select_stage_carrier.bpf.c"
+    if os.path.lexists(path):
+        datapath.check_private(path)
+        if path.read_text() == text:
+            return path
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
     return path
 
 

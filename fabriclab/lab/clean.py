@@ -19,17 +19,16 @@ import time
 
 from fabriclab.system.doctor import cleanup_stale_probes
 from fabriclab.queues.datapath import pinned_runs, remove_pins
-from fabriclab.lab.runstate import RunState
-from fabriclab.system.procs import pid_alive, pid_cmdline
-from fabriclab.lab.teardown import (delete_bridges, delete_interfaces, delete_link_group, existing_bridges,
-                                tagged_bridges)
+from fabriclab.lab.runstate import RunState, is_lab_link_group
+from fabriclab.lab.teardown import (delete_bridges, delete_interfaces, delete_link_group,
+                                    interfaces_in_group, tagged_bridges)
+from fabriclab.system.procs import pid_alive, pid_cmdline, pid_runs
 from fabriclab.traffic import softroce
 
 
 def _stop_process(proc):
     pid, match = proc["pid"], proc["match"]
-    cmdline = pid_cmdline(pid)
-    if not cmdline or match not in cmdline:
+    if not pid_runs(pid, match):
         return False
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -56,22 +55,33 @@ def clean(all_runs=False):
             report.append(f"run {run.id} is live (pid {run.data['pid']}): left alone (use --all)")
             continue
         stopped = sum(_stop_process(p) for p in run.data.get("processes", []))
-        listed = run.data.get("interfaces", [])
-        present_before = [i for i in listed if os.path.exists(f"/sys/class/net/{i}")]
-        if run.data.get("link_group"):
-            delete_link_group(run.data["link_group"])
-        bridges = existing_bridges(run.data.get("bridges", []))
+        # Only what carries the run's marks: its bridges by their OVS tag, its interfaces by the
+        # link group it allocated. An object that merely has a recorded name (a user's own `s1`
+        # after a killed run) is left alone, and so is a group outside the lab's range.
+        group = run.data.get("link_group")
+        ours = is_lab_link_group(group)
+        intfs = interfaces_in_group(group, run.data.get("interfaces", [])) if ours else []
+        if ours:
+            delete_link_group(group)
+        tagged = tagged_bridges()
+        bridges = [b for b in run.data.get("bridges", []) if tagged.get(b, (None,))[0] == run.id]
         delete_bridges(bridges)
-        delete_interfaces(listed)
-        intfs = len(present_before)
+        delete_interfaces(intfs)
         remove_pins(run.id)
         run.remove()
         report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
-                      f"and {intfs} interfaces")
-    for bridge, run_id in sorted(tagged_bridges().items()):
-        if run_id not in live_ids:
-            delete_bridges([bridge])
-            report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
+                      f"and {len(intfs)} interfaces"
+                      + ("" if ours or group is None else f" (link group {group} is not the lab's: "
+                                                          "its interfaces were left alone)"))
+    for bridge, (run_id, pid) in sorted(tagged_bridges().items()):
+        if run_id in live_ids:
+            continue
+        if pid and pid_alive(pid) and not all_runs:
+            report.append(f"bridge {bridge} of run {run_id} belongs to live process {pid} (a lab "
+                          f"under another run root?): left alone (use --all)")
+            continue
+        delete_bridges([bridge])
+        report.append(f"bridge {bridge} of vanished run {run_id}: deleted")
     for run_id in pinned_runs():
         if run_id not in live_ids:
             remove_pins(run_id)

@@ -7,6 +7,7 @@ the lab itself (not Mininet's TCLink, which silently ignores qdiscs the kernel l
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -16,7 +17,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import LabError
-from fabriclab.lab.runstate import OVS_RUN_KEY
+from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
 from fabriclab.system.shaping import as_script, queued_commands, rate_command, shaping_commands
 from fabriclab.lab.teardown import delete_bridges, delete_interfaces, delete_link_group
 
@@ -29,7 +30,8 @@ class LabSwitch(OVSSwitch):
         super().__init__(name, **params)
 
     def bridgeOpts(self):
-        return super().bridgeOpts() + f" external_ids:{OVS_RUN_KEY}={self.run_id}"
+        return (super().bridgeOpts() + f" external_ids:{OVS_RUN_KEY}={self.run_id}"
+                f" external_ids:{OVS_PID_KEY}={os.getpid()}")
 
 
 def planned_resources(fabric):

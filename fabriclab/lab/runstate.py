@@ -21,7 +21,16 @@ from fabriclab.system.procs import pid_alive, pid_cmdline
 
 RUN_ROOT = pathlib.Path(os.environ.get("FABRICLAB_RUN_ROOT", "/run/fabriclab"))
 OVS_RUN_KEY = "fabriclab-run"   # external_ids key on every bridge a run creates
+OVS_PID_KEY = "fabriclab-pid"   # ... and the process that owns the run (another run root's lab)
 LINK_GROUP_BASE = 0x4C000000     # interface groups fabriclab uses (Linux's default group is 0)
+LINK_GROUP_SPAN = 1 << 24
+
+
+def is_lab_link_group(group):
+    """Whether `group` is one of the link groups runs allocate: a record that says otherwise is
+    corrupt, and `ip link del group 0` would delete every interface of the default group."""
+    return isinstance(group, int) and not isinstance(group, bool) and \
+        LINK_GROUP_BASE <= group < LINK_GROUP_BASE + LINK_GROUP_SPAN
 
 
 
@@ -45,7 +54,7 @@ class RunState:
             "processes": [],     # {"pid", "role", "match"}: match must be in /proc/<pid>/cmdline
             # Root-namespace interfaces join this link group, so `ip link del group N` removes
             # them all in one batched kernel operation (one by one costs an RCU wait each).
-            "link_group": LINK_GROUP_BASE + secrets.randbits(24),
+            "link_group": LINK_GROUP_BASE + secrets.randbelow(LINK_GROUP_SPAN),
         }
 
     @classmethod

@@ -6,10 +6,11 @@ one costs the kernel an RCU grace period each, so a run's root-namespace interfa
 group that one `ip link del group` removes in a single batch.
 """
 
+import json
 import os
 import subprocess
 
-from fabriclab.lab.runstate import OVS_RUN_KEY
+from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
 
 
 def _ovs(*args):
@@ -30,10 +31,6 @@ def delete_interfaces(names):
     return present
 
 
-def existing_bridges(names):
-    return [name for name in names if _ovs("br-exists", name).returncode == 0]
-
-
 def delete_bridges(names):
     """Delete OVS bridges (and the interfaces that were their ports) in one transaction."""
     names = list(names)
@@ -45,14 +42,24 @@ def delete_bridges(names):
 
 
 def tagged_bridges():
-    """{bridge: run id} for every OVS bridge a fabriclab run created."""
+    """{bridge: (run id, owner pid or None)} for every OVS bridge a fabriclab run created."""
     out = _ovs("--format=csv", "--data=bare", "--no-headings", "--columns=name,external_ids",
                "find", "Bridge", f"external_ids:{OVS_RUN_KEY}!=\"\"")
     bridges = {}
     for line in out.stdout.splitlines():
         name, _, ids = line.partition(",")
-        for item in ids.strip('"').split():
-            key, _, value = item.partition("=")
-            if key == OVS_RUN_KEY:
-                bridges[name] = value
+        tags = dict(item.partition("=")[::2] for item in ids.strip('"').split())
+        if tags.get(OVS_RUN_KEY):
+            pid = tags.get(OVS_PID_KEY, "")
+            bridges[name] = (tags[OVS_RUN_KEY], int(pid) if pid.isdigit() else None)
     return bridges
+
+
+def interfaces_in_group(group, names):
+    """Those of `names` that exist in the root namespace and belong to link group `group`."""
+    out = subprocess.run(["ip", "-j", "link", "show", "group", str(group)], capture_output=True, text=True)
+    try:
+        present = {link.get("ifname") for link in json.loads(out.stdout or "[]")}
+    except ValueError:
+        present = set()
+    return [name for name in names if name in present]

@@ -16,12 +16,15 @@ import hashlib
 import os
 import pathlib
 import shutil
+import stat
 import subprocess
 
 from fabriclab.errors import LabError
 
 SOURCE = pathlib.Path(__file__).with_name("fabricq.bpf.c")
-CACHE_DIR = pathlib.Path("/var/tmp/fabriclab-bpf")
+# Root loads the objects compiled here: a folder only root can write (not /var/tmp, where a local
+# user could create it first and plant an object or a symlink).
+CACHE_DIR = pathlib.Path("/var/cache/fabriclab/bpf")
 BPFFS = pathlib.Path("/sys/fs/bpf")
 PIN_ROOT = BPFFS / "fabriclab"
 NCLASS = 3
@@ -122,17 +125,44 @@ def _loadable(name):
         return False
 
 
+def check_private(path):
+    """LabError unless `path` is no symlink, belongs to this user and nobody else can write it:
+    what the lab compiles, writes and loads as root must be its own."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise LabError(f"cannot check {path}: {exc.strerror}") from None
+    why = None
+    if stat.S_ISLNK(st.st_mode):
+        why = "it is a symlink"
+    elif st.st_uid != os.geteuid():
+        why = f"it belongs to uid {st.st_uid}, not {os.geteuid()}"
+    elif st.st_mode & 0o022:
+        why = f"others can write it (mode {stat.S_IMODE(st.st_mode):o})"
+    if why:
+        raise LabError(f"refusing {path}: {why}; the lab loads what it compiles there as root "
+                       f"(remove it and run again)")
+
+
+def cache_dir():
+    """CACHE_DIR, made private if missing, and checked (with its parent) if not."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for path in (CACHE_DIR.parent, CACHE_DIR):
+        check_private(path)
+    return CACHE_DIR
+
+
 def compile_object(source_path=SOURCE, what="the queue model"):
     """Compile an eBPF source once per version of its text; returns the object file's path."""
     source = source_path.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
-    target = CACHE_DIR / f"{source_path.name.split('.')[0]}-{digest}.o"
-    if target.exists():
+    target = cache_dir() / f"{source_path.name.split('.')[0]}-{digest}.o"
+    if os.path.lexists(target):
+        check_private(target)
         return target
     missing = missing_tools()
     if missing:
         raise LabError(f"{what} needs {', '.join(missing)}; run `fabriclab provision`")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
     multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
     include = [f"-I/usr/include/{multiarch}"] if multiarch else []
     tmp = target.with_suffix(f".{os.getpid()}.tmp")

@@ -303,6 +303,13 @@ static __always_inline void admit(struct port *pt, __u32 cls, __u32 len, __u64 n
 		if (up)
 			__sync_fetch_and_add(&up->pause_rx, 1);
 		emit(EV_XOFF, pt->idx, pt->peer, cls, now, held);
+		/* A packet leaving the switch on another CPU may have taken held down to XON between
+		 * the count above and the flag, and seen no pause to end: with nothing left to
+		 * release, the port would pause its upstream for good (seen once in ~20 runs on two
+		 * cores). Look again now that the flag is set; a release after this sees it. */
+		__s64 again = __sync_fetch_and_add(&st->held, 0) - bias_of(row);
+		if (again <= (__s64)cf->xon)
+			resume(st, pt->idx, cls, now, again);
 	}
 }
 

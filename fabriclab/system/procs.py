@@ -21,3 +21,13 @@ def pid_cmdline(pid):
         return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return None
+
+
+def pid_runs(pid, token):
+    """Whether `pid`'s command line has `token` as one of its arguments, whole: `mininet:h1` is
+    not `mininet:h12`, and a PID recycled for another command is not the one recorded."""
+    try:
+        args = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return token.encode() in args

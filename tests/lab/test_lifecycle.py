@@ -1,6 +1,7 @@
 """Bring-up and teardown hygiene: nothing left behind, bad input refused early, `clean` repairs."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -145,3 +146,40 @@ def test_clean_leaves_a_live_run_alone():
         assert out.returncode == 0
         assert f"run {lab.run.id} is live" in out.stdout
         assert lab.ping(lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0])
+
+
+def test_clean_touches_nothing_the_lab_did_not_create():
+    """A killed run's record names `s1` and `s1-eth1`; since then a user made their own bridge,
+    veth pair and namespace with the lab's names. `clean` drops the record and leaves them: a
+    bridge without the run's OVS tag and an interface outside the run's link group are not ours."""
+    from fabriclab.lab.runstate import LINK_GROUP_BASE, RunState
+
+    def sh(*args):
+        return subprocess.run(args, capture_output=True, text=True)
+
+    # a process of the user's whose command line holds the recorded `mininet:h1` as a prefix
+    user_proc = subprocess.Popen(["bash", "-c", "exec -a mininet:h12 sleep 60"])
+    state = RunState.create("tiny")
+    state.data.update(pid=2 ** 22 + 4321, cmdline="gone", bridges=["s1"], interfaces=["s1-eth1"],
+                      link_group=LINK_GROUP_BASE + 7,
+                      processes=[{"pid": user_proc.pid, "role": "host-shell", "match": "mininet:h1"}])
+    state.save()
+    sh("ovs-vsctl", "add-br", "s1", "--", "set", "bridge", "s1", "datapath_type=netdev")
+    sh("ip", "link", "add", "s1-eth1", "type", "veth", "peer", "name", "s1-eth1p")
+    sh("ip", "netns", "add", "h1")
+    try:
+        out = cli("clean")
+        assert out.returncode == 0, out.stderr
+        assert f"run {state.id}: stopped 0 processes, deleted 0 bridges and 0 interfaces" in out.stdout
+        assert not state.dir.exists()
+        assert sh("ovs-vsctl", "br-exists", "s1").returncode == 0
+        assert os.path.exists("/sys/class/net/s1-eth1")
+        assert "h1" in sh("ip", "netns", "list").stdout.split()
+        assert user_proc.poll() is None
+    finally:
+        user_proc.kill()
+        user_proc.wait()
+        sh("ovs-vsctl", "--if-exists", "del-br", "s1")
+        sh("ip", "link", "del", "s1-eth1")
+        sh("ip", "netns", "del", "h1")
+        state.remove()

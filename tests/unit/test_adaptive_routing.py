@@ -162,7 +162,8 @@ def test_with_a_queue_model_the_stage_links_its_pinned_stats():
 def test_the_carrier_reading_variant_is_the_same_source_with_one_define(tmp_path, monkeypatch):
     from fabriclab.queues import datapath
 
-    monkeypatch.setattr(datapath, "CACHE_DIR", tmp_path)
+    tmp_path.chmod(0o700)
+    monkeypatch.setattr(datapath, "CACHE_DIR", tmp_path / "bpf")
     assert stage_source(False) == SOURCE
     text = stage_source(True).read_text()
     assert text.startswith("#define STAGE_READS_CARRIER 1\n") and text.endswith(SOURCE.read_text())
