@@ -15,6 +15,7 @@ import sys
 import time
 
 from fabriclab.system import patience
+from fabriclab.system.procs import listens
 from fabriclab.apps import RoutingError, control, parse_routing
 from fabriclab.errors import LabError
 
@@ -69,9 +70,15 @@ class Controller:
                                f"{self.last_log_line()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
+                    pass
             except OSError:
                 time.sleep(0.1)
+                continue
+            # The port was free when chosen; whatever answers on it now must be the controller.
+            if listens(self.proc.pid, self.port):
+                return
+            raise LabError(f"127.0.0.1:{self.port} answers, but not from the controller (pid "
+                           f"{self.proc.pid}): another program took the port; run again")
         raise LabError(f"controller app {self.app!r} did not listen on 127.0.0.1:{self.port} "
                        f"within {timeout:.0f} s (log: {self.log_path})")
 

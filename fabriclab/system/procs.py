@@ -31,3 +31,35 @@ def pid_runs(pid, token):
     except OSError:
         return False
     return token.encode() in args
+
+
+def listening_inodes(port):
+    """The socket inodes of every TCP listener on `port` in this network namespace."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = pathlib.Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                out.add(fields[9])
+    return out
+
+
+def listens(pid, port):
+    """Whether process `pid` holds a socket listening on TCP `port` (so what answers there is it)."""
+    inodes = listening_inodes(port)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False

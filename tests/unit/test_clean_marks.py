@@ -39,3 +39,23 @@ def test_bridges_are_read_with_their_run_and_owner(monkeypatch):
 
     monkeypatch.setattr(teardown, "_ovs", lambda *args: Out)
     assert teardown.tagged_bridges() == {"s1": ("20261125-1-abc", 4242), "l1": ("20261125-1-abc", None)}
+
+
+def test_a_listener_is_known_by_its_process():
+    import socket
+    import subprocess
+
+    from fabriclab.system.procs import listens
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert listens(os.getpid(), port)
+        other = subprocess.Popen(["sleep", "5"])
+        try:
+            assert not listens(other.pid, port)           # it answers, but not from that process
+        finally:
+            other.kill()
+            other.wait()
+    assert not listens(os.getpid(), port)                 # closed
