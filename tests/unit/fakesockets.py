@@ -36,3 +36,21 @@ class Listener:
 
     def close(self):
         pass
+
+
+def rank_drivers(configs, rnic):
+    """A rank driver per agent config over `rnic` (a UdpRnic), opened, with no event loop: the
+    test turns it by hand, and what it would tell the launcher collects in `driver.told`."""
+    from types import SimpleNamespace
+
+    from fabriclab.traffic import rank_driver
+
+    drivers = []
+    for config in configs:
+        driver = rank_driver.RankDriver(config, rnic)
+        driver.selector = SimpleNamespace(register=lambda *a: None)
+        driver.told = []
+        driver.tell = driver.told.append
+        driver.open()
+        drivers.append(driver)
+    return drivers

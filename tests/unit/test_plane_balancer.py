@@ -17,7 +17,7 @@ import pytest
 from fabriclab.traffic import agent, collective, rank_driver, roce, schedules, sockets
 from fabriclab.traffic.dcqcn import DcqcnParams
 from fabriclab.traffic.rank_driver import PeerError
-from tests.unit.fakesockets import Listener, RawSocket
+from tests.unit.fakesockets import Listener, RawSocket, rank_drivers
 
 PLANES = 4
 RATE = 100.0                 # Mbit/s per plane port
@@ -117,16 +117,8 @@ def lab(monkeypatch):
     monkeypatch.setattr(agent, "time", SimpleNamespace(monotonic=clock))
 
     def make(mode, size=1 << 20, **kw):
-        schedule, cfgs = configs(mode, size, **kw)
-        drivers = []
-        for config in cfgs:
-            driver = rank_driver.RankDriver(config, agent.UdpRnic)
-            driver.selector = SimpleNamespace(register=lambda *a: None)
-            driver.told = []
-            driver.tell = driver.told.append
-            driver.open()
-            drivers.append(driver)
-        return wire, clock, drivers
+        _schedule, cfgs = configs(mode, size, **kw)
+        return wire, clock, rank_drivers(cfgs, agent.UdpRnic)
     return make
 
 

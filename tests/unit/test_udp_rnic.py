@@ -8,13 +8,12 @@ import socket
 import struct
 import time
 from collections import deque
-from types import SimpleNamespace
 
 import pytest
 
 from fabriclab.errors import LabError
 from fabriclab.traffic import agent, rank_driver, roce, schedules, sockets
-from tests.unit.fakesockets import Listener, RawSocket
+from tests.unit.fakesockets import Listener, RawSocket, rank_drivers
 
 ADDRESSES = ["10.0.0.1", "10.0.0.2"]
 
@@ -89,15 +88,7 @@ def pair(monkeypatch):
                             lambda address="0.0.0.0", **k: Listener(wire, address))
         monkeypatch.setattr(rank_driver, "ControlChannel", lambda path: None)
         schedule, configs = _configs(**transport)
-        drivers = []
-        for config in configs:
-            driver = rank_driver.RankDriver(config, agent.UdpRnic)
-            driver.selector = SimpleNamespace(register=lambda *a: None)
-            driver.told = []
-            driver.tell = driver.told.append
-            driver.open()
-            drivers.append(driver)
-        return schedule, drivers
+        return schedule, rank_drivers(configs, agent.UdpRnic)
     return make
 
 
