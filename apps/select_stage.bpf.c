@@ -496,10 +496,21 @@ static __always_inline int is_member(struct members *m, __u32 n, __u32 ifindex)
 	return 0;
 }
 
-/* Adaptive routing: the live member with the least weighted depth (in quanta); ties drawn by
- * weight. `tied_weight` returns the weight of every member at the least depth (more than the
- * chosen one's: a tie). The bookkeeping stays in values the verifier cannot know (sums of map
- * values), so it does not explore every tie count separately. */
+/* How many packets the stage has sent to a port (the tie-break among equally deep members). Not
+ * inlined: verified once, its result is one unknown number to ar_member's loop, not a branch. */
+__noinline __u64 times_chosen(__u32 ifindex)
+{
+	struct port_state *st = bpf_map_lookup_elem(&port_state, &ifindex);
+	return st ? st->chosen : 0;
+}
+
+/* Adaptive routing: the live member with the least weighted depth (in quanta). Among members tied
+ * at that depth (idle links, mostly): with equal weights the one the stage has chosen least, so
+ * idle members take turns (a random draw left the lab's few thousand packets a ring sends 5-10%
+ * apart per uplink); with unequal weights one drawn by weight. `tied_weight` returns the weight of
+ * every member at the least depth (more than the chosen one's: a tie). The bookkeeping stays in
+ * values the verifier cannot know (sums of map values), so it does not explore every tie count
+ * separately. */
 static __always_inline __u32 ar_member(struct config *cfg, struct members *m, __u32 n, __u64 now,
 				       __u32 *tied_weight)
 {
@@ -512,7 +523,9 @@ static __always_inline __u32 ar_member(struct config *cfg, struct members *m, __
 	}
 	__u64 quantum = cfg->quantum ? cfg->quantum : 1;
 	__u64 best_level = ~0ULL;
-	__u32 best = 0, best_weight = 0, total = 0;
+	__u32 best = 0, best_weight = 0, total = 0, uneven = 0;
+	__u32 least = 0;
+	__u64 least_chosen = ~0ULL;
 	__u64 virtual = 0;
 	for (__u32 i = 0; i < MAX_MEMBERS; i++) {
 		if (i >= n)
@@ -528,23 +541,35 @@ static __always_inline __u32 ar_member(struct config *cfg, struct members *m, __
 		__u64 depth = queue_depth(candidate, now);
 		virtual |= ~depth & MODELLED;
 		__u64 level = (depth & ~MODELLED) * wmax / w / quantum;
+		__u64 chosen = times_chosen(candidate);
 		if (level < best_level) {
 			best_level = level;
 			best = candidate;
 			best_weight = w;
 			total = w;
+			uneven = 0;
+			least = candidate;
+			least_chosen = chosen;
 		} else if (level == best_level) {
 			/* weighted reservoir sampling: each tied member ends up chosen with probability
 			 * w / (sum of the tied weights) */
+			uneven |= w ^ best_weight;
 			total += w;
 			if (bpf_get_prandom_u32() % total < w) {
 				best = candidate;
 				best_weight = w;
 			}
+			if (chosen < least_chosen) {
+				least = candidate;
+				least_chosen = chosen;
+			}
 		}
 	}
-	if (total > best_weight)
+	if (total > best_weight) {
 		count(ST_AR_TIED);
+		if (!uneven)
+			best = least;
+	}
 	if (best)
 		count(virtual ? ST_AR_VIRTUAL : ST_AR_QUEUE_MODEL);
 	*tied_weight = total;

@@ -207,9 +207,11 @@ class TestLocalFailure:
         assert lost <= 4
         # the controller path: the stage sends to the dead port until its members are rewritten
         lost_off, _s, record_off, stats_off = fail_during_stream(lab, "ar:carrier=off")
-        kept_ms = (record_off["chosen_down_ns"] - record_off["down_seen_ns"]) / 1e6
+        # how long the stage went on choosing the port after a packet found it dead (0: never,
+        # the controller's rewrite came first); measured 0.07-13 ms, 4-8 packets lost, in five of
+        # six runs, and once the rewrite first (0 ms, 1 packet lost)
+        kept_ms = max(0.0, (record_off["chosen_down_ns"] - record_off["down_seen_ns"]) / 1e6)
         record_property("controller_path_lost", lost_off)
         record_property("controller_path_kept_sending_ms", round(kept_ms, 2))
         assert stats_off["carrier"] == "controller" and stats_off["rescued"] == 0
-        # chosen again after the stage saw it dead (0.07-13 ms later, until the rewrite), and lost
-        assert kept_ms > 0 and lost_off >= 1, (kept_ms, lost_off, lost)
+        assert lost_off >= 1, (kept_ms, lost_off, lost)    # without the data path, what went there died

@@ -10,6 +10,7 @@
 """
 
 import ctypes
+import os
 import socket
 import subprocess
 
@@ -28,14 +29,32 @@ RATE_MBPS = 10.0                        # 1250 bytes per ms
 T0 = 10_000_000_000
 
 
+TAG = "fabriclab-test artest"            # the veths' alias: what marks a pair as this file's
+
+
+def _remove_stale_pairs():
+    """Delete the pairs a killed run of this file left (their alias names a pid that is gone)."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if f"alias {TAG} pid=" not in line:
+            continue
+        pid = line.rsplit("pid=", 1)[1].split()[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            subprocess.run(["ip", "link", "del", line.split(":")[1].strip().split("@")[0]],
+                           capture_output=True)
+
+
 @pytest.fixture
 def veths():
-    names = [f"artest{i}" for i in range(3)]
-    for name in names:
-        subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True)
-        subprocess.run(["ip", "link", "set", name, "up"], check=True)
-        subprocess.run(["ip", "link", "set", name + "p", "up"], check=True)
+    _remove_stale_pairs()
+    names = [f"art{os.getpid()}x{i}" for i in range(3)]     # at most 13 characters, and this run's
     try:
+        for name in names:
+            subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"],
+                           check=True)
+            subprocess.run(["ip", "link", "set", name, "alias", f"{TAG} pid={os.getpid()}"], check=True)
+            subprocess.run(["ip", "link", "set", name, "up"], check=True)
+            subprocess.run(["ip", "link", "set", name + "p", "up"], check=True)
         yield names
     finally:
         for name in names:
