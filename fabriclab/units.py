@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from fabriclab.errors import LabError, SpecError
+from fabriclab.loading import excerpt
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([KMG]?)B?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
@@ -17,7 +18,7 @@ _BUFFER_UNIT_BYTES = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 10**6, "mib"
 def parse_size(text):
     m = _SIZE.match(text)
     if not m or int(m.group(1)) <= 0:
-        raise LabError(f"bad size {text.strip()!r}: expected e.g. 4096, 64K, 1M, 1G (powers of 2)")
+        raise LabError(f"bad size {excerpt(text.strip())}: expected e.g. 4096, 64K, 1M, 1G (powers of 2)")
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
@@ -37,7 +38,7 @@ def human_size(size):
 def parse_size_bytes(value, where):
     """A buffer size: a number of bytes or a string such as '64KiB', '1MB'."""
     if isinstance(value, bool):
-        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
+        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {excerpt(value)}")
     if isinstance(value, int):
         size = value
     elif isinstance(value, float) and value.is_integer():
@@ -45,7 +46,7 @@ def parse_size_bytes(value, where):
     elif isinstance(value, str) and (m := _BUFFER_SIZE.match(value)):
         size = int(m.group(3)) if m.group(3) else int(float(m.group(1)) * _BUFFER_UNIT_BYTES[m.group(2).lower()])
     else:
-        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {value!r}")
+        raise SpecError(f"{where}: size must be bytes or a string like '64KiB', got {excerpt(value)}")
     if size <= 0:
-        raise SpecError(f"{where}: size must be > 0, got {value!r}")
+        raise SpecError(f"{where}: size must be > 0, got {excerpt(value)}")
     return size

@@ -221,3 +221,23 @@ class Fabric:
         return cls(FabricSpec(**{**data, "buffers": Buffers(**data["buffers"]),
                                  "delay": LinkDelay(**data.get("delay", {})),
                                  "queues": QueueSpec.from_dict(queues) if queues else None}))
+
+
+# What one machine's lab brings up: Mininet starts nodes one by one (about 0.1 s each) and every
+# link is a veth pair with its qdiscs; 48 switches and 256 hosts took 24 s. Past these the
+# bring-up takes longer than anyone waits and the links share one forwarding thread's few hundred
+# Mbit/s: the flow model (`fabriclab model fabric`) is the tool for such fabrics.
+MAX_LAB_NODES = 1024
+MAX_LAB_LINKS = 4096
+
+
+def beyond_one_machine(fabric):
+    """None when one machine can build `fabric`, else one line saying which bound it passes."""
+    nodes = len(fabric.switches) + len(fabric.hosts)
+    if nodes > MAX_LAB_NODES:
+        return (f"fabric {fabric.spec.name!r} has {nodes} switches and hosts; one machine's lab builds at "
+                f"most {MAX_LAB_NODES} (use `fabriclab model fabric` for larger fabrics)")
+    if len(fabric.links) > MAX_LAB_LINKS:
+        return (f"fabric {fabric.spec.name!r} has {len(fabric.links)} links; one machine's lab builds at "
+                f"most {MAX_LAB_LINKS} (use `fabriclab model fabric` for larger fabrics)")
+    return None

@@ -14,11 +14,11 @@ import types
 import re
 from dataclasses import dataclass, field
 
-import yaml
 
 from fabriclab.errors import SpecError
 from fabriclab.units import parse_size_bytes
 from fabriclab.queues.config import QueueSpec, check_against_fabric, queues_from_dict
+from fabriclab.loading import clip, excerpt, is_file, load_yaml
 
 KINDS = ("leafspine", "multiplane")
 MIN_MTU, MAX_MTU = 1500, 9216
@@ -42,17 +42,17 @@ MAX_LAB_DELAY_MS = 10_000.0
 def parse_rate_mbps(value, where):
     """A link rate: a number (Mbit/s) or a string such as '20Mbit', '1.5Gbit', '400G'."""
     if isinstance(value, bool):
-        raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {value!r}")
+        raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {excerpt(value)}")
     if isinstance(value, (int, float)):
         rate = float(value)
     elif isinstance(value, str) and (m := _RATE_RE.match(value)):
         rate = float(m.group(1)) * _RATE_UNIT_MBPS[m.group(2).lower()]
     else:
-        raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {value!r}")
+        raise SpecError(f"{where}: rate must be a number of Mbit/s or a string like '20Mbit', got {excerpt(value)}")
     if rate <= 0:
-        raise SpecError(f"{where}: rate must be > 0, got {value!r}")
+        raise SpecError(f"{where}: rate must be > 0, got {excerpt(value)}")
     if not math.isfinite(rate):
-        raise SpecError(f"{where}: rate must be finite, got {value!r}")
+        raise SpecError(f"{where}: rate must be finite, got {excerpt(value)}")
     return rate
 
 
@@ -62,17 +62,17 @@ def parse_delay_us(value, where):
     """A real propagation delay: a number of microseconds or a string such as '500ns', '1.5us'."""
     hint = "a number of microseconds or a string like '500ns' or '2us'"
     if isinstance(value, bool):
-        raise SpecError(f"{where}: delay must be {hint}, got {value!r}")
+        raise SpecError(f"{where}: delay must be {hint}, got {excerpt(value)}")
     if isinstance(value, (int, float)):
         usec = float(value)
     elif isinstance(value, str) and (m := _TIME_RE.match(value)):
         usec = float(m.group(1)) * _TIME_UNIT_US[m.group(2)]
     else:
-        raise SpecError(f"{where}: delay must be {hint}, got {value!r}")
+        raise SpecError(f"{where}: delay must be {hint}, got {excerpt(value)}")
     if not math.isfinite(usec):
-        raise SpecError(f"{where}: delay must be finite, got {value!r}")
+        raise SpecError(f"{where}: delay must be finite, got {excerpt(value)}")
     if usec < 0:
-        raise SpecError(f"{where}: delay must be >= 0, got {value!r}")
+        raise SpecError(f"{where}: delay must be >= 0, got {excerpt(value)}")
     return usec
 
 
@@ -174,17 +174,17 @@ class FabricSpec:
 
 def validate(spec):
     """Every problem with a spec, one line each, naming the spec and the field."""
-    where = f"spec {spec.name!r}" if isinstance(spec.name, str) and spec.name else "spec"
+    where = f"spec {excerpt(spec.name)}" if isinstance(spec.name, str) and spec.name else "spec"
     problems = []
     if not isinstance(spec.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", spec.name):
-        problems.append(f"{where}: name must be 1-64 letters, digits, '_', '.', '-', got {spec.name!r}")
+        problems.append(f"{where}: name must be 1-64 letters, digits, '_', '.', '-', got {excerpt(spec.name)}")
     if spec.kind not in KINDS:
-        problems.append(f"{where}: kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+        problems.append(f"{where}: kind must be one of {', '.join(KINDS)}, got {excerpt(spec.kind)}")
 
     def count(fname, minimum, maximum=None):
         value = getattr(spec, fname)
         if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{where}: {fname} must be a whole number, got {value!r}")
+            problems.append(f"{where}: {fname} must be a whole number, got {excerpt(value)}")
         elif value < minimum:
             problems.append(f"{where}: {fname} must be >= {minimum}, got {value}")
         elif maximum is not None and value > maximum:
@@ -198,27 +198,27 @@ def validate(spec):
     count("planes", 1, MAX_PLANES)
     count("mtu", MIN_MTU, MAX_MTU)
     if spec.kind == "leafspine" and spec.planes != 1:
-        problems.append(f"{where}: planes must be 1 for kind leafspine (use kind multiplane), got {spec.planes!r}")
+        problems.append(f"{where}: planes must be 1 for kind leafspine (use kind multiplane), got {excerpt(spec.planes)}")
     if spec.kind == "multiplane" and isinstance(spec.planes, int) and spec.planes < 2:
-        problems.append(f"{where}: planes must be >= 2 for kind multiplane, got {spec.planes!r}")
+        problems.append(f"{where}: planes must be >= 2 for kind multiplane, got {excerpt(spec.planes)}")
     for fname, label in (("host_rate_mbps", "host_rate_mbps"), ("fabric_rate_mbps", "fabric_rate_mbps"),
                          ("real_host_rate_mbps", "real_host_rate")):
         value = getattr(spec, fname)
         if value is None and fname == "real_host_rate_mbps":
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            problems.append(f"{where}: {label} must be > 0, got {value!r}")
+            problems.append(f"{where}: {label} must be > 0, got {excerpt(value)}")
         elif not math.isfinite(value):
-            problems.append(f"{where}: {label} must be finite, got {value!r}")
+            problems.append(f"{where}: {label} must be finite, got {excerpt(value)}")
     if not isinstance(spec.buffers, Buffers):
-        problems.append(f"{where}: buffers must be a Buffers, got {spec.buffers!r}")
+        problems.append(f"{where}: buffers must be a Buffers, got {excerpt(spec.buffers)}")
     else:
         mtu_ok = isinstance(spec.mtu, int) and not isinstance(spec.mtu, bool) and MIN_MTU <= spec.mtu <= MAX_MTU
         frame = spec.mtu + 14 if mtu_ok else 0     # a bad MTU is its own problem, not the buffers'
 
         for role, size in dataclasses.asdict(spec.buffers).items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                problems.append(f"{where}: buffers.{role} must be > 0 bytes, got {size!r}")
+                problems.append(f"{where}: buffers.{role} must be > 0 bytes, got {excerpt(size)}")
             elif size < 2 * frame:
                 problems.append(f"{where}: buffers.{role} must hold two {spec.mtu}-byte-MTU frames "
                                 f"({2 * frame} bytes), got {size}")
@@ -229,13 +229,13 @@ def validate(spec):
                             f"{MAX_PORTS_PER_LEAF} host ports fit a leaf's /24")
         longest = max(_longest_interface_names(spec), key=len)
         if len(longest) > MAX_INTERFACE_NAME:
-            problems.append(f"{where}: interface {longest!r} would exceed Linux's "
+            problems.append(f"{where}: interface {excerpt(longest)} would exceed Linux's "
                             f"{MAX_INTERFACE_NAME}-character limit; use fewer planes, leaves or ports")
     problems += _delay_problems(spec, where)
     queues = getattr(spec, "queues", None)
     if not problems and queues is not None:
         if not isinstance(queues, QueueSpec):
-            problems.append(f"{where}: queues must be a QueueSpec, got {queues!r}")
+            problems.append(f"{where}: queues must be a QueueSpec, got {excerpt(queues)}")
         else:
             rates = {"leaf": max(spec.host_rate_mbps, spec.fabric_rate_mbps), "spine": spec.fabric_rate_mbps}
             problems += check_against_fabric(queues, dataclasses.asdict(spec.buffers), rates, spec.mtu,
@@ -246,13 +246,13 @@ def validate(spec):
 def _delay_problems(spec, where):
     delay = getattr(spec, "delay", LinkDelay())
     if not isinstance(delay, LinkDelay):
-        return [f"{where}: delay must be a LinkDelay, got {delay!r}"]
+        return [f"{where}: delay must be a LinkDelay, got {excerpt(delay)}"]
     problems = []
     for kind in LINK_KINDS:
         value = getattr(delay, f"{kind}_us")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value < 0:
-            problems.append(f"{where}: delay.{kind} must be >= 0 microseconds, got {value!r}")
+            problems.append(f"{where}: delay.{kind} must be >= 0 microseconds, got {excerpt(value)}")
     if problems or not any(getattr(delay, f"{kind}_us") for kind in LINK_KINDS):
         return problems
     real = spec.real_host_rate_mbps
@@ -315,7 +315,7 @@ def spec_from_dict(data, source="spec"):
     for key, value in data.items():
         if key not in _YAML_FIELDS:
             known = ", ".join(sorted(_YAML_FIELDS))
-            problems.append(f"{source}: unknown key {key!r} (known: {known})")
+            problems.append(f"{source}: unknown key {excerpt(key)} (known: {known})")
             continue
         fname, parse = _YAML_FIELDS[key]
         try:
@@ -343,13 +343,13 @@ def spec_from_dict(data, source="spec"):
 
 def _buffers_from_dict(value, where):
     if not isinstance(value, dict):
-        raise SpecError(f"{where}: must map host/leaf/spine to sizes, got {value!r}")
+        raise SpecError(f"{where}: must map host/leaf/spine to sizes, got {excerpt(value)}")
     roles = {f.name for f in dataclasses.fields(Buffers)}
     sizes = {}
     problems = []
     for role, size in value.items():
         if role not in roles:
-            problems.append(f"{where}: unknown role {role!r} (known: {', '.join(sorted(roles))})")
+            problems.append(f"{where}: unknown role {excerpt(role)} (known: {', '.join(sorted(roles))})")
             continue
         try:
             sizes[role] = parse_size_bytes(size, f"{where}.{role}")
@@ -363,11 +363,11 @@ def _buffers_from_dict(value, where):
 def _delay_from_dict(value, where):
     if not isinstance(value, dict):
         raise SpecError(f"{where}: must map {'/'.join(LINK_KINDS)} to real one-way delays "
-                        f"(e.g. {{fabric: 500ns}}), got {value!r}")
+                        f"(e.g. {{fabric: 500ns}}), got {excerpt(value)}")
     delays, problems = {}, []
     for kind, item in value.items():
         if kind not in LINK_KINDS:
-            problems.append(f"{where}: unknown link kind {kind!r} (known: {', '.join(LINK_KINDS)})")
+            problems.append(f"{where}: unknown link kind {excerpt(kind)} (known: {', '.join(LINK_KINDS)})")
             continue
         try:
             delays[f"{kind}_us"] = parse_delay_us(item, f"{where}.{kind}")
@@ -389,20 +389,11 @@ def shipped_specs():
 def load_spec(path_or_name):
     """Load a spec from a YAML path, or by the name of a spec shipped in topologies/."""
     path = pathlib.Path(path_or_name)
-    if not path.exists():
+    if not is_file(path):
         shipped = SPEC_DIR / f"{path_or_name}.yaml"
-        if not shipped.exists():
-            raise SpecError(f"no spec file {str(path_or_name)!r} and no shipped spec of that name "
+        if "/" in str(path_or_name) or not is_file(shipped):
+            raise SpecError(f"no spec file {excerpt(str(path_or_name))} and no shipped spec of that name "
                             f"(shipped: {', '.join(shipped_specs())})")
         path = shipped
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}:{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    except OSError as exc:
-        raise SpecError(f"cannot read spec {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: is not a text (UTF-8) file") from None
-    return spec_from_dict(data, source=str(path))
+    data = load_yaml(path, "spec", error=SpecError)
+    return spec_from_dict(data, source=clip(path))

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from fabriclab.errors import LabError
+from fabriclab.loading import boolean, excerpt, number, whole
 from fabriclab.measure import cpuload, telemetry
 from fabriclab.system import patience
 from fabriclab.units import human_size
@@ -43,6 +44,16 @@ FINAL_TIMEOUT_S = 10.0
 AGENT_LATENCY_S = 0.01
 """What the agents add to a probe's round trip: each end's event loop must wake, read and send
 (the two cores are shared by every agent and the switches)."""
+
+
+MAX_SIZE = 1 << 32                  # 4 GiB: hours at the lab's Mbit/s, beyond any useful run
+# Whole-number fields and their physical bounds (inclusive).
+WHOLE_BOUNDS = {"channels": (1, 64), "qps": (1, 64), "spray": (1, 256), "chunk_bytes": (4, 16 << 20),
+                "piece_bytes": (4, 16 << 20), "iterations": (1, 1_000_000), "warmup": (0, 1000),
+                "ack_every": (1, 1024), "retry_limit": (0, 7), "cts_buffers": (1, 64),
+                "probe_timeouts": (1, 100), "root": (0, 1 << 16), "seed": (0, (1 << 32) - 1)}
+# Optional times in seconds: more than 0, at most a minute (the lab's slowest round trip is ms).
+TIMEOUTS_S = ("ack_timeout_s", "probe_interval_s", "sw_timeout_s", "reorder_timeout_s")
 
 
 @dataclass
@@ -103,21 +114,19 @@ class CollectiveSpec:
     def check(self):
         """Raise LabError naming the first bad field."""
         def bad(name, why):
-            raise LabError(f"collective: {name} {why}, got {getattr(self, name)!r}")
+            raise LabError(f"collective: {name} {why}, got {excerpt(getattr(self, name))}")
 
         if self.collective not in schedules.COLLECTIVES:
             bad("collective", f"must be one of {', '.join(schedules.COLLECTIVES)}")
         algorithms = schedules.ALGORITHMS.get(self.collective, ("ring",))
         if self.algorithm is not None and self.algorithm not in algorithms:
             bad("algorithm", f"for {self.collective} must be one of {', '.join(algorithms)}")
-        if not self.sizes or any(_not_int(s) or s < 4 for s in self.sizes):
-            bad("sizes", "must be whole byte counts >= 4")
-        for name, low in (("channels", 1), ("qps", 1), ("spray", 1), ("chunk_bytes", 4), ("piece_bytes", 4),
-                          ("iterations", 1), ("warmup", 0), ("ack_every", 1), ("retry_limit", 0),
-                          ("cts_buffers", 1)):
-            value = getattr(self, name)
-            if _not_int(value) or value < low:
-                bad(name, f"must be a whole number >= {low}")
+        if not isinstance(self.sizes, (tuple, list)) or not 1 <= len(self.sizes) <= 64:
+            bad("sizes", "must be a list of 1 to 64 sizes")
+        for size in self.sizes:
+            whole(size, "collective: sizes", 4, MAX_SIZE)
+        for name, (low, high) in WHOLE_BOUNDS.items():
+            whole(getattr(self, name), f"collective: {name}", low, high)
         if self.chunk_bytes % 4:
             bad("chunk_bytes", "must be a multiple of 4")
         if self.placement not in PLACEMENTS:
@@ -131,31 +140,27 @@ class CollectiveSpec:
                 bad(name, "must be a DSCP value 0..63")
         if _not_int(self.ecn) or not 0 <= self.ecn <= 3:
             bad("ecn", "must be an ECN codepoint 0..3")
-        if self.ack_timeout_s is not None and not self.ack_timeout_s > 0:
-            bad("ack_timeout_s", "must be > 0 s")
-        if not self.imbalance >= 1:
-            bad("imbalance", "must be a max/min ratio >= 1")
-        if not self.timeout_factor > 1:
-            bad("timeout_factor", "must be > 1")
-        if self.dcqcn is not None and not isinstance(self.dcqcn, dict):
-            bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
+        for name in TIMEOUTS_S:
+            if getattr(self, name) is not None:
+                number(getattr(self, name), f"collective: {name} (s)", 0, 60, low_open=True)
+        if self.cc_idle_s is not None:
+            number(self.cc_idle_s, "collective: cc_idle_s (s; 0: never reset)", 0, 3600)
+        number(self.imbalance, "collective: imbalance (AlltoAllv's max/min block ratio)", 1, 1000)
+        number(self.timeout_factor, "collective: timeout_factor", 1, 1000, low_open=True)
+        for name in ("verify", "in_place", "cts"):
+            boolean(getattr(self, name), f"collective: {name}")
+        if self.dcqcn is not None:
+            if not isinstance(self.dcqcn, dict) or not all(isinstance(k, str) for k in self.dcqcn):
+                bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
+            from fabriclab.traffic.dcqcn import DcqcnParams
+            try:                # the NIC units are checked here; the line rate with the fabric
+                DcqcnParams.scaled(1e6, 1.0, **self.dcqcn)
+            except ValueError as exc:
+                raise LabError(f"collective: dcqcn: {exc}") from None
         if self.backend not in softroce.BACKENDS:
             bad("backend", f"must be one of {', '.join(softroce.BACKENDS)}")
-        if not isinstance(self.in_place, bool):
-            bad("in_place", "must be true or false")
         if self.plb not in lb.MODES:
             bad("plb", f"must be one of {', '.join(lb.MODES)}")
-        for name in ("probe_interval_s", "sw_timeout_s", "reorder_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not value > 0):
-                bad(name, "must be > 0 s")
-        if self.cc_idle_s is not None and (isinstance(self.cc_idle_s, bool)
-                                           or not isinstance(self.cc_idle_s, (int, float))
-                                           or not 0 <= self.cc_idle_s <= 3600):
-            bad("cc_idle_s", "must be in [0, 3600] s (0: never reset)")
-        if _not_int(self.probe_timeouts) or self.probe_timeouts < 1:
-            bad("probe_timeouts", "must be a whole number >= 1")
         if self.reorder is not None and self.reorder not in REORDER_MODES:
             bad("reorder", f"must be one of {', '.join(REORDER_MODES)}")
         if self.reorder == "go-back-n" and self.plb in lb.MULTIPATH:

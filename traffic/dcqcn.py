@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from fabriclab.loading import excerpt
+
 NIC_DEFAULTS = {
     # Rate increase (reaction point).
     "rpg_time_reset": 300,          # microseconds between timer-driven increase events
@@ -120,7 +122,7 @@ class DcqcnParams:
         _require("time_scale", time_scale, lambda v: v > 0, "a number > 0")
         unknown = sorted(set(nic) - set(NIC_DEFAULTS))
         if unknown:
-            raise ValueError(f"unknown DCQCN NIC parameter {unknown[0]!r}; known: "
+            raise ValueError(f"unknown DCQCN NIC parameter {excerpt(unknown[0])}; known: "
                              + ", ".join(NIC_DEFAULTS))
         v = {**NIC_DEFAULTS, **nic}
         # Checked in NIC units first, so that a message names the field the caller passed.
@@ -158,7 +160,7 @@ def _require(name, value, ok, what, integer=False):
     kinds = (int,) if integer else (int, float)
     if (isinstance(value, bool) or not isinstance(value, kinds)
             or not math.isfinite(value) or not ok(value)):
-        raise ValueError(f"DCQCN parameter {name} must be {what}, got {value!r}")
+        raise ValueError(f"DCQCN parameter {name} must be {what}, got {excerpt(value)}")
 
 
 def _expiries(anchor, period, now):
@@ -183,7 +185,7 @@ class _Clock:
 
     def tick(self, now):
         if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-            raise ValueError(f"time must be a finite number of seconds, got {now!r}")
+            raise ValueError(f"time must be a finite number of seconds, got {excerpt(now)}")
         if self.now is not None and now < self.now:
             raise ValueError(f"time went backwards: {now} after {self.now}")
         self.now = now
@@ -288,7 +290,7 @@ class ReactionPoint:
     def on_sent(self, nbytes, now):
         """The QP sent `nbytes` (wire bytes, as the NIC counts them) at `now`."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise ValueError(f"nbytes must be a whole number >= 0, got {nbytes!r}")
+            raise ValueError(f"nbytes must be a whole number >= 0, got {excerpt(nbytes)}")
         self.advance(now)
         if not self._throttled:
             return

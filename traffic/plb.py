@@ -32,6 +32,7 @@ import random
 
 from fabriclab.traffic import dcqcn, roce
 from fabriclab.traffic.pacer import SEND_AHEAD_S, Pace
+from fabriclab.loading import excerpt
 
 MODES = ("per-plane", "global", "static", "software", "esr")
 MULTIPATH = frozenset({"per-plane", "global", "esr"})
@@ -57,7 +58,7 @@ starts no new message beyond it. A lossless 4-plane lab path holds at most its b
 def check_mode(mode):
     """The mode, or ValueError with a one-line message."""
     if mode not in MODES:
-        raise ValueError(f"plb must be one of {', '.join(MODES)}, got {mode!r}")
+        raise ValueError(f"plb must be one of {', '.join(MODES)}, got {excerpt(mode)}")
     return mode
 
 
@@ -76,9 +77,9 @@ class PlaneLiveness:
 
     def __init__(self, interval_s, timeouts=PROBE_TIMEOUTS):
         if not interval_s > 0:
-            raise ValueError(f"probe interval must be > 0 s, got {interval_s!r}")
+            raise ValueError(f"probe interval must be > 0 s, got {excerpt(interval_s)}")
         if isinstance(timeouts, bool) or not isinstance(timeouts, int) or timeouts < 1:
-            raise ValueError(f"probe timeouts must be a whole number >= 1, got {timeouts!r}")
+            raise ValueError(f"probe timeouts must be a whole number >= 1, got {excerpt(timeouts)}")
         self.interval_s = interval_s
         self.timeouts = timeouts
         self.removed = False

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from fabriclab.cli import running
 from fabriclab.errors import LabError
 from fabriclab.lab.controller import check_app
 from fabriclab.table import format_table
-from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.fabric import Fabric, beyond_one_machine
 from fabriclab.topologies.spec import load_spec, shipped_specs
 
 DEFAULT_SPEC = "default"
@@ -67,10 +68,8 @@ def _traffic_args(p):
 
 
 def cmd_check(args):
-    docs = []
-    for ref in args.specs:
-        fabric = Fabric(load_spec(ref))    # SpecError (one line) on any problem
-        docs.append(fabric.summary())
+    fabrics = [Fabric(load_spec(ref)) for ref in args.specs]    # SpecError (one line) on any problem
+    docs = [fabric.summary() for fabric in fabrics]
     if args.format == "json":
         print(json.dumps(docs, indent=1))
     else:
@@ -79,6 +78,10 @@ def cmd_check(args):
         print(format_table(("spec", "kind", "planes", "switches", "hosts", "host ports", "links",
                             "oversub", "time scale"), rows))
         print("ok: " + ", ".join(d["name"] for d in docs))
+    for fabric in fabrics:
+        too_big = beyond_one_machine(fabric)
+        if too_big:
+            print(f"note: {too_big}", file=sys.stderr)
     return 0
 
 

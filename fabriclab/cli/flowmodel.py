@@ -24,6 +24,7 @@ from fabriclab.model.graph import ClosGraph
 from fabriclab.model.routes import Routes
 from fabriclab.table import format_table
 from fabriclab.topologies.spec import load_spec, parse_rate_mbps
+from fabriclab.loading import excerpt
 
 DEFAULT_SIZE = "64M"
 ALL_SCHEMES = "ecmp,eecmp,te,spray,ideal"
@@ -110,7 +111,7 @@ def overrides_of(args):
 def one_size(text):
     sizes = parse_sizes(text)
     if len(sizes) != 1:
-        raise LabError(f"--size takes one message size, got {text!r}")
+        raise LabError(f"--size takes one message size, got {excerpt(text)}")
     return sizes[0]
 
 
@@ -120,9 +121,9 @@ def parse_fractions(text):
         try:
             value = float(item)
         except ValueError:
-            raise LabError(f"bad failure fraction {item!r}: expected numbers in [0, 1), e.g. 0.01,0.05") from None
+            raise LabError(f"bad failure fraction {excerpt(item)}: expected numbers in [0, 1), e.g. 0.01,0.05") from None
         if not 0 <= value < 1:
-            raise LabError(f"failure fraction must be in [0, 1), got {item.strip()!r}")
+            raise LabError(f"failure fraction must be in [0, 1), got {excerpt(item.strip())}")
         out.append(value)
     return out
 

@@ -264,19 +264,13 @@ class LabPrompt(CLI):
 
     def do_inject(self, line):
         """inject FILE: run a scenario file's faults: timeline in the background, from now."""
-        import yaml
-
+        from fabriclab.loading import load_yaml
         from fabriclab.workflows import faults
 
         path = self._args(line, 1, "inject FILE")[0]
         if self.timeline is not None and self.timeline.is_alive():
             raise LabError("a fault timeline is already running (`faults stop` ends it)")
-        try:
-            data = yaml.safe_load(open(path))
-        except OSError as exc:
-            raise LabError(f"cannot read {path}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise LabError(f"{path} is not valid YAML: {exc}") from None
+        data = load_yaml(path, "fault file")
         entries = data.get("faults") if isinstance(data, dict) else data
         steps = faults.steps(faults.parse(entries), self.lab)
         self.timeline = faults.Timeline(self.lab, steps)

@@ -29,7 +29,7 @@ from fabriclab.queues.datapath import remove_pins
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
 from fabriclab.lab import network as mininet_net
-from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.fabric import Fabric, beyond_one_machine
 from fabriclab.topologies.spec import FabricSpec
 
 
@@ -39,6 +39,9 @@ class Lab:
             raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
         check_app(routing)
         self.fabric = Fabric(spec)
+        too_big = beyond_one_machine(self.fabric)
+        if too_big:
+            raise LabError(too_big)
         self.jobs = {}               # announced to the controller (jobs.json): name -> placement
         self._jobs_lock = threading.Lock()   # concurrent launchers announce and retract jobs
         self.routing = routing

@@ -28,6 +28,9 @@ HOST, FABRIC, CORE = 0, 1, 2                   # link kinds: host-leaf, leaf-spi
 ROLES = ("leaf", "spine", "superspine")        # switch tier 0, 1, 2
 MAX_PORTS = 1 << 21                            # host ports: keeps flat addresses inside 10/8
 MAX_LINKS = 1 << 23
+# Routes keep each switch's distance to each leaf: leaves x switches entries, about 100 bytes
+# each, so 8M is under a GiB; 2 spines and 2000 leaves fit, 100,000 leaves would need TBs.
+MAX_ROUTE_ENTRIES = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,17 @@ class ClosParams:
             out.append(f"{self.host_ports} host ports is more than the model's limit of {MAX_PORTS}")
         elif self.link_count > MAX_LINKS:
             out.append(f"{self.link_count} directed links is more than the model's limit of {MAX_LINKS}")
+        elif self.route_entries > MAX_ROUTE_ENTRIES:
+            out.append(f"routes to every leaf from every switch need {self.route_entries} entries, more than "
+                       f"the model's limit of {MAX_ROUTE_ENTRIES} (fewer leaves or planes)")
         return out
+
+    @property
+    def route_entries(self):
+        """Distance-table entries routing keeps: every leaf's distance from every switch."""
+        leaves = self.pods * self.leaves                    # per plane: planes do not meet
+        switches = leaves + self.pods * self.spines + self.spines * self.superspines
+        return self.planes * leaves * switches
 
     @classmethod
     def from_spec(cls, spec, **overrides):
@@ -199,6 +212,13 @@ class ClosGraph:
         self.cable_member.append(member)
 
     # -- queries ---------------------------------------------------------------------------------
+    @property
+    def route_entries(self):
+        """Distance-table entries routing keeps: every leaf's distance from every switch."""
+        leaves = self.pods * self.leaves                    # per plane: planes do not meet
+        switches = leaves + self.pods * self.spines + self.spines * self.superspines
+        return self.planes * leaves * switches
+
     @classmethod
     def from_spec(cls, spec, **overrides):
         return cls(ClosParams.from_spec(spec, **overrides), spec)

@@ -13,16 +13,17 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-import yaml
 
 from fabriclab.errors import LabError
 from fabriclab.model.collectives import Tier
+from fabriclab.loading import clip, excerpt, fields, is_file, load_yaml, number, whole
 
 PROFILE_DIR = pathlib.Path(__file__).resolve().parent / "profiles"
 
 # Bytes are 'B/s' ('450GB/s'); bits are 'bit' or 'bit/s' ('400Gbit'). 'bps' and 'b/s' are refused:
 # which one they mean depends on who wrote them, and a factor of 8 is not a rounding error.
 _BW = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKMGT]?)(B/s|bit/s|bit)\s*$")
+MAX_BANDWIDTH = 8e14               # bits/s before the /8: 100 TB/s, beyond any link built
 _SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
@@ -31,10 +32,10 @@ def parse_bandwidth(value, where):
     m = _BW.match(value) if isinstance(value, str) else None
     if not m:
         raise LabError(f"{where}: bandwidth must look like '450GB/s' (bytes) or '400Gbit' (bits), "
-                       f"got {value!r}")
+                       f"got {excerpt(value)}")
     number = float(m.group(1)) * _SCALE[m.group(2)]
-    if number <= 0:
-        raise LabError(f"{where}: bandwidth must be > 0, got {value!r}")
+    if not 0 < number <= MAX_BANDWIDTH:
+        raise LabError(f"{where}: bandwidth must be > 0 and at most 100 TB/s, got {excerpt(value)}")
     return number if m.group(3) == "B/s" else number / 8
 
 
@@ -82,55 +83,53 @@ class Profile:
                 Tier(self.scale_out_latency, self.scale_out_bandwidth()))
 
 
-def _hop(data, where):
-    if not isinstance(data, dict) or "name" not in data or "bandwidth" not in data:
-        raise LabError(f"{where}: needs name and bandwidth")
-    eff = data.get("efficiency", 1.0)
-    if not isinstance(eff, (int, float)) or not 0 < eff <= 1:
-        raise LabError(f"{where}: efficiency must be in (0, 1], got {eff!r}")
-    return Hop(str(data["name"]), parse_bandwidth(data["bandwidth"], f"{where}.bandwidth"), float(eff))
+HOP_KEYS = ("name", "bandwidth", "efficiency")
+PROFILE_KEYS = ("name", "description", "ranks_per_node", "scale_up", "scale_out", "datapath",
+                "staging_copies", "notes")
 
 
-def _positive(data, key, where, kind=float):
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
-            or (kind is int and not isinstance(value, int)):
-        raise LabError(f"{where}: {key} must be a positive {'whole ' if kind is int else ''}number, "
-                       f"got {value!r}")
-    return kind(value)
+def _hop(data, where, extra=()):
+    fields(data, where, HOP_KEYS + extra, required=("name", "bandwidth"))
+    eff = number(data.get("efficiency", 1.0), f"{where}: efficiency", 0, 1, low_open=True)
+    if not isinstance(data["name"], str):
+        raise LabError(f"{where}: name must be a string, got {excerpt(data['name'])}")
+    return Hop(data["name"], parse_bandwidth(data["bandwidth"], f"{where}.bandwidth"), float(eff))
+
+
+def _latency_s(data, where):
+    """A hop's latency: microseconds, more than 0 and at most one second."""
+    return number(data.get("latency_us"), f"{where}: latency_us", 0, 1e6, low_open=True) * 1e-6
 
 
 def load_profile(name_or_path):
     path = pathlib.Path(name_or_path)
-    if not path.exists():
+    if not is_file(path):
         path = PROFILE_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise LabError(f"no hardware profile {str(name_or_path)!r} (shipped: "
+        if "/" in str(name_or_path) or not is_file(path):
+            raise LabError(f"no hardware profile {excerpt(str(name_or_path))} (shipped: "
                            f"{', '.join(shipped_profiles())})")
-    data = yaml.safe_load(path.read_text())
-    where = f"profile {path.stem}"
-    if not isinstance(data, dict):
-        raise LabError(f"{where}: must be a mapping")
-    known = {"name", "description", "ranks_per_node", "scale_up", "scale_out", "datapath",
-             "staging_copies", "notes"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise LabError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    up, out = data.get("scale_up") or {}, data.get("scale_out") or {}
-    staging = data.get("staging_copies", 0)
-    if isinstance(staging, bool) or not isinstance(staging, int) or staging < 0:
-        raise LabError(f"{where}: staging_copies must be a whole number >= 0, got {staging!r}")
+    where = f"profile {clip(path.stem, 40)}"
+    data = fields(load_yaml(path, "profile"), where, PROFILE_KEYS)
+    ranks = whole(data.get("ranks_per_node"), f"{where}: ranks_per_node", 1, 1024)
+    up = fields(data.get("scale_up"), f"{where}: scale_up", HOP_KEYS + ("latency_us",))
+    out = fields(data.get("scale_out"), f"{where}: scale_out", HOP_KEYS + ("latency_us", "nics_per_node"))
+    datapath = data.get("datapath") or []
+    if not isinstance(datapath, list) or len(datapath) > 16:
+        raise LabError(f"{where}: datapath must be a list of at most 16 hops, got {excerpt(datapath)}")
+    for key in ("name", "description", "notes"):
+        if key in data and not isinstance(data[key], str):
+            raise LabError(f"{where}: {key} must be a string, got {excerpt(data[key])}")
     return Profile(
-        name=str(data.get("name", path.stem)),
-        description=str(data.get("description", "")),
-        ranks_per_node=_positive(data, "ranks_per_node", where, int),
-        scale_up=_hop(up, f"{where}: scale_up"),
-        scale_up_latency=_positive(up, "latency_us", f"{where}: scale_up") * 1e-6,
-        nics_per_node=_positive(out, "nics_per_node", f"{where}: scale_out", int),
-        nic=_hop(out, f"{where}: scale_out"),
-        scale_out_latency=_positive(out, "latency_us", f"{where}: scale_out") * 1e-6,
-        datapath=tuple(_hop(h, f"{where}: datapath[{i}]") for i, h in enumerate(data.get("datapath") or [])),
-        staging_copies=staging,
+        name=data.get("name", path.stem),
+        description=data.get("description", ""),
+        ranks_per_node=ranks,
+        scale_up=_hop(up, f"{where}: scale_up", ("latency_us",)),
+        scale_up_latency=_latency_s(up, f"{where}: scale_up"),
+        nics_per_node=whole(out.get("nics_per_node"), f"{where}: scale_out: nics_per_node", 1, 64),
+        nic=_hop(out, f"{where}: scale_out", ("latency_us", "nics_per_node")),
+        scale_out_latency=_latency_s(out, f"{where}: scale_out"),
+        datapath=tuple(_hop(h, f"{where}: datapath[{i}]") for i, h in enumerate(datapath)),
+        staging_copies=whole(data.get("staging_copies", 0), f"{where}: staging_copies", 0, 8),
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from fabriclab.errors import SpecError
 from fabriclab.units import parse_size_bytes
+from fabriclab.loading import excerpt
 
 CLASSES = ("lossless", "control", "lossy")
 LOSSLESS, CONTROL, LOSSY = range(3)
@@ -228,11 +229,11 @@ def _size(value, where):
 
 def _number(value, where, low=0.0, high=None, strict_low=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{where}: must be a number, got {value!r}")
+        raise SpecError(f"{where}: must be a number, got {excerpt(value)}")
     if value < low or (strict_low and value == low) or (high is not None and value > high):
         bound = f"> {low}" if strict_low else f">= {low}"
         raise SpecError(f"{where}: must be {bound}" + (f" and <= {high}" if high is not None else "")
-                        + f", got {value!r}")
+                        + f", got {excerpt(value)}")
     return float(value)
 
 
@@ -240,10 +241,10 @@ def _dscps(value, where):
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list) or not value:
-        raise SpecError(f"{where}: must be a DSCP 0..63 or a list of them, got {value!r}")
+        raise SpecError(f"{where}: must be a DSCP 0..63 or a list of them, got {excerpt(value)}")
     for d in value:
         if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 63:
-            raise SpecError(f"{where}: DSCP values are 0..63, got {d!r}")
+            raise SpecError(f"{where}: DSCP values are 0..63, got {excerpt(d)}")
     return tuple(sorted(set(value)))
 
 
@@ -251,21 +252,21 @@ def _ecn_from_dict(value, where, base=None):
     if value in ("off", False):
         return EcnProfile(mode="off")
     if not isinstance(value, dict):
-        raise SpecError(f"{where}: must be a mapping (mode, kmin, kmax, pmax) or 'off', got {value!r}")
+        raise SpecError(f"{where}: must be a mapping (mode, kmin, kmax, pmax) or 'off', got {excerpt(value)}")
     kwargs = dataclasses.asdict(base) if base else {}
     for key, item in value.items():
         if key == "mode":
             if item is False:             # YAML 1.1 reads a bare `off` as false
                 item = "off"
             if item not in ECN_MODES:
-                raise SpecError(f"{where}.mode: must be one of {', '.join(ECN_MODES)}, got {item!r}")
+                raise SpecError(f"{where}.mode: must be one of {', '.join(ECN_MODES)}, got {excerpt(item)}")
             kwargs["mode"] = item
         elif key in ("kmin", "kmax"):
             kwargs[key] = _size(item, f"{where}.{key}")
         elif key == "pmax":
             kwargs["pmax"] = _number(item, f"{where}.pmax", 0.0, 1.0, strict_low=True)
         else:
-            raise SpecError(f"{where}: unknown key {key!r} (known: kmax, kmin, mode, pmax)")
+            raise SpecError(f"{where}: unknown key {excerpt(key)} (known: kmax, kmin, mode, pmax)")
     profile = EcnProfile(**kwargs)
     if profile.kmin is not None and profile.kmax is not None and profile.kmax < profile.kmin:
         raise SpecError(f"{where}: kmax ({profile.kmax}) must be >= kmin ({profile.kmin})")
@@ -276,12 +277,12 @@ def _pfc_from_dict(value, where):
     if value in ("off", False):
         return PfcSettings(enabled=False)
     if not isinstance(value, dict):
-        raise SpecError(f"{where}: must be a mapping or 'off', got {value!r}")
+        raise SpecError(f"{where}: must be a mapping or 'off', got {excerpt(value)}")
     kwargs = {}
     for key, item in value.items():
         if key == "enabled":
             if not isinstance(item, bool):
-                raise SpecError(f"{where}.enabled: must be true or false, got {item!r}")
+                raise SpecError(f"{where}.enabled: must be true or false, got {excerpt(item)}")
             kwargs[key] = item
         elif key in ("xoff", "xon", "headroom"):
             kwargs[key] = _size(item, f"{where}.{key}")
@@ -291,16 +292,16 @@ def _pfc_from_dict(value, where):
             # `real`: the default, a switch's 200 ms of real time at the fabric's time scale
             if isinstance(item, str) and item != "real":
                 raise SpecError(f"{where}.watchdog_ms: must be lab milliseconds (>= 0, 0: off) or 'real', "
-                                f"got {item!r}")
+                                f"got {excerpt(item)}")
             kwargs[key] = None if item == "real" else _number(item, f"{where}.{key}", 0.0)
         elif key == "watchdog_action":
             if item not in WATCHDOG_ACTIONS:
                 raise SpecError(f"{where}.watchdog_action: must be one of "
-                                f"{', '.join(WATCHDOG_ACTIONS)}, got {item!r}")
+                                f"{', '.join(WATCHDOG_ACTIONS)}, got {excerpt(item)}")
             kwargs[key] = item
         else:
             known = ", ".join(f.name for f in dataclasses.fields(PfcSettings))
-            raise SpecError(f"{where}: unknown key {key!r} (known: {known})")
+            raise SpecError(f"{where}: unknown key {excerpt(key)} (known: {known})")
     pfc = PfcSettings(**kwargs)
     if pfc.xoff is not None and pfc.xon is not None and pfc.xon >= pfc.xoff:
         raise SpecError(f"{where}: xon ({pfc.xon}) must be below xoff ({pfc.xoff})")
@@ -312,15 +313,15 @@ def queues_from_dict(value, where="queues"):
     if value is True:
         value = {}
     if not isinstance(value, dict):
-        raise SpecError(f"{where}: must be a mapping (classes, ecn, pfc) or true, got {value!r}")
+        raise SpecError(f"{where}: must be a mapping (classes, ecn, pfc) or true, got {excerpt(value)}")
     kwargs = {}
     for key, item in value.items():
         if key == "classes":
             if not isinstance(item, dict):
-                raise SpecError(f"{where}.classes: must map lossless/control to DSCP lists, got {item!r}")
+                raise SpecError(f"{where}.classes: must map lossless/control to DSCP lists, got {excerpt(item)}")
             for cls, dscps in item.items():
                 if cls not in ("lossless", "control"):
-                    raise SpecError(f"{where}.classes: unknown class {cls!r} (known: control, lossless; "
+                    raise SpecError(f"{where}.classes: unknown class {excerpt(cls)} (known: control, lossless; "
                                     f"every other DSCP is lossy)")
                 kwargs[f"{cls}_dscp"] = _dscps(dscps, f"{where}.classes.{cls}")
         elif key == "ecn":
@@ -328,7 +329,7 @@ def queues_from_dict(value, where="queues"):
                 marker = item["marker"]
                 if marker not in ECN_MARKERS:
                     raise SpecError(f"{where}.ecn.marker: must be one of {', '.join(ECN_MARKERS)}, "
-                                    f"got {marker!r}")
+                                    f"got {excerpt(marker)}")
                 kwargs["ecn_marker"] = marker
                 item = {k: v for k, v in item.items() if k != "marker"}
             if isinstance(item, dict):
@@ -343,7 +344,7 @@ def queues_from_dict(value, where="queues"):
         elif key == "pfc":
             kwargs["pfc"] = _pfc_from_dict(item, f"{where}.pfc")
         else:
-            raise SpecError(f"{where}: unknown key {key!r} (known: classes, ecn, pfc)")
+            raise SpecError(f"{where}: unknown key {excerpt(key)} (known: classes, ecn, pfc)")
     spec = QueueSpec(**kwargs)
     both = set(spec.lossless_dscp) & set(spec.control_dscp)
     if both:

@@ -28,6 +28,7 @@ import time
 
 from fabriclab import __version__
 from fabriclab.errors import LabError
+from fabriclab.loading import clip, parse_json, read_text
 from fabriclab.measure import cpuload
 
 SCHEMA_VERSION = 1
@@ -225,12 +226,7 @@ def load(folder):
     path = pathlib.Path(folder) / "results.json"
     if not path.is_file():
         raise LabError(f"{folder}: no results.json here (not a results folder?)")
-    try:
-        if path.stat().st_size > MAX_DOCUMENT_BYTES:
-            raise LabError(f"{path}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB; not a results document")
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise LabError(f"{path}: unreadable ({type(exc).__name__})") from None
+    doc = parse_json(read_text(path, "results document", MAX_DOCUMENT_BYTES), clip(path))
     if not isinstance(doc, dict):
         raise LabError(f"{path}: not a results document (a JSON {type(doc).__name__}, not an object)")
     version = doc.get("schema_version")

@@ -25,6 +25,7 @@ import threading
 import time
 
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt, number, whole
 
 # kind -> (the target's meaning, {parameter: (type, required)})
 KINDS = {
@@ -40,6 +41,12 @@ KINDS = {
     "controller_restart": ("true", {}),
 }
 MAX_STEPS = 10_000
+MAX_TIME_S = 86_400.0                # a fault's times: within a day of the traffic's start
+# Each parameter's physical range: (low, high], or [low, high] for the whole numbers.
+BOUNDS = {"for": (0, MAX_TIME_S), "down": (0, MAX_TIME_S), "up": (0, MAX_TIME_S),
+          "duration": (0, MAX_TIME_S), "until": (0, MAX_TIME_S), "mtbf": (0, MAX_TIME_S),
+          "count": (1, MAX_STEPS // 2), "seed": (0, (1 << 32) - 1), "rate_mbps": (0, 1e6),
+          "fraction": (0, 1)}
 # The command line's short form of a link fault: A-B@SECONDS, or A-B#N@SECONDS for parallel member N.
 _LINK_EVENT = re.compile(r"^([A-Za-z0-9]+-[A-Za-z0-9]+(?:#[0-9]+)?)@([0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 
@@ -89,18 +96,20 @@ def _parse_one(index, entry):
     meaning, allowed = KINDS[kind]
     unknown = set(entry) - {"at", kind} - set(allowed)
     if unknown:
-        raise LabError(f"{where} ({kind}): unknown field {sorted(unknown)[0]!r} "
+        raise LabError(f"{where} ({kind}): unknown field {excerpt(sorted(unknown)[0])} "
                        f"(allowed: at, {', '.join(allowed) or 'nothing else'})")
-    at = _number(entry.get("at"), f"{where}.at", float, low=0.0)
+    at = float(number(entry.get("at"), f"{where}.at", 0.0, MAX_TIME_S))
     params = {}
     for name, (kind_type, required) in allowed.items():
         if name not in entry:
             if required:
                 raise LabError(f"{where} ({kind}): missing {name}")
             continue
-        params[name] = _number(entry[name], f"{where}.{name}", kind_type, low=0 if name == "seed" else 0.0 if kind_type is float else 1,
-                               positive=name in ("for", "mbtf", "mtbf", "duration", "rate_mbps", "fraction",
-                                                 "until", "count"))
+        low, high = BOUNDS[name]
+        if kind_type is int:
+            params[name] = whole(entry[name], f"{where}.{name}", low, high)
+        else:
+            params[name] = float(number(entry[name], f"{where}.{name}", low, high, low_open=True))
     target = entry[kind]
     if kind == "controller_restart":
         if target is not True:
@@ -111,7 +120,7 @@ def _parse_one(index, entry):
         if params["until"] <= at:
             raise LabError(f"{where}: random_flaps until ({params['until']:g} s) must come after at ({at:g} s)")
     elif not isinstance(target, str) or not target:
-        raise LabError(f"{where}: {kind} takes {meaning}, got {target!r}")
+        raise LabError(f"{where}: {kind} takes {meaning}, got {excerpt(target)}")
     if kind == "loss" and params["fraction"] >= 1:
         raise LabError(f"{where}.fraction is the share of packets lost, in (0, 1); got {params['fraction']:g}")
     if kind == "degrade" and ("rate_mbps" in params) == ("fraction" in params):
@@ -122,19 +131,11 @@ def _parse_one(index, entry):
     return Fault(index, kind, target, at, params)
 
 
-def _number(value, where, kind, low, positive=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise LabError(f"{where} must be a {'whole ' if kind is int else ''}number, got {value!r}")
-    if value < low or (positive and value <= 0):
-        raise LabError(f"{where} must be {'> 0' if positive else f'>= {low:g}'}, got {value!r}")
-    return kind(value)
-
-
 def parse_link_event(text, up):
     """`l1-s1@2.5` (or `l1-s1#2@2.5`: parallel member 2) -> a link_down (or link_up) Fault at 2.5 s."""
     m = _LINK_EVENT.match(text) if isinstance(text, str) else None
     if not m:
-        raise LabError(f"bad link event {str(text)[:40]!r}: expected NODE-NODE@SECONDS, e.g. l1-s1@2 "
+        raise LabError(f"bad link event {excerpt(str(text)[:40])}: expected NODE-NODE@SECONDS, e.g. l1-s1@2 "
                        f"(or l1-s1#2@2 for the second parallel link)")
     split_link(m.group(1))               # a member numbered from 0 is refused here
     return Fault(0, "link_up" if up else "link_down", m.group(1), float(m.group(2)), {})
@@ -146,11 +147,11 @@ def split_link(text):
     if "#" in text:
         text, _, number = text.partition("#")
         if not number.isdigit() or int(number) < 1:
-            raise LabError(f"bad link member in {text}#{number!r}: use A-B#N with N >= 1")
+            raise LabError(f"bad link member in {text}#{excerpt(number)}: use A-B#N with N >= 1")
         member = int(number) - 1
     nodes = text.split("-")
     if len(nodes) != 2 or not all(nodes):
-        raise LabError(f"bad link {text!r}: write it as A-B, e.g. l1-s1")
+        raise LabError(f"bad link {excerpt(text)}: write it as A-B, e.g. l1-s1")
     return nodes[0], nodes[1], member
 
 
@@ -160,7 +161,12 @@ def resolve(fault, lab):
     where = f"scenario: faults[{fault.index}] ({fault.kind})"
     try:
         if fault.kind in ("link_down", "link_up", "flap", "degrade"):
-            return lab.resolve_link(*split_link(fault.target))
+            links = lab.resolve_link(*split_link(fault.target))
+            rate = fault.params.get("rate_mbps")
+            if fault.kind == "degrade" and rate is not None and rate >= min(link.rate_mbps for link in links):
+                raise LabError(f"degrade rate_mbps {rate:g} is not below the link's "
+                               f"{min(link.rate_mbps for link in links):g} Mbit/s")
+            return links
         if fault.kind == "loss":
             return list(lab.fabric.links) if fault.target == "fabric" else lab.resolve_link(*split_link(fault.target))
         if fault.kind == "random_flaps":
@@ -168,9 +174,9 @@ def resolve(fault, lab):
                 return list(lab.fabric.fabric_links)
             return [link for text in fault.target for link in lab.resolve_link(*split_link(text))]
         if fault.kind == "slow_receiver" and fault.target not in lab.fabric.hosts:
-            raise LabError(f"no host {fault.target!r}")
+            raise LabError(f"no host {excerpt(fault.target)}")
         if fault.kind == "switch_down" and fault.target not in lab.fabric.switches:
-            raise LabError(f"no switch {fault.target!r}")
+            raise LabError(f"no switch {excerpt(fault.target)}")
     except LabError as exc:
         raise LabError(f"{where}: {exc}") from None
     return []

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from fabriclab.errors import LabError
 from fabriclab.workflows import faults as faults_mod
+from fabriclab.loading import excerpt
 
 KINDS = ("run", "demo", "collective", "experiment", "scenario", "calibration", "prompt", "python")
 ROLES = ("measured", "noise")
@@ -43,7 +44,7 @@ class Metrics:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not value > 0:
-                raise LabError(f"metrics.{name} must be a number > 0, got {str(value)[:20]!r}")
+                raise LabError(f"metrics.{name} must be a number > 0, got {excerpt(str(value)[:20])}")
         if self.sample_ms < 1:
             raise LabError(f"metrics.sample_ms must be >= 1 ms, got {self.sample_ms:g}")
         if self.sample_ms > 10_000:
@@ -109,17 +110,17 @@ class Plan:
     def check(self):
         """What can be checked without a fabric; LabError naming the run and job."""
         if self.kind not in KINDS:
-            raise LabError(f"plan: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+            raise LabError(f"plan: kind must be one of {', '.join(KINDS)}, got {excerpt(self.kind)}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise LabError("plan: a name is needed (it names the results folder)")
         self.metrics.check()
         if not self.runs:
-            raise LabError(f"plan {self.name!r}: no runs")
+            raise LabError(f"plan {excerpt(self.name)}: no runs")
         if len(self.runs) > MAX_RUNS:
-            raise LabError(f"plan {self.name!r}: {len(self.runs)} runs, more than {MAX_RUNS}")
+            raise LabError(f"plan {excerpt(self.name)}: {len(self.runs)} runs, more than {MAX_RUNS}")
         slugs = set()
         for run in self.runs:
-            where = f"plan {self.name!r}, run {run.label!r}"
+            where = f"plan {excerpt(self.name)}, run {excerpt(run.label)}"
             if run.slug in slugs:
                 raise LabError(f"{where}: another run has the same name")
             slugs.add(run.slug)
@@ -136,19 +137,19 @@ def check_run(run, where):
     names = set()
     for job in run.jobs:
         if not isinstance(job.name, str) or not job.name.replace("-", "").replace("_", "").isalnum():
-            raise LabError(f"{where}: job name must be letters, digits, - or _, got {job.name!r}")
+            raise LabError(f"{where}: job name must be letters, digits, - or _, got {excerpt(job.name)}")
         if job.name in names:
-            raise LabError(f"{where}: job name {job.name!r} is used twice")
+            raise LabError(f"{where}: job name {excerpt(job.name)} is used twice")
         names.add(job.name)
         if job.role not in ROLES:
-            raise LabError(f"{where}, job {job.name}: role must be measured or noise, got {job.role!r}")
+            raise LabError(f"{where}, job {job.name}: role must be measured or noise, got {excerpt(job.role)}")
         try:
             jobs_mod.check_workload(job.workload)
         except LabError as exc:
             raise LabError(f"{where}, job {job.name}: {exc}") from None
     if run.duration_s is not None and (isinstance(run.duration_s, bool) or not isinstance(run.duration_s, (int, float))
                                        or not math.isfinite(run.duration_s) or not run.duration_s > 0):
-        raise LabError(f"{where}: duration_s must be > 0 seconds, got {run.duration_s!r}")
+        raise LabError(f"{where}: duration_s must be > 0 seconds, got {excerpt(run.duration_s)}")
     last = max((f.at for f in run.faults), default=0.0)
     if run.duration_s is not None and last >= run.duration_s:
         raise LabError(f"{where}: a fault at {last:g} s comes after duration_s ({run.duration_s:g} s) ends the jobs")

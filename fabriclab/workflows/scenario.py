@@ -25,11 +25,11 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import yaml
 
 from fabriclab.errors import LabError
 from fabriclab.workflows import faults as faults_mod
 from fabriclab.workflows import plan as plan_mod
+from fabriclab.loading import clip, excerpt, is_file, load_yaml
 
 TOP_FIELDS = ("name", "description", "spec", "routing", "repetitions", "duration_s", "jobs", "faults", "metrics")
 METRIC_DEFAULTS = dataclasses.asdict(plan_mod.Metrics())
@@ -65,24 +65,17 @@ class Scenario:
     def spec_path(self):
         """The spec as load_spec takes it: a path relative to the scenario file, or a name."""
         candidate = self.base / self.spec
-        return str(candidate) if candidate.suffix in (".yaml", ".yml") or candidate.exists() else self.spec
+        return str(candidate) if candidate.suffix in (".yaml", ".yml") or is_file(candidate) else self.spec
 
 
 def load(path):
     """Read and validate a scenario file (no fabric needed); LabError naming file and field."""
     path = pathlib.Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise LabError(f"cannot read scenario {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise LabError(f"{path}:{f' line {mark.line + 1}' if mark else ''} is not valid YAML: "
-                       f"{getattr(exc, 'problem', exc)}") from None
+    data = load_yaml(path, "scenario")
     try:
         return parse(data, path.parent)
     except LabError as exc:
-        raise LabError(f"{path}: {exc}") from None
+        raise LabError(f"{clip(path)}: {exc}") from None
 
 
 def parse(data, base=pathlib.Path(".")):
@@ -90,28 +83,28 @@ def parse(data, base=pathlib.Path(".")):
         raise LabError("scenario: the file must be a mapping with name, spec and jobs")
     unknown = [k for k in data if k not in TOP_FIELDS]
     if unknown:
-        raise LabError(f"scenario: unknown field {unknown[0]!r} (fields: {', '.join(TOP_FIELDS)})")
+        raise LabError(f"scenario: unknown field {excerpt(unknown[0])} (fields: {', '.join(TOP_FIELDS)})")
     for field in ("name", "spec", "jobs"):
         if field not in data:
             raise LabError(f"scenario: missing {field}")
     name, spec = data["name"], data["spec"]
     if not isinstance(name, str) or not name.strip():
-        raise LabError(f"scenario: name must be a non-empty string, got {name!r}")
+        raise LabError(f"scenario: name must be a non-empty string, got {excerpt(name)}")
     if not isinstance(spec, str) or not spec:
-        raise LabError(f"scenario: spec must be a spec name or a path, got {spec!r}")
+        raise LabError(f"scenario: spec must be a spec name or a path, got {excerpt(spec)}")
     routing = data.get("routing", "ecmp")
     routings = routing if isinstance(routing, list) else [routing]
     if not routings or not all(isinstance(r, str) and r for r in routings):
-        raise LabError(f"scenario: routing must be an app name or a list of them, got {routing!r}")
+        raise LabError(f"scenario: routing must be an app name or a list of them, got {excerpt(routing)}")
     if len(set(routings)) != len(routings):
-        raise LabError(f"scenario: routing lists a scheme twice: {routing!r} (use repetitions)")
+        raise LabError(f"scenario: routing lists a scheme twice: {excerpt(routing)} (use repetitions)")
     repetitions = data.get("repetitions", 1)
     if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
-        raise LabError(f"scenario: repetitions must be a whole number >= 1, got {repetitions!r}")
+        raise LabError(f"scenario: repetitions must be a whole number >= 1, got {excerpt(repetitions)}")
     duration = data.get("duration_s")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
                                  or not duration > 0):
-        raise LabError(f"scenario: duration_s must be > 0 seconds, got {duration!r}")
+        raise LabError(f"scenario: duration_s must be > 0 seconds, got {excerpt(duration)}")
     jobs = _jobs(data["jobs"], duration)
     faults = faults_mod.parse(data.get("faults"))
     metrics = _metrics(data.get("metrics"))
@@ -120,7 +113,7 @@ def parse(data, base=pathlib.Path(".")):
         raise LabError(f"scenario: a fault at {last:g} s comes after duration_s ({duration:g} s) ends the jobs")
     description = data.get("description") or ""
     if not isinstance(description, str):
-        raise LabError(f"scenario: description must be text, got {description!r}")
+        raise LabError(f"scenario: description must be text, got {excerpt(description)}")
     return Scenario(name.strip(), description, spec, routings, repetitions,
                     float(duration) if duration is not None else None, jobs, faults, metrics, data,
                     pathlib.Path(base))
@@ -139,14 +132,14 @@ def _jobs(entries, duration):
         role = entry.pop("role", "measured")
         kind = entry.pop("kind", "collective")
         if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-            raise LabError(f"{where}.name must be letters, digits, - or _, got {name!r}")
+            raise LabError(f"{where}.name must be letters, digits, - or _, got {excerpt(name)}")
         if name in names:
-            raise LabError(f"{where}: job name {name!r} is used twice")
+            raise LabError(f"{where}: job name {excerpt(name)} is used twice")
         names.add(name)
         if role not in ROLES:
-            raise LabError(f"{where}.role must be measured or noise, got {role!r}")
+            raise LabError(f"{where}.role must be measured or noise, got {excerpt(role)}")
         if kind not in JOB_KINDS:
-            raise LabError(f"{where}.kind must be one of {', '.join(JOB_KINDS)}, got {kind!r}")
+            raise LabError(f"{where}.kind must be one of {', '.join(JOB_KINDS)}, got {excerpt(kind)}")
         try:
             spec = _workload(kind, entry)
         except LabError as exc:
@@ -168,7 +161,7 @@ def _workload(kind, entry):
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(entry) - fields)
     if unknown:
-        raise LabError(f"unknown field {unknown[0]!r} (a {kind} job takes name, role, kind and: "
+        raise LabError(f"unknown field {excerpt(unknown[0])} (a {kind} job takes name, role, kind and: "
                        f"{', '.join(sorted(fields))})")
     if "sizes" in entry:
         sizes = entry["sizes"]
@@ -184,7 +177,7 @@ def _workload(kind, entry):
         elif isinstance(entry.get(key), list) and all(isinstance(h, str) for h in entry[key]):
             entry[key] = tuple(entry[key])
         elif entry.get(key) is not None:
-            raise LabError(f"{key} must be a list of host names or \"h1,h2\", got {entry[key]!r}")
+            raise LabError(f"{key} must be a list of host names or \"h1,h2\", got {excerpt(entry[key])}")
     try:
         spec = cls(**entry)
         if kind != "switchml":                 # a SwitchML job is checked against its fabric
@@ -192,7 +185,7 @@ def _workload(kind, entry):
     except (TypeError, ValueError):
         bad = next((k for k, v in entry.items() if isinstance(v, str) and k not in (
             "collective", "algorithm", "placement", "qp_method", "sport_mode", "backend", "dtype")), "a field")
-        raise LabError(f"{bad} has the wrong type: {entry.get(bad)!r}") from None
+        raise LabError(f"{bad} has the wrong type: {excerpt(entry.get(bad))}") from None
     return spec
 
 

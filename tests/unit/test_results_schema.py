@@ -78,7 +78,7 @@ def test_load_names_a_missing_or_unreadable_file(tmp_path):
     with pytest.raises(LabError, match="no results.json here"):
         document.load(tmp_path)
     (tmp_path / "results.json").write_bytes(b"\xff\xfe{")
-    with pytest.raises(LabError, match="unreadable") as err:
+    with pytest.raises(LabError, match="is not UTF-8 text") as err:
         document.load(tmp_path)
     assert "\n" not in str(err.value)
 

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from fabriclab.errors import LabError, SpecError
+from fabriclab.loading import excerpt
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import (
     MAX_PORTS_PER_LEAF,
@@ -77,7 +78,7 @@ def test_missing_name():
 def test_bad_name(name):
     message = rejected({"name": name})
     assert "name must be 1-64 letters" in message
-    assert repr(name) in message
+    assert excerpt(name) in message and len(message) < 200
 
 
 def test_unknown_kind_lists_the_kinds():
@@ -351,7 +352,7 @@ def test_key_problems_in_a_file_name_the_file(tmp_path):
 
 
 def test_a_directory_is_not_a_spec(tmp_path):
-    with pytest.raises(SpecError, match=r"^cannot read spec "):
+    with pytest.raises(SpecError, match=r"is not a regular file"):
         load_spec(tmp_path)
 
 
