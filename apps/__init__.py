@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fabriclab.loading import excerpt
+
 
 class RoutingError(ValueError):
     """A routing choice that names no app or gives a bad option (the message is one line)."""
@@ -34,11 +36,11 @@ class Option:
                 return True
             if lowered in ("0", "false", "no", "off"):
                 return False
-            raise RoutingError(f"routing {app}: option {self.name} must be on or off, got {text!r}")
+            raise RoutingError(f"routing {app}: option {self.name} must be on or off, got {excerpt(text)}")
         try:
             value = self.kind(text)
         except ValueError:
-            raise RoutingError(f"routing {app}: option {self.name} must be a number, got {text!r}") from None
+            raise RoutingError(f"routing {app}: option {self.name} must be a number, got {excerpt(text)}") from None
         if self.low is not None and not value > self.low:
             raise RoutingError(f"routing {app}: option {self.name} must be > {self.low:g}, got {text}")
         return value
@@ -94,11 +96,11 @@ APPS = {
 def parse_routing(text):
     """'name[:opt=value,...]' -> (name, {option: value}) with every option of the app filled in."""
     if not isinstance(text, str) or not text.strip():
-        raise RoutingError(f"routing must be an app name, got {text!r}")
+        raise RoutingError(f"routing must be an app name, got {excerpt(text)}")
     name, _, rest = text.strip().partition(":")
     info = APPS.get(name)
     if info is None:
-        raise RoutingError(f"unknown routing app {name!r} (available: {', '.join(sorted(APPS))})")
+        raise RoutingError(f"unknown routing app {excerpt(name)} (available: {', '.join(sorted(APPS))})")
     options = info.defaults()
     known = {o.name: o for o in info.options}
     for item in filter(None, (part.strip() for part in rest.split(","))):
@@ -106,7 +108,7 @@ def parse_routing(text):
         key = key.strip()
         if key not in known:
             have = ", ".join(sorted(known)) or "none"
-            raise RoutingError(f"routing {name}: unknown option {key!r} (options: {have})")
+            raise RoutingError(f"routing {name}: unknown option {excerpt(key)} (options: {have})")
         if not eq:
             raise RoutingError(f"routing {name}: option {key} needs a value ({key}=...)")
         options[key] = known[key].parse(name, value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from fabriclab.loading import excerpt
 from fabriclab.topologies.spec import Buffers, FabricSpec, LinkDelay
 from fabriclab.queues.config import QueueSpec
 
@@ -235,9 +236,9 @@ def beyond_one_machine(fabric):
     """None when one machine can build `fabric`, else one line saying which bound it passes."""
     nodes = len(fabric.switches) + len(fabric.hosts)
     if nodes > MAX_LAB_NODES:
-        return (f"fabric {fabric.spec.name!r} has {nodes} switches and hosts; one machine's lab builds at "
+        return (f"fabric {excerpt(fabric.spec.name)} has {nodes} switches and hosts; one machine's lab builds at "
                 f"most {MAX_LAB_NODES} (use `fabriclab model fabric` for larger fabrics)")
     if len(fabric.links) > MAX_LAB_LINKS:
-        return (f"fabric {fabric.spec.name!r} has {len(fabric.links)} links; one machine's lab builds at "
+        return (f"fabric {excerpt(fabric.spec.name)} has {len(fabric.links)} links; one machine's lab builds at "
                 f"most {MAX_LAB_LINKS} (use `fabriclab model fabric` for larger fabrics)")
     return None

@@ -11,11 +11,13 @@ import math
 from dataclasses import dataclass
 
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 
 FIRST_QPN = 0x11   # QPNs below this are reserved by RDMA (QP0, QP1)
 SPORT_MODES = ("qp", "shared")
 MAX_FLOWS_PER_PAIR = 64          # QPs per host pair; beyond this the agents' CPU, not the fabric, sets rates
 MAX_DURATION_S = 3600.0
+MIN_DURATION_S = 0.1                 # shorter than a few sampling intervals measures nothing
 
 
 @dataclass(frozen=True)
@@ -32,19 +34,20 @@ class AllPairsSpec:
         """Raise LabError naming the first bad field."""
         d = self.duration_s
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) \
-                or not 0 < d <= MAX_DURATION_S:
-            raise LabError(f"all-pairs: duration_s must be in (0, {MAX_DURATION_S:g}] seconds, got {d!r}")
+                or not MIN_DURATION_S <= d <= MAX_DURATION_S:
+            raise LabError(f"all-pairs: duration_s must be in [{MIN_DURATION_S:g}, {MAX_DURATION_S:g}] seconds, "
+                           f"got {excerpt(d)}")
         load = self.load
         # A load that rounds every flow's rate to nothing is no load either.
         if isinstance(load, bool) or not isinstance(load, (int, float)) or not math.isfinite(load) \
                 or not 1e-3 <= load <= 1.0:
-            raise LabError(f"all-pairs: load must be in [0.001, 1] (a fraction of the link rate), got {load!r}")
+            raise LabError(f"all-pairs: load must be in [0.001, 1] (a fraction of the link rate), got {excerpt(load)}")
         n = self.flows_per_pair
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FLOWS_PER_PAIR:
             raise LabError(f"all-pairs: flows_per_pair must be a whole number in 1..{MAX_FLOWS_PER_PAIR}, "
-                           f"got {n!r}")
+                           f"got {excerpt(n)}")
         if self.sport_mode not in SPORT_MODES:
-            raise LabError(f"all-pairs: sport_mode must be qp or shared, got {self.sport_mode!r}")
+            raise LabError(f"all-pairs: sport_mode must be qp or shared, got {excerpt(self.sport_mode)}")
 
 
 def peers(fabric, port):
@@ -57,9 +60,9 @@ def all_pairs_plan(fabric, load=0.8, flows_per_pair=1):
     if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0 < load <= 1.0:
         raise LabError(f"load must be in (0, 1], got {load}")
     if isinstance(flows_per_pair, bool) or not isinstance(flows_per_pair, int) or flows_per_pair < 1:
-        raise LabError(f"flows per pair must be a whole number >= 1, got {flows_per_pair!r}")
+        raise LabError(f"flows per pair must be a whole number >= 1, got {excerpt(flows_per_pair)}")
     if len(fabric.hosts) < 2:
-        raise LabError(f"fabric {fabric.spec.name!r} has one host: all-pairs traffic needs two")
+        raise LabError(f"fabric {excerpt(fabric.spec.name)} has one host: all-pairs traffic needs two")
     plan = {}
     for host in fabric.hosts.values():
         flows = []

@@ -52,7 +52,7 @@ WHOLE_BOUNDS = {"channels": (1, 64), "qps": (1, 64), "spray": (1, 256), "chunk_b
                 "piece_bytes": (4, 16 << 20), "iterations": (1, 1_000_000), "warmup": (0, 1000),
                 "ack_every": (1, 1024), "retry_limit": (0, 7), "cts_buffers": (1, 64),
                 "probe_timeouts": (1, 100), "root": (0, 1 << 16), "seed": (0, (1 << 32) - 1)}
-# Optional times in seconds: more than 0, at most a minute (the lab's slowest round trip is ms).
+# Optional times in seconds: a microsecond to a minute (the lab's round trips are milliseconds).
 TIMEOUTS_S = ("ack_timeout_s", "probe_interval_s", "sw_timeout_s", "reorder_timeout_s")
 
 
@@ -142,7 +142,7 @@ class CollectiveSpec:
             bad("ecn", "must be an ECN codepoint 0..3")
         for name in TIMEOUTS_S:
             if getattr(self, name) is not None:
-                number(getattr(self, name), f"collective: {name} (s)", 0, 60, low_open=True)
+                number(getattr(self, name), f"collective: {name} (s)", 1e-6, 60)
         if self.cc_idle_s is not None:
             number(self.cc_idle_s, "collective: cc_idle_s (s; 0: never reset)", 0, 3600)
         number(self.imbalance, "collective: imbalance (AlltoAllv's max/min block ratio)", 1, 1000)
@@ -197,14 +197,14 @@ def place_ranks(fabric, spec):
     names = list(spec.hosts) if spec.hosts else list(fabric.hosts)
     unknown = [h for h in names if h not in fabric.hosts]
     if unknown:
-        raise LabError(f"host {unknown[0]!r} is not in fabric {fabric.spec.name!r} "
+        raise LabError(f"host {excerpt(unknown[0])} is not in fabric {excerpt(fabric.spec.name)} "
                        f"(hosts: {', '.join(fabric.hosts)})")
     if len(set(names)) != len(names):
         raise LabError("collective: a host is listed twice")
     nics = spec.nics if spec.nics is not None else fabric.spec.nics_per_host
     if _not_int(nics) or not 1 <= nics <= fabric.spec.nics_per_host:
         raise LabError(f"collective: nics must be 1..{fabric.spec.nics_per_host} on this fabric, "
-                       f"got {nics!r}")
+                       f"got {excerpt(nics)}")
     hosts = [fabric.hosts[h] for h in names]
     if spec.placement == "topology":
         hosts.sort(key=lambda h: (h.leaf_index, h.index))

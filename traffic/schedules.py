@@ -35,6 +35,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from fabriclab.loading import excerpt
+
 ELEMENT_BYTES = 4
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "gather",
                "scatter", "bisection")
@@ -484,10 +486,10 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
     """The Schedule of one collective, out of place or in place. Raises ValueError on
     impossible parameters."""
     if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+        raise ValueError(f"unknown collective {excerpt(collective)} (known: {', '.join(COLLECTIVES)})")
     algorithm = algorithm or ALGORITHMS.get(collective, ("ring",))[0]
     if algorithm not in ALGORITHMS.get(collective, ("ring",)):
-        raise ValueError(f"{collective} has no {algorithm!r} algorithm "
+        raise ValueError(f"{collective} has no {excerpt(algorithm)} algorithm "
                          f"(choose from {', '.join(ALGORITHMS.get(collective, ('ring',)))})")
     if ranks < 2:
         raise ValueError(f"a collective needs at least 2 ranks, got {ranks}")

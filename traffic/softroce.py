@@ -43,6 +43,7 @@ import secrets
 import subprocess
 from dataclasses import dataclass
 
+from fabriclab.loading import excerpt
 from fabriclab.system import shaping
 from fabriclab.errors import LabError
 
@@ -70,7 +71,7 @@ def encode_immediate(round_, tag):
 def decode_immediate(immediate):
     """(round mod 256, transfer tag) of an immediate made by encode_immediate."""
     if not 0 <= immediate < 1 << 32:
-        raise ValueError(f"immediate {immediate!r} is not a 32-bit value")
+        raise ValueError(f"immediate {excerpt(immediate)} is not a 32-bit value")
     return immediate >> TAG_BITS, immediate & MAX_TAG
 
 
@@ -102,7 +103,7 @@ def select_backend(spec, roce):
     else udp (the result says which ran).
     """
     if spec.backend not in BACKENDS:
-        raise LabError(f"collective: backend must be one of {', '.join(BACKENDS)}, got {spec.backend!r}")
+        raise LabError(f"collective: backend must be one of {', '.join(BACKENDS)}, got {excerpt(spec.backend)}")
     if spec.backend == "udp":
         return UDP
     blockers = udp_only_features(spec)

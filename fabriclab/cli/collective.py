@@ -16,6 +16,7 @@ import argparse
 
 from fabriclab.cli import running
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 from fabriclab.units import parse_sizes
 
 DEFAULT_SIZES = "64K,256K,1M"
@@ -102,11 +103,11 @@ def spec_from_args(args):
         for item in args.dcqcn_param:
             name, sep, value = item.partition("=")
             if not sep:
-                raise LabError(f"--dcqcn-param {item!r}: expected NAME=VALUE")
+                raise LabError(f"--dcqcn-param {excerpt(item)}: expected NAME=VALUE")
             try:
                 dcqcn[name.strip()] = float(value) if "." in value else int(value)
             except ValueError:
-                raise LabError(f"--dcqcn-param {item!r}: {value!r} is not a number") from None
+                raise LabError(f"--dcqcn-param {excerpt(item)}: {excerpt(value)} is not a number") from None
     spec = CollectiveSpec(
         collective=args.collective, sizes=tuple(parse_sizes(args.sizes)), algorithm=args.algorithm,
         hosts=tuple(h for h in args.hosts.split(",") if h) if args.hosts else None, nics=args.nics,

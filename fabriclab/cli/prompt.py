@@ -17,6 +17,7 @@ from mininet.log import lg, setLogLevel
 
 from fabriclab.apps.paths import path_nodes
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 from fabriclab.measure import telemetry
 from fabriclab.results import tables
 from fabriclab.table import format_table
@@ -132,7 +133,7 @@ class LabPrompt(CLI):
         args = self._args(line, 1, "ports SWITCH")
         switch = args[0]
         if switch not in self.lab.fabric.switches:
-            raise LabError(f"no switch {switch!r} (switches: {', '.join(sorted(self.lab.fabric.switches))})")
+            raise LabError(f"no switch {excerpt(switch)} (switches: {', '.join(sorted(self.lab.fabric.switches))})")
         ports = self.lab.fabric.switch_ports(switch)
         counters = telemetry.read_counters(ports.values())
         drops = telemetry.qdisc_drops(ports.values())
@@ -330,7 +331,7 @@ class LabPrompt(CLI):
         try:
             fraction = 0.0 if value == "off" else float(value)
         except ValueError:
-            raise LabError(f"loss: {value!r} is not a fraction (0.01 is 1 %) or `off`") from None
+            raise LabError(f"loss: {excerpt(value)} is not a fraction (0.01 is 1 %) or `off`") from None
         if not 0 <= fraction < 1:
             raise LabError(f"loss: the fraction must be in [0, 1), got {value}")
         self.lab.set_loss(links, fraction)
@@ -407,7 +408,7 @@ class LabPrompt(CLI):
         if target:
             rows = [r for r in rows if target in (r["node"], r["port"])]
             if not rows and target not in model.by_name and target not in {p.node for p in model.ports}:
-                raise LabError(f"no node or port {target!r}")
+                raise LabError(f"no node or port {excerpt(target)}")
         print(format_table(
             ("port", "class", "tx pkts", "queue B", "max queue B", "held B", "marks", "drops",
              "XOFF sent", "paused ms", "XOFF rcvd", "gate"),

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from fabriclab.loading import excerpt
 from fabriclab.system import patience
 from fabriclab.system.procs import listens
 from fabriclab.apps import RoutingError, control, parse_routing
@@ -66,7 +67,7 @@ class Controller:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise LabError(f"controller app {self.app!r} exited with code {self.proc.returncode}: "
+                raise LabError(f"controller app {excerpt(self.app)} exited with code {self.proc.returncode}: "
                                f"{self.last_log_line()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
@@ -79,7 +80,7 @@ class Controller:
                 return
             raise LabError(f"127.0.0.1:{self.port} answers, but not from the controller (pid "
                            f"{self.proc.pid}): another program took the port; run again")
-        raise LabError(f"controller app {self.app!r} did not listen on 127.0.0.1:{self.port} "
+        raise LabError(f"controller app {excerpt(self.app)} did not listen on 127.0.0.1:{self.port} "
                        f"within {timeout:.0f} s (log: {self.log_path})")
 
     def last_log_line(self):

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+from fabriclab.loading import excerpt
 from fabriclab.system import doctor
 
 from fabriclab.lab import linkloss
@@ -104,7 +105,7 @@ class Lab:
             ecn = mechs["ecn"]
             marker = spec.queues.ecn_marker
             if marker == "red" and ecn.mechanism != "red":
-                raise LabError(f"spec {spec.name!r}: queues.ecn.marker is red, but this kernel cannot mark "
+                raise LabError(f"spec {excerpt(spec.name)}: queues.ecn.marker is red, but this kernel cannot mark "
                                f"with RED ({ecn.note}); use marker auto or bpf")
             self.ecn_mechanism = "red" if ecn.mechanism == "red" and marker != "bpf" else "bpf-clsact"
         if spec.has_delay:
@@ -112,7 +113,7 @@ class Lab:
                 self.delay_mechanism = "netem"
             else:
                 self.delay_mechanism = "none"
-                self._warn(f"this kernel cannot delay links ({mechs['delay'].note}): spec {spec.name!r} "
+                self._warn(f"this kernel cannot delay links ({mechs['delay'].note}): spec {excerpt(spec.name)} "
                            f"runs without its delay: {self.delay_text()}; results record delay: none")
 
     def link_delay_ms(self, kind):
@@ -211,14 +212,14 @@ class Lab:
     # -- nodes and links --------------------------------------------------------------------------
     def host(self, name):
         if name not in self.fabric.hosts:
-            raise LabError(f"no host {name!r} in fabric {self.fabric.spec.name!r} "
+            raise LabError(f"no host {excerpt(name)} in fabric {excerpt(self.fabric.spec.name)} "
                            f"(hosts: h1..h{len(self.fabric.hosts)})")
         return self.net.get(name)
 
     def resolve_link(self, node1, node2, member=None):
         for node in (node1, node2):
             if node not in self.fabric.switches and node not in self.fabric.hosts:
-                raise LabError(f"no node {node!r} in fabric {self.fabric.spec.name!r}")
+                raise LabError(f"no node {excerpt(node)} in fabric {excerpt(self.fabric.spec.name)}")
         links = self.fabric.find_link(node1, node2, member)
         if not links:
             raise LabError(f"no link between {node1} and {node2}"
@@ -262,7 +263,7 @@ class Lab:
     def reshape_links(self, links, rate_mbps):
         """Shape resolved Link objects to rate_mbps (None: the spec's rate), logged."""
         if rate_mbps is not None and (isinstance(rate_mbps, bool) or not rate_mbps > 0):
-            raise LabError(f"rate must be > 0 Mbit/s, got {rate_mbps!r}")
+            raise LabError(f"rate must be > 0 Mbit/s, got {excerpt(rate_mbps)}")
         for link in links:
             self._reshape(link, rate_mbps)
         self._log("degrade" if rate_mbps else "restore_rate", ", ".join(link.label for link in links),
@@ -297,7 +298,7 @@ class Lab:
         port towards each NIC is shaped down); None or 1 restores it."""
         self.host(host)
         if fraction is not None and (isinstance(fraction, bool) or not 0 < fraction <= 1):
-            raise LabError(f"slow receiver fraction must be in (0, 1], got {fraction!r}")
+            raise LabError(f"slow receiver fraction must be in (0, 1], got {excerpt(fraction)}")
         restore = fraction is None or fraction == 1
         for port in self.fabric.hosts[host].ports:
             link = next(k for k in self.fabric.host_links if k.a_intf == port.intf)
@@ -308,7 +309,7 @@ class Lab:
         """Fail a switch (every cable on it goes down at once, as a power loss would) or bring it
         back. A failed leaf cuts its hosts off."""
         if name not in self.fabric.switches:
-            raise LabError(f"no switch {name!r} in fabric {self.fabric.spec.name!r}")
+            raise LabError(f"no switch {excerpt(name)} in fabric {excerpt(self.fabric.spec.name)}")
         links = [link for link in self.fabric.links if name in (link.a, link.b)]
         self.set_links(links, up, wait, timeout, f"switch {name}", ("switch_up" if up else "switch_down", name))
         return links
@@ -388,7 +389,7 @@ class Lab:
         a, b = self.fabric.host_port(src), self.fabric.host_port(dst)
         for ref, port in ((src, a), (dst, b)):
             if port is None:
-                raise LabError(f"no host or host port {ref!r} in fabric {self.fabric.spec.name!r}")
+                raise LabError(f"no host or host port {excerpt(ref)} in fabric {excerpt(self.fabric.spec.name)}")
         if a.plane != b.plane:
             return []
         return all_paths(self.fabric, a.leaf, b.leaf, frozenset(self.down_links()))

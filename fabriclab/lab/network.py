@@ -34,6 +34,35 @@ class LabSwitch(OVSSwitch):
                 f" external_ids:{OVS_PID_KEY}={os.getpid()}")
 
 
+class LabLink(Link):
+    """A veth pair created inside the run's link group, both ends in one `ip link add`: however
+    early a build is killed, every interface it made carries the lab's mark for `clean`, which
+    deletes by group and never by name. (Mininet tags nothing and makes the pair first.)"""
+
+    def __init__(self, node1, node2, group=None, **params):
+        if group is None:
+            raise LabError("a lab link needs the run's link group")
+        self.group = group
+        super().__init__(node1, node2, **params)
+
+    def makeIntfPair(self, intfname1, intfname2, addr1=None, addr2=None, node1=None, node2=None,
+                     deleteIntfs=True):
+        # Mininet's contract (mininet.util.makeIntfPair): the first end is made by node1's shell
+        # (in its namespace), the peer goes to node2's; nothing of the same name is deleted first
+        # (check_free refused the build if a name was taken).
+        run = node1.cmd if node1 else _quiet
+        mac1 = f" address {addr1}" if addr1 else ""
+        mac2 = f" address {addr2}" if addr2 else ""
+        out = run(f"ip link add name {intfname1}{mac1} group {self.group} type veth peer name "
+                  f"{intfname2}{mac2} group {self.group} netns {node2.pid if node2 else 1}")
+        if out.strip():
+            raise LabError(f"cannot create the veth pair {intfname1}/{intfname2}: {out.strip()[:200]}")
+
+
+def _quiet(command):
+    return subprocess.run(command.split(), capture_output=True, text=True).stderr
+
+
 def planned_resources(fabric):
     """Bridge names and root-namespace interface names a fabric will create."""
     bridges = sorted(fabric.switches)
@@ -135,7 +164,7 @@ def populate(net, fabric, run, datapath="user", delay=False):
         params = dict(intfName1=link.a_intf, intfName2=link.b_intf, port2=link.b_port)
         if link.kind == "fabric":
             params["port1"] = link.a_port
-        net.addLink(link.a, link.b, cls=Link, **params)
+        net.addLink(link.a, link.b, cls=LabLink, group=run.data["link_group"], **params)
     net.build()
     net.start()
 

@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass
 
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 from fabriclab.traffic.allpairs import FIRST_QPN
 from fabriclab.traffic.roce import QPN_MASK, udp_source_port
 
@@ -62,7 +63,7 @@ class Collective:
 def connection_flows(graph, pairs, nbytes, qps=1, sport_mode="qp"):
     """Flows for host pairs (0-based host indices): one per rail per QP, nbytes per connection."""
     if sport_mode not in SPORT_MODES:
-        raise LabError(f"sport mode must be one of {', '.join(SPORT_MODES)}, got {sport_mode!r}")
+        raise LabError(f"sport mode must be one of {', '.join(SPORT_MODES)}, got {excerpt(sport_mode)}")
     rails = graph.params.rails
     share = nbytes / (rails * qps)
     flows = []
@@ -83,11 +84,11 @@ def connection_flows(graph, pairs, nbytes, qps=1, sport_mode="qp"):
 def _check(graph, size, qps, connections, max_flows):
     hosts = graph.params.hosts
     if hosts < 2:
-        raise LabError(f"fabric {graph.params.name!r} has one host: a collective needs two")
+        raise LabError(f"fabric {excerpt(graph.params.name)} has one host: a collective needs two")
     if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0:
-        raise LabError(f"message size must be > 0 bytes, got {size!r}")
+        raise LabError(f"message size must be > 0 bytes, got {excerpt(size)}")
     if isinstance(qps, bool) or not isinstance(qps, int) or not 1 <= qps <= 1024:
-        raise LabError(f"QPs per connection must be a whole number in 1..1024, got {qps!r}")
+        raise LabError(f"QPs per connection must be a whole number in 1..1024, got {excerpt(qps)}")
     if FIRST_QPN + (hosts + 1) * qps > QPN_MASK:
         raise LabError(f"{hosts} hosts x {qps} QPs run out of 24-bit QP numbers")
     n = connections * graph.params.rails * qps
@@ -100,7 +101,7 @@ def rank_order(hosts, order="linear", seed=0):
     """Host indices in ring order: linear (a topology-aware ring, neighbours share a leaf) or
     shuffled (ranks scattered over the fabric, as a fragmented job placement leaves them)."""
     if order not in ORDERS:
-        raise LabError(f"rank order must be one of {', '.join(ORDERS)}, got {order!r}")
+        raise LabError(f"rank order must be one of {', '.join(ORDERS)}, got {excerpt(order)}")
     ranks = list(range(hosts))
     if order == "shuffled":
         random.Random(seed).shuffle(ranks)
@@ -131,4 +132,4 @@ def build(graph, collective, size, qps=1, sport_mode="qp", order="linear", seed=
         return ring_allreduce(graph, size, qps, sport_mode, order, seed, max_flows)
     if collective == "alltoall":
         return alltoall(graph, size, qps, sport_mode, max_flows)
-    raise LabError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+    raise LabError(f"collective must be one of {', '.join(COLLECTIVES)}, got {excerpt(collective)}")

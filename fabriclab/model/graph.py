@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 
 HOST, FABRIC, CORE = 0, 1, 2                   # link kinds: host-leaf, leaf-spine, spine-superspine
 ROLES = ("leaf", "spine", "superspine")        # switch tier 0, 1, 2
@@ -54,7 +55,7 @@ class ClosParams:
     def __post_init__(self):
         problems = self.problems()
         if problems:
-            raise LabError(f"fabric {self.name!r}: " + "; ".join(problems))
+            raise LabError(f"fabric {excerpt(self.name)}: " + "; ".join(problems))
 
     def problems(self):
         out = []
@@ -63,13 +64,13 @@ class ClosParams:
             if f.type == "int":
                 low = 0 if f.name == "superspines" else 1
                 if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                    out.append(f"{f.name} must be a whole number >= {low}, got {value!r}")
+                    out.append(f"{f.name} must be a whole number >= {low}, got {excerpt(value)}")
             elif f.type == "float":
                 # core_rate_mbps 0 means "as fabric_rate_mbps"; every other rate must be > 0
                 number = isinstance(value, (int, float)) and not isinstance(value, bool)
                 if not number or not (0 <= value < float("inf")) \
                         or (value == 0 and f.name != "core_rate_mbps"):
-                    out.append(f"{f.name} must be a finite number > 0, got {value!r}")
+                    out.append(f"{f.name} must be a finite number > 0, got {excerpt(value)}")
         if out:
             return out
         if self.pods > 1 and self.superspines == 0:

@@ -25,6 +25,7 @@ import threading
 import time
 
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 from fabriclab.queues import config
 from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg
 from fabriclab.queues.gate import Gates
@@ -83,9 +84,9 @@ class QueueModel:
         self.fabric, self.net, self.run_id = fabric, net, run_id
         self.spec = spec or fabric.spec.queues
         if self.spec is None:
-            raise LabError(f"fabric {fabric.spec.name!r} has no queues: section (the queue model is off)")
+            raise LabError(f"fabric {excerpt(fabric.spec.name)} has no queues: section (the queue model is off)")
         if ecn_mechanism not in ECN_MECHANISMS:
-            raise LabError(f"ECN mechanism must be one of {', '.join(ECN_MECHANISMS)}, got {ecn_mechanism!r}")
+            raise LabError(f"ECN mechanism must be one of {', '.join(ECN_MECHANISMS)}, got {excerpt(ecn_mechanism)}")
         self.ecn_mechanism = ecn_mechanism
         # The PFC settings the agent runs: the watchdog in lab ms (the spec's default is real time)
         self.pfc = dataclasses.replace(self.spec.pfc, watchdog_ms=config.watchdog_lab_ms(
@@ -255,7 +256,7 @@ class QueueModel:
         to the spec's profile. Returns the ports changed."""
         ports = [p for p in self._ports_of(target) if p.role != "host"]
         if not ports:
-            raise LabError(f"no switch port matches {target!r} (a role leaf/spine, a switch or an interface)")
+            raise LabError(f"no switch port matches {excerpt(target)} (a role leaf/spine, a switch or an interface)")
         if reset:
             for p in ports:
                 self.ecn_override.pop(p.idx, None)
@@ -264,7 +265,7 @@ class QueueModel:
                     self._set_red(p)
             return [p.name for p in ports]
         if mode is not None and mode not in config.ECN_MODES:
-            raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {mode!r}")
+            raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {excerpt(mode)}")
         if pmax is not None and not 0 < pmax <= 1:
             raise LabError(f"pmax must be in (0, 1], got {pmax}")
         changes = {k: v for k, v in (("mode", mode), ("kmin", kmin), ("kmax", kmax), ("pmax", pmax))
@@ -309,9 +310,9 @@ class QueueModel:
         `seconds` (0 stops a storm). Returns the leaf port's name."""
         ref = self.fabric.host_port(host_port)
         if ref is None:
-            raise LabError(f"no host or host port {host_port!r} in fabric {self.fabric.spec.name!r}")
+            raise LabError(f"no host or host port {excerpt(host_port)} in fabric {excerpt(self.fabric.spec.name)}")
         if not seconds >= 0:
-            raise LabError(f"storm duration must be >= 0 seconds, got {seconds!r}")
+            raise LabError(f"storm duration must be >= 0 seconds, got {excerpt(seconds)}")
         leaf_port = self.ports[self.by_name[ref.intf].peer]
         self.agent.storm(leaf_port.idx, seconds)
         return leaf_port.name

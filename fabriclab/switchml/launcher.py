@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fabriclab.loading import excerpt
 from fabriclab.system import patience
 
 from fabriclab.lab import steering
@@ -63,18 +64,18 @@ class AggregationSpec:
         def bad(why):
             raise LabError(f"switchml: {why}")
         if self.dtype not in DTYPES:
-            bad(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            bad(f"dtype must be one of {', '.join(DTYPES)}, got {excerpt(self.dtype)}")
         for name in ("elements", "slots", "iterations"):
             value = getattr(self, name)
             if value is None and name == "slots":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                bad(f"{name} must be a positive integer, got {value!r}")
+                bad(f"{name} must be a positive integer, got {excerpt(value)}")
         if self.timeout_ms is not None and not self.timeout_ms > 0:
-            bad(f"timeout_ms must be > 0, got {self.timeout_ms!r}")
+            bad(f"timeout_ms must be > 0, got {excerpt(self.timeout_ms)}")
         limit = max_elements(fabric.spec.mtu)
         if self.k is not None and not (isinstance(self.k, int) and 1 <= self.k <= limit):
-            bad(f"k must be 1..{limit} at MTU {fabric.spec.mtu}, got {self.k!r}")
+            bad(f"k must be 1..{limit} at MTU {fabric.spec.mtu}, got {excerpt(self.k)}")
         if fabric.spec.nics_per_host != 1 or fabric.spec.planes != 1:
             bad("runs on single-plane fabrics with one NIC per host")
 
@@ -90,7 +91,7 @@ def place(fabric, spec):
     for group in (spec.workers or (), spec.aggregators or ()):
         unknown = [h for h in group if h not in fabric.hosts]
         if unknown:
-            raise LabError(f"switchml: host {unknown[0]!r} is not in fabric {fabric.spec.name!r} "
+            raise LabError(f"switchml: host {excerpt(unknown[0])} is not in fabric {excerpt(fabric.spec.name)} "
                            f"(hosts: {', '.join(names)})")
     by_leaf = {}
     for h in names:

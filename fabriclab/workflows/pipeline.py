@@ -26,6 +26,7 @@ import threading
 import time
 
 from fabriclab.errors import LabError
+from fabriclab.loading import excerpt
 from fabriclab.workflows import faults as faults_mod
 from fabriclab.workflows import jobs as jobs_mod
 
@@ -48,7 +49,7 @@ class RunOutcome:
         """Mean Mbit/s of one direction (`l1>s1`, `h1-n0>l1`) between two times counted from the
         run's origin (the moment the measured jobs' traffic began)."""
         if column not in self.series.index:
-            raise LabError(f"no column {column!r} (columns look like l1>s1, s1>l1, h1-n0>l1)")
+            raise LabError(f"no column {excerpt(column)} (columns look like l1>s1, s1>l1, h1-n0>l1)")
         origin = self.record["origin_s"]
         return self.series.mean_mbps(origin + start_s, origin + end_s)[column]
 
@@ -71,9 +72,9 @@ def check(plan, lab):
 
     plan.check()
     if plan.spec.name != lab.fabric.spec.name:
-        raise LabError(f"plan {plan.name!r} is for spec {plan.spec.name!r}, the lab runs {lab.fabric.spec.name!r}")
+        raise LabError(f"plan {excerpt(plan.name)} is for spec {excerpt(plan.spec.name)}, the lab runs {excerpt(lab.fabric.spec.name)}")
     for run in plan.runs:
-        where = f"run {run.label!r}"
+        where = f"run {excerpt(run.label)}"
         check_app(run.routing)
         owner = {}
         for job in run.jobs:
@@ -277,7 +278,7 @@ def run_jobs(lab, run, runners, clock, progress=None):
         job, exc = failures[0]
         if isinstance(exc, KeyboardInterrupt):
             raise exc
-        raise LabError(f"{run.label}: {'noise job' if job.noise else 'job'} {job.name!r} failed: {exc}") from None
+        raise LabError(f"{run.label}: {'noise job' if job.noise else 'job'} {excerpt(job.name)} failed: {exc}") from None
     return raw, windows
 
 

@@ -51,6 +51,8 @@ class Metrics:
             raise LabError(f"metrics.sample_ms must be <= 10000 ms, got {self.sample_ms:g}")
         if self.bin_ms < self.sample_ms:
             raise LabError("metrics.bin_ms must be >= sample_ms")
+        if self.bin_ms > 60_000:
+            raise LabError(f"metrics.bin_ms must be <= 60000 ms, got {self.bin_ms:g}")
         if self.tolerance >= 1:
             raise LabError(f"metrics.tolerance is a fraction below 1, got {self.tolerance:g}")
 

@@ -154,4 +154,4 @@ def test_collective_command_rejects_bad_input_in_one_line():
     proc = subprocess.run(FABRICLAB + ["collective", "tiny", "--qps", "0"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "fabriclab: error: collective: qps must be a whole number >= 1, got 0"
+    assert proc.stderr.strip() == "fabriclab: error: collective: qps must be in [1, 64], got 0"

@@ -63,7 +63,7 @@ def test_teardown_leaves_nothing_behind():
     (["run", "tiny", "--link-down", "l1-s9@1"], "no node 's9'"),
     (["run", "tiny", "--link-down", "l1-s1@99", "--duration", "2"], "after the traffic ends"),
     (["run", "tiny", "--load", "0"], "load must be in [0.001, 1]"),
-    (["run", "tiny", "--duration", "0"], "duration_s must be in (0, 3600] seconds"),
+    (["run", "tiny", "--duration", "0"], "duration_s must be in [0.1, 3600] seconds"),
 ])
 def test_bad_input_fails_in_one_line_before_anything_is_built(args, message):
     before = labutil.resources()
@@ -183,3 +183,49 @@ def test_clean_touches_nothing_the_lab_did_not_create():
         sh("ip", "link", "del", "s1-eth1")
         sh("ip", "netns", "del", "h1")
         state.remove()
+
+
+def test_sigkill_at_random_points_then_clean_leaves_nothing_and_spares_the_users():
+    """20 runs killed with SIGKILL at random moments of bring-up, traffic and teardown. After
+    each, a user makes a bridge, a veth pair and a namespace with the lab's names wherever the
+    killed run left the name free; `clean` then removes every trace of the run and none of them."""
+    import random
+
+    def sh(*args):
+        return subprocess.run(args, capture_output=True, text=True)
+
+    rng = random.Random(20)
+    before = labutil.resources()
+    spared = 0
+    for i in range(20):
+        proc = subprocess.Popen(FABRICLAB + ["run", "tiny", "--duration", "2"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 9.0))          # tiny: up in ~3 s, 2 s of traffic, down in ~1 s
+        proc.kill()
+        proc.wait()
+        users = []
+        if sh("ovs-vsctl", "br-exists", "s1").returncode == 2:
+            sh("ovs-vsctl", "add-br", "s1", "--", "set", "bridge", "s1", "datapath_type=netdev")
+            users.append("bridge")
+        if not os.path.exists("/sys/class/net/s1-eth1"):
+            sh("ip", "link", "add", "s1-eth1", "type", "veth", "peer", "name", "s1-eth1p")
+            users.append("veth")
+        sh("ip", "netns", "add", "h1")
+        try:
+            out = cli("clean")
+            assert out.returncode == 0 and "Traceback" not in out.stderr, (i, out.stderr)
+            left = labutil.leaked(before, labutil.resources())
+            mine = {"bridges": ["s1"] if "bridge" in users else [],
+                    "veths": sorted(["s1-eth1", "s1-eth1p"]) if "veth" in users else []}
+            assert {k: v for k, v in left.items() if v != mine.get(k)} == {}, (i, left)
+            assert not list((RUN_ROOT / "runs").glob("*")), i
+            assert ("bridge" not in users) or sh("ovs-vsctl", "br-exists", "s1").returncode == 0, i
+            assert ("veth" not in users) or os.path.exists("/sys/class/net/s1-eth1"), i
+            assert "h1" in sh("ip", "netns", "list").stdout.split(), i
+            spared += len(users)
+        finally:
+            sh("ovs-vsctl", "--if-exists", "del-br", "s1")
+            if "veth" in users:
+                sh("ip", "link", "del", "s1-eth1")
+            sh("ip", "netns", "del", "h1")
+    assert spared >= 5                   # the user's objects met a killed run's record often enough

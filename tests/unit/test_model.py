@@ -126,7 +126,7 @@ def test_shipped_profiles_load():
 def test_a_bad_profile_is_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nranks_per_node: 0\nscale_up: {}\nscale_out: {}\n")
-    with pytest.raises(LabError, match="ranks_per_node must be in \[1, 1024\], got 0"):
+    with pytest.raises(LabError, match=r"ranks_per_node must be in \[1, 1024\], got 0"):
         load_profile(str(bad))
     with pytest.raises(LabError, match="no hardware profile 'nope'"):
         load_profile("nope")

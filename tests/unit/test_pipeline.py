@@ -58,7 +58,7 @@ def test_run_becomes_one_run_with_an_all_pairs_job_and_its_link_events_on_the_ti
 @pytest.mark.parametrize("kw, words", [
     (dict(link_down=["l1-s9@1"]), "no node 's9'"),
     (dict(link_down=["l1-s1@4"]), "a fault at 4 s comes after the traffic ends (4 s)"),
-    (dict(duration=0.0), "duration_s must be in (0, 3600]"),
+    (dict(duration=0.0), "duration_s must be in [0.1, 3600]"),
     (dict(load=0.0), "load must be in [0.001, 1]"),
     (dict(flows_per_pair=100000), "flows_per_pair must be a whole number in 1..64"),
     (dict(routing="ospf"), "unknown routing app 'ospf'"),
