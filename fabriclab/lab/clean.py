@@ -8,7 +8,9 @@ Network namespaces left by a killed `doctor` probe (flprobe-<pid>, pid gone) go 
 queue model's pinned eBPF programs (/sys/fs/bpf/fabriclab/<run id>) of runs that are gone, and
 soft-RoCE leftovers of collectives (rdma devices on interfaces no live run owns, policy rules of
 ours whose table is empty).
-Nothing is matched by name alone, and live runs are left alone unless --all is given.
+Processes started with a file of a gone run's folder in their arguments (agents a kill caught
+before the record did) are stopped too. Nothing is matched by name alone, and live runs are left
+alone unless --all is given.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import time
 
 from fabriclab.system.doctor import cleanup_stale_probes
 from fabriclab.queues.datapath import pinned_runs, remove_pins
-from fabriclab.lab.runstate import RunState, is_lab_link_group
+from fabriclab.lab.runstate import RUN_ROOT, RunState, is_lab_link_group
 from fabriclab.lab.teardown import (delete_bridges, delete_interfaces, delete_link_group,
                                     interfaces_in_group, tagged_bridges)
-from fabriclab.system.procs import pid_alive, pid_cmdline, pid_runs
+from fabriclab.system.procs import pid_alive, pid_cmdline, pid_runs, with_argument_under
 from fabriclab.traffic import softroce
 
 
@@ -73,6 +75,13 @@ def clean(all_runs=False):
                       f"and {len(intfs)} interfaces"
                       + ("" if ours or group is None else f" (link group {group} is not the lab's: "
                                                           "its interfaces were left alone)"))
+    # Agents started just before a kill may never have reached the record; they were started
+    # with their run's folder in their arguments, which marks them as that run's.
+    runs_dir = f"{RUN_ROOT / 'runs'}/"
+    for pid, arg in with_argument_under(runs_dir):
+        run_id = arg[len(runs_dir):].split("/", 1)[0]
+        if run_id not in live_ids and pid != os.getpid() and _stop_process({"pid": pid, "match": arg}):
+            report.append(f"process {pid} of vanished run {run_id}: stopped")
     for bridge, (run_id, pid) in sorted(tagged_bridges().items()):
         if run_id in live_ids:
             continue

@@ -33,6 +33,23 @@ def pid_runs(pid, token):
     return token.encode() in args
 
 
+def with_argument_under(prefix):
+    """[(pid, argument)] for every process with an argument that starts with `prefix` (a folder
+    of the lab's, e.g. a run's: what its agents were started with)."""
+    found, mark = [], prefix.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        arg = next((a for a in args if a.startswith(mark)), None)
+        if arg is not None:
+            found.append((int(entry), arg.decode(errors="replace")))
+    return found
+
+
 def listening_inodes(port):
     """The socket inodes of every TCP listener on `port` in this network namespace."""
     out = set()
