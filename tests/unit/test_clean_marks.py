@@ -2,7 +2,9 @@
 tags (with the owner's pid), processes by a whole argument of their command line."""
 
 import os
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,3 +61,20 @@ def test_a_listener_is_known_by_its_process():
             other.kill()
             other.wait()
     assert not listens(os.getpid(), port)                 # closed
+
+
+def test_a_process_started_with_a_file_of_a_run_folder_is_found_by_it(tmp_path):
+    from fabriclab.system.procs import with_argument_under
+
+    folder = f"{tmp_path}/runs/"
+    arg = f"{folder}r1/traffic/h1.json"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", arg])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not with_argument_under(folder):
+            time.sleep(0.02)
+        assert with_argument_under(folder) == [(proc.pid, arg)]
+        assert with_argument_under(f"{tmp_path}/other/") == []
+    finally:
+        proc.kill()
+        proc.wait()
