@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import pathlib
 import platform
 import shutil
 import subprocess
@@ -120,6 +121,8 @@ def mechanisms(caps):
 
     if caps.ovs_running:
         ovs_note = f"Open vSwitch {caps.ovs_version}" if caps.ovs_version else "running"
+        if caps.note("ovs_heap"):
+            ovs_note += "; " + caps.note("ovs_heap")
     else:
         hint = FIX_HINT if caps.root else ROOT_HINT
         ovs_note = (caps.note("ovs") or "not running") + "; " + hint
@@ -351,7 +354,22 @@ def _probe_ovs(notes):
         return False, None
     first = vswitchd.stdout.strip().splitlines()
     version = first[0].split()[-1] if first else None
+    if not _ovs_keeps_its_heap():
+        notes["ovs_heap"] = ("ovs-vswitchd returns its heap to the kernel (started without "
+                             "GLIBC_TUNABLES=glibc.malloc.trim_threshold): its first lab run may "
+                             "saturate; `fabriclab provision` with no lab up restarts it with it")
     return True, version
+
+
+def _ovs_keeps_its_heap():
+    """Whether the running ovs-vswitchd was started with a raised malloc trim threshold (see
+    playbooks/roles/openvswitch/defaults/main.yml); True when it cannot be told."""
+    try:
+        pid = pathlib.Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip()
+        env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return True
+    return any(v.startswith(b"GLIBC_TUNABLES=") and b"glibc.malloc.trim_threshold=" in v for v in env)
 
 
 def _mininet_importable(python):
