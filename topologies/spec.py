@@ -34,6 +34,11 @@ _RATE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgKMG]?)(bit|bit/s)?\s*$")
 _TIME_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)\s*$")
 _RATE_UNIT_MBPS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3}
 _TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
+# Lab links are software: below 0.1 Mbit/s tc's rates round toward 0 kbit and a jumbo frame
+# takes seconds; above 100 Gbit/s no veth keeps up. The hardware a spec stands for may be faster.
+RATE_BOUNDS_MBPS = {"host_rate_mbps": (0.1, 1e5), "fabric_rate_mbps": (0.1, 1e5),
+                    "real_host_rate_mbps": (0.1, 1e7)}
+MAX_BUFFER_BYTES = 1 << 30
 # A lab delay beyond this stalls everything that waits on a round trip (ARP, the controller's
 # checks, ACK timeouts); real fabrics' microseconds at the lab's time scales stay far below it.
 MAX_LAB_DELAY_MS = 10_000.0
@@ -206,10 +211,19 @@ def validate(spec):
         value = getattr(spec, fname)
         if value is None and fname == "real_host_rate_mbps":
             continue
+        low, high = RATE_BOUNDS_MBPS[fname]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             problems.append(f"{where}: {label} must be > 0, got {excerpt(value)}")
         elif not math.isfinite(value):
             problems.append(f"{where}: {label} must be finite, got {excerpt(value)}")
+        elif not low <= value <= high:
+            problems.append(f"{where}: {label} must be {low:g} to {high:g} Mbit/s, got {value:g}")
+    real, host = spec.real_host_rate_mbps, spec.host_rate_mbps
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+           for v in (real, host)) and real < host:
+        problems.append(f"{where}: real_host_rate ({real:g} Mbit/s) is what the lab's host_rate "
+                        f"({host:g} Mbit/s) stands for, so it cannot be slower: the lab runs slower "
+                        f"than the hardware, never faster")
     if not isinstance(spec.buffers, Buffers):
         problems.append(f"{where}: buffers must be a Buffers, got {excerpt(spec.buffers)}")
     else:
@@ -219,6 +233,9 @@ def validate(spec):
         for role, size in dataclasses.asdict(spec.buffers).items():
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 problems.append(f"{where}: buffers.{role} must be > 0 bytes, got {excerpt(size)}")
+            elif size > MAX_BUFFER_BYTES:
+                problems.append(f"{where}: buffers.{role} must be at most 1 GiB per port (tc's bfifo "
+                                f"counts in 32 bits), got {size}")
             elif size < 2 * frame:
                 problems.append(f"{where}: buffers.{role} must hold two {spec.mtu}-byte-MTU frames "
                                 f"({2 * frame} bytes), got {size}")

@@ -15,6 +15,7 @@ XOFF absorbs what is in flight while the pause takes effect, and a lossless pack
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from fabriclab.errors import SpecError
@@ -37,6 +38,7 @@ SWITCH_ROLES = ("leaf", "spine")     # the ports that account, mark and pause
 # watchdog stands for that in real time: at a lab time scale of x40000 it is 8000 s of lab time,
 # so it fires on a stuck port, never on a long but healthy pause. Storm tests set their own.
 REAL_WATCHDOG_MS = 200.0
+MAX_LAB_MS = 3_600_000.0             # reaction, restore and watchdog times: within a lab hour
 
 # Probabilities travel to the data path as integers in 1/2^20 steps.
 PROB_ONE = 1 << 20
@@ -230,6 +232,8 @@ def _size(value, where):
 def _number(value, where, low=0.0, high=None, strict_low=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"{where}: must be a number, got {excerpt(value)}")
+    if not math.isfinite(value):
+        raise SpecError(f"{where}: must be a finite number, got {excerpt(value)}")
     if value < low or (strict_low and value == low) or (high is not None and value > high):
         bound = f"> {low}" if strict_low else f">= {low}"
         raise SpecError(f"{where}: must be {bound}" + (f" and <= {high}" if high is not None else "")
@@ -287,13 +291,13 @@ def _pfc_from_dict(value, where):
         elif key in ("xoff", "xon", "headroom"):
             kwargs[key] = _size(item, f"{where}.{key}")
         elif key in ("reaction_ms", "restore_ms"):
-            kwargs[key] = _number(item, f"{where}.{key}", 0.0, strict_low=True)
+            kwargs[key] = _number(item, f"{where}.{key}", 0.0, MAX_LAB_MS, strict_low=True)
         elif key == "watchdog_ms":
             # `real`: the default, a switch's 200 ms of real time at the fabric's time scale
             if isinstance(item, str) and item != "real":
                 raise SpecError(f"{where}.watchdog_ms: must be lab milliseconds (>= 0, 0: off) or 'real', "
                                 f"got {excerpt(item)}")
-            kwargs[key] = None if item == "real" else _number(item, f"{where}.{key}", 0.0)
+            kwargs[key] = None if item == "real" else _number(item, f"{where}.{key}", 0.0, MAX_LAB_MS)
         elif key == "watchdog_action":
             if item not in WATCHDOG_ACTIONS:
                 raise SpecError(f"{where}.watchdog_action: must be one of "
@@ -363,7 +367,10 @@ def check_against_fabric(spec, buffers, rates, mtu, where="queues"):
         buf, rate = buffers[role], rates[role]
         if spec.pfc.enabled:
             xoff, xon, headroom = pfc_thresholds(buf, rate, mtu, spec.pfc)
-            if xoff < 2 * frame:
+            if xoff + headroom > buf and spec.pfc.xoff is not None:
+                problems.append(f"{where}.pfc: xoff {xoff} B plus {headroom} B of headroom is more than "
+                                f"the {role} buffer ({buf} B): what arrives after XOFF would be dropped")
+            elif xoff < 2 * frame:
                 problems.append(f"{where}.pfc: {role} buffer {buf} B leaves XOFF at {xoff} B after "
                                 f"{headroom} B of headroom; it needs at least two {mtu}-MTU frames "
                                 f"({2 * frame} B): grow buffers.{role} or lower pfc.reaction_ms")
@@ -373,4 +380,7 @@ def check_against_fabric(spec, buffers, rates, mtu, where="queues"):
         if spec.ecn_for(role).mode != "off" and kmin > buf:
             problems.append(f"{where}.ecn: kmin {kmin} B is above the {role} buffer ({buf} B); "
                             f"no packet would ever be marked")
+        elif spec.ecn_for(role).mode != "off" and kmax > buf:
+            problems.append(f"{where}.ecn: kmax {kmax} B is above the {role} buffer ({buf} B); "
+                            f"marking would never reach pmax")
     return problems
