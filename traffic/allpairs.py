@@ -18,6 +18,9 @@ SPORT_MODES = ("qp", "shared")
 MAX_FLOWS_PER_PAIR = 64          # QPs per host pair; beyond this the agents' CPU, not the fabric, sets rates
 MAX_DURATION_S = 3600.0
 MIN_DURATION_S = 0.1                 # shorter than a few sampling intervals measures nothing
+# Flows of one all-pairs job in all: each is a paced QP in a host's agent and a dict here; past
+# this the agents' CPU and memory, not the fabric, would set the rates.
+MAX_FLOWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,10 @@ def all_pairs_plan(fabric, load=0.8, flows_per_pair=1):
         raise LabError(f"flows per pair must be a whole number >= 1, got {excerpt(flows_per_pair)}")
     if len(fabric.hosts) < 2:
         raise LabError(f"fabric {excerpt(fabric.spec.name)} has one host: all-pairs traffic needs two")
+    total = sum(len(peers(fabric, port)) for host in fabric.hosts.values() for port in host.ports) * flows_per_pair
+    if total > MAX_FLOWS:
+        raise LabError(f"all-pairs on fabric {excerpt(fabric.spec.name)} with {flows_per_pair} flow(s) per "
+                       f"pair is {total} flows; one machine's agents run at most {MAX_FLOWS}")
     plan = {}
     for host in fabric.hosts.values():
         flows = []

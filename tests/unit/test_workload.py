@@ -130,6 +130,13 @@ def test_load_outside_zero_to_one_is_refused(load):
         all_pairs_plan(fabric, load=load)
 
 
+def test_more_flows_than_one_machine_runs_are_refused_before_any_is_made():
+    spec = FabricSpec(name="wide", leaves=8, spines=2, hosts_per_leaf=8)     # 64 hosts, 4032 pairs
+    assert len(sum(all_pairs_plan(Fabric(spec), flows_per_pair=16).values(), [])) == 64512
+    with pytest.raises(LabError, match="is 258048 flows; one machine's agents run at most 65536"):
+        all_pairs_plan(Fabric(spec), flows_per_pair=64)
+
+
 def test_full_load_is_allowed():
     fabric = Fabric(FabricSpec(name="t"))
     assert all_pairs_plan(fabric, load=1.0)
