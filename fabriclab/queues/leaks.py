@@ -13,7 +13,8 @@ of that class; a count above that range leaked, a count below it was misattribut
 to another ingress port while its packets were queued, so they were released against the new one).
 The repair moves such a count to the nearest end of the range through the data path's `bias` map,
 which only user space writes: it never guesses inside the range, so an account that leaked while
-the switch's queues are busy is repaired once they drain.
+the switch's queues are busy is repaired once they drain. A quiet port still pausing its upstream
+at or below XON, leak or not, has its upstream opened once (nothing left would send the XON).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class LeakRepair:
         self.quiet_ns = quiet_ns
         self.bias = {a.row: 0 for a in self.accounts}
         self._rx = {}            # row -> (rx_pkts last seen, when it last changed)
+        self._resumed = {}       # row -> rx_pkts when a stuck pause was last opened
 
     def check(self, now_ns, stats):
         """Repairs due now. `stats` is indexable by row and has held, occ, rx_pkts and paused
@@ -80,6 +82,13 @@ class LeakRepair:
             ceiling = max(0, sum(stats[r].occ for r in a.egress_rows))
             target = min(max(held, 0), ceiling)
             if target == held:
+                # No leak, but paused at or below XON with nothing arriving (an XON lost to a
+                # race between CPUs): open the upstream once; its next packet clears the flag.
+                if (a.xon is not None and st.paused and held <= a.xon
+                        and self._resumed.get(a.row) != st.rx_pkts):
+                    self._resumed[a.row] = st.rx_pkts
+                    repairs.append(Repair(a.row, a.port, a.cls, held, held, self.bias[a.row], a.upstream,
+                                          now_ns))
                 continue
             self.bias[a.row] += held - target
             resume = None

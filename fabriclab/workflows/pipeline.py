@@ -297,8 +297,11 @@ def wait_drained(lab, timeout_s=DRAIN_TIMEOUT_S):
     empty fabric, not from the previous run's backlog."""
     deadline = time.monotonic() + timeout_s
     while True:
-        busy = [r for r in lab.queues.counters()
-                if r["class"] == "lossless" and (r.get("occ") or r.get("paused"))]
+        rows = [r for r in lab.queues.counters() if r["class"] == "lossless"]
+        # A port's flag says it asked its upstream to pause; the upstream's gate says whether
+        # that is still in force (the agent opens it when nothing is left to send the XON).
+        gate_closed = {r["port"]: r.get("gate_closed", False) for r in rows}
+        busy = [r for r in rows if r.get("occ") or (r.get("paused") and gate_closed.get(r["peer"], True))]
         if not busy:
             return
         if time.monotonic() > deadline:

@@ -249,3 +249,25 @@ def test_link_loss_counts_what_was_dropped_during_the_run():
     assert pipeline._dropped([{}, {}]) is None
     before, after = {("l1", "l1-eth3"): 5}, {("l1", "l1-eth3"): 9, ("s1", "s1-eth1"): 2}
     assert pipeline._dropped([before, after]) == {"dropped_packets": 6}
+
+
+def _drain_lab(rows):
+    return types.SimpleNamespace(queues=types.SimpleNamespace(counters=lambda: rows))
+
+
+def _row(port, peer, occ=0, paused=False, gate_closed=False):
+    return {"port": port, "peer": peer, "class": "lossless", "occ": occ, "paused": paused,
+            "gate_closed": gate_closed}
+
+
+def test_a_pause_whose_upstream_gate_is_open_is_drained():
+    """The agent opened the upstream's gate (nothing left to send the XON); the flag clears at
+    the next arrival, which only the next run brings."""
+    from fabriclab.workflows.pipeline import wait_drained
+
+    wait_drained(_drain_lab([_row("l1-eth3", "s1-eth1", paused=True), _row("s1-eth1", "l1-eth3")]), 0.2)
+    with pytest.raises(LabError, match=r"did not drain .*: l1-eth3 \(0 B, paused\)"):
+        wait_drained(_drain_lab([_row("l1-eth3", "s1-eth1", paused=True),
+                                 _row("s1-eth1", "l1-eth3", gate_closed=True)]), 0.2)
+    with pytest.raises(LabError, match=r"s1-eth1 \(3000 B\)"):
+        wait_drained(_drain_lab([_row("s1-eth1", "l1-eth3", occ=3000)]), 0.2)

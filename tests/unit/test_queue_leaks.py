@@ -81,6 +81,20 @@ def test_a_port_left_paused_below_xon_resumes_its_upstream():
     assert fixes[0].held_after == 5000 and fixes[0].resume is None
 
 
+def test_a_quiet_port_paused_at_or_below_xon_without_a_leak_resumes_its_upstream_once():
+    repair = LeakRepair([ACCOUNT])
+    stuck = table(r0=stat(held=400, rx=3, paused=1), r3=stat(occ=400))     # 400 B: within range
+    fixes = settle(repair, stuck)
+    assert [(f.held_before, f.held_after, f.bytes, f.resume) for f in fixes] == [(400, 400, 0, 7)]
+    assert repair.check(3 * QUIET_NS, stuck) == []            # once, not every check
+    # paused again later (new traffic came and went): opened again
+    assert repair.check(4 * QUIET_NS, table(r0=stat(held=300, rx=9, paused=1), r3=stat(occ=300))) == []
+    assert len(repair.check(5 * QUIET_NS, table(r0=stat(held=300, rx=9, paused=1), r3=stat(occ=300)))) == 1
+    # above XON it is a real pause: left alone
+    busy = LeakRepair([ACCOUNT])
+    assert settle(busy, table(r0=stat(held=1500, rx=3, paused=1), r3=stat(occ=1500))) == []
+
+
 def test_a_class_without_pfc_is_repaired_but_resumes_nothing():
     lossy = Account(row=2, port="l1-eth1", cls="lossy", egress_rows=(2,), xon=None, upstream=None)
     repair = LeakRepair([lossy])
