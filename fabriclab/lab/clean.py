@@ -22,8 +22,7 @@ import time
 from fabriclab.system.doctor import cleanup_stale_probes
 from fabriclab.queues.datapath import pinned_runs, remove_pins
 from fabriclab.lab.runstate import RUN_ROOT, RunState, is_lab_link_group
-from fabriclab.lab.teardown import (delete_bridges, delete_interfaces, delete_link_group,
-                                    interfaces_in_group, tagged_bridges)
+from fabriclab.lab.teardown import delete_bridges, delete_link_group, interfaces_in_group, tagged_bridges
 from fabriclab.system.procs import pid_alive, pid_cmdline, pid_runs, with_argument_under
 from fabriclab.traffic import softroce
 
@@ -68,7 +67,6 @@ def clean(all_runs=False):
         tagged = tagged_bridges()
         bridges = [b for b in run.data.get("bridges", []) if tagged.get(b, (None,))[0] == run.id]
         delete_bridges(bridges)
-        delete_interfaces(intfs)
         remove_pins(run.id)
         run.remove()
         report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "

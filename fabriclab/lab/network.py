@@ -19,7 +19,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 from fabriclab.errors import LabError
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
 from fabriclab.system.shaping import as_script, queued_commands, rate_command, shaping_commands
-from fabriclab.lab.teardown import delete_bridges, delete_interfaces, delete_link_group
+from fabriclab.lab.teardown import delete_bridges, delete_link_group
 
 
 class LabSwitch(OVSSwitch):
@@ -271,10 +271,8 @@ def stop(net, link_group):
     """
     if net is None:
         return
-    delete_link_group(link_group)
+    delete_link_group(link_group)        # every veth was created in it (LabLink)
     delete_bridges([s.name for s in net.switches])
-    # Any interface that did not make it into the group (a build stopped half way).
-    delete_interfaces([intf.name for sw in net.switches for intf in sw.intfList() if intf.name != "lo"])
     # Mininet's RemoteController is a node with a shell of its own that stop() leaves running.
     for node in net.hosts + net.switches + net.controllers:
         node.terminate()

@@ -22,23 +22,14 @@ def delete_link_group(group):
     subprocess.run(["ip", "link", "del", "group", str(group)], capture_output=True)
 
 
-def delete_interfaces(names):
-    """Delete the named interfaces that still exist (a veth's peer goes with it); returns them."""
-    present = [name for name in names if os.path.exists(f"/sys/class/net/{name}")]
-    if present:
-        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True, text=True,
-                       input="".join(f"link del {name}\n" for name in present))
-    return present
-
-
 def delete_bridges(names):
-    """Delete OVS bridges (and the interfaces that were their ports) in one transaction."""
+    """Delete OVS bridges in one transaction. Their ports' veths are not deleted here, by name:
+    they are in the run's link group (`delete_link_group`), and a name a bridge still lists after
+    its veth went (a teardown killed half way) may since be someone else's interface."""
     names = list(names)
     if not names:
         return
-    ports = [intf for name in names for intf in _ovs("list-ifaces", name).stdout.split()]
     _ovs(*[arg for name in names for arg in ("--", "--if-exists", "del-br", name)])
-    delete_interfaces(ports)
 
 
 def tagged_bridges():
