@@ -7,7 +7,6 @@ group that one `ip link del group` removes in a single batch.
 """
 
 import json
-import os
 import subprocess
 
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY

@@ -23,14 +23,18 @@ def pid_cmdline(pid):
         return None
 
 
+def _arguments(pid):
+    """`pid`'s command line as a list of byte strings; [] once it is gone."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 def pid_runs(pid, token):
     """Whether `pid`'s command line has `token` as one of its arguments, whole: `mininet:h1` is
     not `mininet:h12`, and a PID recycled for another command is not the one recorded."""
-    try:
-        args = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return token.encode() in args
+    return token.encode() in _arguments(pid)
 
 
 def with_argument_under(prefix):
@@ -40,11 +44,7 @@ def with_argument_under(prefix):
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            args = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        arg = next((a for a in args if a.startswith(mark)), None)
+        arg = next((a for a in _arguments(entry) if a.startswith(mark)), None)
         if arg is not None:
             found.append((int(entry), arg.decode(errors="replace")))
     return found

@@ -89,7 +89,7 @@ def places(doc, trail=()):
 
 def mappings(doc):
     found = [doc] if isinstance(doc, dict) else []
-    return found + [value for _c, _k, _t in places(doc) for value in [_c[_k]] if isinstance(value, dict)]
+    return found + [c[k] for c, k, _t in places(doc) if isinstance(c[k], dict)]
 
 
 def mutate(base, rng, fmt="yaml", huge_is_wrong=True):
