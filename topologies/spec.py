@@ -255,8 +255,11 @@ def validate(spec):
             problems.append(f"{where}: queues must be a QueueSpec, got {excerpt(queues)}")
         else:
             rates = {"leaf": max(spec.host_rate_mbps, spec.fabric_rate_mbps), "spine": spec.fabric_rate_mbps}
+            # a cable's delay needs headroom for its round trip (a FabricSpec knows its lab delay)
+            delay = getattr(spec, "lab_delay_ms", lambda kind: 0.0)
+            delays = {"leaf": max(delay("host"), delay("fabric")), "spine": delay("fabric")}
             problems += check_against_fabric(queues, dataclasses.asdict(spec.buffers), rates, spec.mtu,
-                                             f"{where}: queues")
+                                             f"{where}: queues", delays)
     return problems
 
 

@@ -20,6 +20,9 @@ def register(subparsers):
                    help="smaller transfers and fewer iterations (a minute instead of several)")
     p.add_argument("--sample-ms", type=float, default=5.0, help="port and queue sampling interval (default 5 ms)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--lossy", action="store_true",
+                   help="run without the lossless class (PFC) where the experiment allows it "
+                        "(routing-schemes); results say so")
     running.add_output_args(p)
     p.set_defaults(func=cmd_experiment)
 
@@ -31,7 +34,8 @@ def cmd_experiment(args):
         rows = [(name, module(name).DEFAULT_SPEC, module(name).SUMMARY) for name in EXPERIMENTS]
         print(format_table(("experiment", "default spec", "what it shows"), rows))
         return 0
-    options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed)
+    options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed,
+                      lossy=args.lossy)
     plan = build_plan(args.name, args.spec, options)
     return running.execute(plan, args, f"{args.name}: {plan.experiment.SUMMARY}",
                            {"table": lambda doc: "\n" + plan.experiment.table(doc)})

@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "fabriclab.cli.benchmark",
     "fabriclab.cli.model",
     "fabriclab.cli.experiment",
+    "fabriclab.cli.reproduce",
     "fabriclab.cli.scenario",
     "fabriclab.cli.results",      # report, compare
 ]

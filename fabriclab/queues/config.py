@@ -135,16 +135,19 @@ def frame_bytes(mtu):
     return mtu + ETH_HEADER
 
 
-def default_headroom(rate_mbps, mtu, reaction_ms):
-    """In-flight bytes while a pause takes effect: the reaction time at line rate, plus a frame
-    already on the wire at each end (the one being sent and the one the gate lets finish)."""
-    return int(rate_mbps * 1e6 / 8 * reaction_ms / 1000) + 2 * frame_bytes(mtu)
+def default_headroom(rate_mbps, mtu, reaction_ms, delay_ms=0.0):
+    """In-flight bytes while a pause takes effect: at line rate for the reaction time plus the
+    cable's round trip (the pause travels up it while the data already sent travels down), plus a
+    frame already on the wire at each end (the one being sent and the one the gate lets finish)."""
+    return int(rate_mbps * 1e6 / 8 * (reaction_ms + 2 * delay_ms) / 1000) + 2 * frame_bytes(mtu)
 
 
-def pfc_thresholds(buffer_bytes, rate_mbps, mtu, pfc):
-    """(xoff, xon, headroom) of one ingress port, explicit settings winning over derived ones."""
+def pfc_thresholds(buffer_bytes, rate_mbps, mtu, pfc, delay_ms=0.0):
+    """(xoff, xon, headroom) of one ingress port whose cable is `delay_ms` long one way (lab
+    time), explicit settings winning over derived ones."""
     frame = frame_bytes(mtu)
-    headroom = pfc.headroom if pfc.headroom is not None else default_headroom(rate_mbps, mtu, pfc.reaction_ms)
+    headroom = pfc.headroom if pfc.headroom is not None else default_headroom(rate_mbps, mtu, pfc.reaction_ms,
+                                                                              delay_ms)
     xoff = pfc.xoff if pfc.xoff is not None else buffer_bytes - headroom
     xon = pfc.xon if pfc.xon is not None else max(0, xoff - 2 * frame)
     return xoff, xon, headroom
@@ -159,14 +162,15 @@ def ecn_thresholds(buffer_bytes, profile):
     return kmin, kmax
 
 
-def thresholds(spec, role, cls, buffer_bytes, rate_mbps, mtu, ecn=None):
-    """The Thresholds of one port (owned by a node of `role`) for class index `cls`; `ecn`
-    overrides the spec's profile for that role (a change made on a running fabric)."""
+def thresholds(spec, role, cls, buffer_bytes, rate_mbps, mtu, ecn=None, delay_ms=0.0):
+    """The Thresholds of one port (owned by a node of `role`, its cable `delay_ms` long one way)
+    for class index `cls`; `ecn` overrides the spec's profile for that role (a change made on a
+    running fabric)."""
     profile = ecn or spec.ecn_for(role)
     kmin, kmax = ecn_thresholds(buffer_bytes, profile)
     mode = ECN_MODES.index(profile.mode) + 1 if profile.mode != "off" else 0
     lossless = cls == LOSSLESS and spec.pfc.enabled
-    xoff, xon, headroom = pfc_thresholds(buffer_bytes, rate_mbps, mtu, spec.pfc)
+    xoff, xon, headroom = pfc_thresholds(buffer_bytes, rate_mbps, mtu, spec.pfc, delay_ms)
     return Thresholds(
         ecn_mode=mode if cls != CONTROL else 0,
         kmin=kmin, kmax=kmax, pmax=int(round(profile.pmax * PROB_ONE)),
@@ -356,24 +360,25 @@ def queues_from_dict(value, where="queues"):
     return spec
 
 
-def check_against_fabric(spec, buffers, rates, mtu, where="queues"):
+def check_against_fabric(spec, buffers, rates, mtu, where="queues", delays=None):
     """Problems (one line each) with thresholds that cannot work on these buffers and rates.
 
-    `buffers` maps role -> bytes, `rates` maps role -> the fastest link rate of that role's ports.
+    `buffers` maps role -> bytes, `rates` maps role -> the fastest link rate of that role's ports,
+    `delays` role -> the longest one-way lab delay (ms) of their cables (none: 0).
     """
     problems = []
     frame = frame_bytes(mtu)
     for role in SWITCH_ROLES:
         buf, rate = buffers[role], rates[role]
         if spec.pfc.enabled:
-            xoff, xon, headroom = pfc_thresholds(buf, rate, mtu, spec.pfc)
+            xoff, xon, headroom = pfc_thresholds(buf, rate, mtu, spec.pfc, (delays or {}).get(role, 0.0))
             if xoff + headroom > buf and spec.pfc.xoff is not None:
                 problems.append(f"{where}.pfc: xoff {xoff} B plus {headroom} B of headroom is more than "
                                 f"the {role} buffer ({buf} B): what arrives after XOFF would be dropped")
             elif xoff < 2 * frame:
                 problems.append(f"{where}.pfc: {role} buffer {buf} B leaves XOFF at {xoff} B after "
                                 f"{headroom} B of headroom; it needs at least two {mtu}-MTU frames "
-                                f"({2 * frame} B): grow buffers.{role} or lower pfc.reaction_ms")
+                                f"({2 * frame} B): grow buffers.{role}, or lower pfc.reaction_ms or the delay")
             elif xon >= xoff:
                 problems.append(f"{where}.pfc: xon ({xon}) must be below xoff ({xoff}) for {role} ports")
         kmin, kmax = ecn_thresholds(buf, spec.ecn_for(role))

@@ -63,6 +63,7 @@ class PortInfo:
     open_burst: int = 0
     closed_burst: int = 0
     gate_limit: int = 0
+    delay_ms: float = 0.0  # the cable's one-way lab delay: the pause's round trip needs headroom
 
 
 def port_table(fabric):
@@ -75,7 +76,8 @@ def port_table(fabric):
             role = "host" if node in fabric.hosts else fabric.switches[node].role
             rate, burst, closed, limit = gate_settings(link.rate_mbps, fabric.spec.mtu)
             ports.append(PortInfo(idx, intf, node, role, peer, peer_node, link.rate_mbps,
-                                  fabric.buffer_bytes(node), None, 0, rate, burst, closed, limit))
+                                  fabric.buffer_bytes(node), None, 0, rate, burst, closed, limit,
+                                  fabric.spec.lab_delay_ms(link.kind)))
     return ports
 
 
@@ -165,10 +167,13 @@ class QueueModel:
                                             p.role != "host", peer.role != "host"))
             self._write_thresholds(p)
 
+    def _thresholds(self, p, cls, ecn=None):
+        return config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu, ecn,
+                                 p.delay_ms)
+
     def _write_thresholds(self, p):
         for cls in range(NCLASS):
-            t = config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu,
-                                  self.ecn_override.get(p.idx))
+            t = self._thresholds(p, cls, self.ecn_override.get(p.idx))
             ecn_mode = t.ecn_mode if p.role != "host" else 0
             if self._red_marks(p) and config.CLASSES[cls] in RED_CLASSES:
                 ecn_mode = config.ECN_QDISC       # RED marks; the program counts its marks
@@ -179,7 +184,7 @@ class QueueModel:
 
     def _xon(self, p, cls):
         """The XON threshold of port p's class cls where that class pauses, else None."""
-        t = config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu)
+        t = self._thresholds(p, cls)
         return t.xon if t.pfc else None
 
     # -- RED (ecn_mechanism "red") ---------------------------------------------------------------
@@ -394,10 +399,11 @@ class QueueModel:
         """What results record about the model: mechanism, classes and the thresholds in force."""
         mtu = self.fabric.spec.mtu
         per_role = {}
-        for p in self.ports:
+        # per role, its port with the longest cable: the smallest XOFF (the most headroom)
+        for p in sorted(self.ports, key=lambda p: -p.delay_ms):
             if p.role in per_role:
                 continue
-            t = config.thresholds(self.spec, p.role, config.LOSSLESS, p.buffer, p.rate_mbps, mtu)
+            t = self._thresholds(p, config.LOSSLESS)
             ecn = {"mode": ("off", "red", "step")[t.ecn_mode] if p.role != "host" else "off",
                    "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE}
             if self._red_marks(p):
@@ -405,8 +411,8 @@ class QueueModel:
                                               class_limit(cls, p.buffer, mtu)).describe()
                               for cls in RED_CLASSES}
             per_role[p.role] = {"buffer_bytes": p.buffer, "rate_mbps": p.rate_mbps, "ecn": ecn,
-                                "pfc": {"xoff": t.xoff, "xon": t.xon,
-                                        "headroom": t.headroom_limit - t.xoff} if t.pfc else None}
+                                "pfc": {"xoff": t.xoff, "xon": t.xon, "headroom": t.headroom_limit - t.xoff,
+                                        "cable_delay_ms": p.delay_ms} if t.pfc else None}
         scale = self.fabric.spec.time_scale or 1.0
         watchdog = self.pfc.watchdog_ms
         return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism,

@@ -479,6 +479,7 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
         queues = {"report": lab.queues.report(*queue_before), "hops": qseries.window(start_wall, end_wall).hops(),
                   "summary": qseries.summary(), "sampling": qseries.timing(), "errors": lab.queues.errors()}
     invalid = sorted({f"{name}: {reason}" for name, job in jobs.items() for reason in job["invalid"]})
+    invalid += lossless_drops(queues)
     return {
         "label": run.label, "slug": run.slug, "routing": run.routing, "repetition": run.repetition,
         "note": run.note, "tags": run.tags, "duration_s": run.duration_s,
@@ -500,6 +501,18 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
         "valid": not invalid, "invalid": invalid,
         "files": files,
     }
+
+
+def lossless_drops(queues):
+    """A reason per port that dropped a packet of a PFC-protected class: a lossless class must
+    lose nothing (headroom overruns, and the watchdog's drops of a stuck port alike)."""
+    if not queues:
+        return []
+    rows = [r for r in queues["report"]["ports"] if r["class"] == "lossless"
+            and (r.get("lossless_drops") or r.get("wd_drops"))]
+    return [f"lossless drop: {r['port']} ({r['node']}) dropped {r.get('lossless_drops', 0)} "
+            f"over its headroom" + (f" and {r['wd_drops']} by the PFC watchdog" if r.get("wd_drops") else "")
+            for r in sorted(rows, key=lambda r: r["port"])]
 
 
 def _dropped(loss):

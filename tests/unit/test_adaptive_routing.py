@@ -4,6 +4,8 @@ the stage: members with capacity weights, port rates and queue model rows, on th
 where the app's OpenFlow half is weighted ECMP.
 """
 
+import dataclasses
+
 import pytest
 
 from fabriclab.apps import APPS, parse_routing
@@ -76,7 +78,7 @@ def test_the_stage_gets_each_groups_members_with_their_capacity_weights(fab):
 
 
 def test_port_settings_give_rates_and_the_queue_models_rows():
-    plain = Fabric(load_spec("routing"))
+    plain = Fabric(dataclasses.replace(load_spec("routing"), queues=None))
     ports, rows = port_settings(plain)
     assert rows == 0 and ports["l1-eth5"] == (10.0, 0)
     assert set(ports) == {i for link in plain.fabric_links for i in (link.a_intf, link.b_intf)}

@@ -51,6 +51,21 @@ def test_headroom_is_the_reaction_time_at_line_rate_plus_two_frames():
     assert (xoff, xon, headroom) == (65_536 - 30_528, 65_536 - 30_528 - 2 * 9014, 30_528)
 
 
+def test_headroom_covers_the_cables_round_trip_too():
+    # 20 Mbit/s for 5 ms of reaction plus 2 x 1.5 ms of cable: 20 000 B, plus two frames
+    assert config.default_headroom(20, 9000, 5.0, delay_ms=1.5) == 20_000 + 18_028
+    xoff, _xon, headroom = pfc_thresholds(65_536, 20, 9000, PfcSettings(), delay_ms=1.5)
+    assert (xoff, headroom) == (65_536 - 38_028, 38_028)
+    # an explicit headroom is the user's: the delay does not change it
+    assert pfc_thresholds(65_536, 20, 9000, PfcSettings(headroom=5_000), delay_ms=1.5)[2] == 5_000
+
+
+def test_a_delay_that_leaves_no_room_for_xoff_is_refused_naming_the_delay():
+    problems = config.check_against_fabric(config.QueueSpec(), {"leaf": 65_536, "spine": 262_144},
+                                           {"leaf": 20, "spine": 20}, 9000, delays={"leaf": 10.0, "spine": 0.0})
+    assert len(problems) == 1 and "leaf buffer 65536 B" in problems[0] and "the delay" in problems[0]
+
+
 def test_explicit_pfc_thresholds_win():
     assert pfc_thresholds(65_536, 20, 1500, PfcSettings(xoff=30_000, xon=10_000, headroom=5_000)) == \
         (30_000, 10_000, 5_000)

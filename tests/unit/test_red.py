@@ -19,7 +19,7 @@ from fabriclab.queues.red import (MAX_P_ONE, OFF_BYTES, PLACES, RedParams, class
                                   parse_red_stats, plog, red_message, red_params)
 from fabriclab.system.shaping import GATE_LIMIT_BYTES
 from fabriclab.topologies.fabric import Fabric
-from fabriclab.topologies.spec import FabricSpec, LinkDelay
+from fabriclab.topologies.spec import Buffers, FabricSpec, LinkDelay
 
 from .test_doctor import FULL, MINIMAL
 
@@ -196,7 +196,9 @@ def test_the_marker_is_a_spec_setting():
 
 
 def _lab(marker="auto", delay=True, queues=True):
+    # 10 ms of lab delay each way needs 50 KB of headroom at 20 Mbit/s: buffers to hold it
     spec = FabricSpec(name="c", leaves=2, spines=1, hosts_per_leaf=1, real_host_rate_mbps=400_000,
+                      buffers=Buffers(leaf=256 * 1024, spine=256 * 1024),
                       queues=QueueSpec(ecn_marker=marker) if queues else None,
                       delay=LinkDelay(fabric_us=0.25) if delay else LinkDelay())
     return Lab(spec)

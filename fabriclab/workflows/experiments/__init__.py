@@ -9,7 +9,8 @@ or from Python (pytest):
 
 An experiment is a plan plus its own table and plot. Its module defines NAME, SUMMARY,
 DEFAULT_SPEC, REFERENCE (what the paper reports), optionally DEFAULT_ROUTING (the app its runs use
-unless --routing says otherwise; None: it compares routing schemes itself and takes no --routing),
+unless --routing says otherwise; None: it compares routing schemes itself and takes no --routing)
+and LOSSY_OPTION (True: it runs lossless by default and `--lossy` runs it without PFC),
 `prepare(spec, options)` (the spec it runs on),
 `runs(fabric, options)` (the pipeline's RunPlans: one per case, each with its routing app, jobs,
 faults, conditions and ECN settings), `table(doc)` and `plot(doc, folder)`, which read the one
@@ -28,6 +29,8 @@ EXPERIMENTS = {
     "ecn-dcqcn": "fabriclab.workflows.experiments.ecn_dcqcn",
     "victim-noise": "fabriclab.workflows.experiments.victim",
     "routing-schemes": "fabriclab.workflows.experiments.routing",
+    "ecmp-balance": "fabriclab.workflows.experiments.ecmp_balance",
+    "flowlet-interval": "fabriclab.workflows.experiments.flowlet_interval",
     "ar-fabric": "fabriclab.workflows.experiments.ar_fabric",
     "multiplane-asymmetry": "fabriclab.workflows.experiments.multiplane_asymmetry",
     "plane-convergence": "fabriclab.workflows.experiments.plane_convergence",
@@ -44,6 +47,7 @@ class Options:
     sample_s: float = 0.005          # port and queue sampling interval
     routing: str | None = None       # None: the experiment's DEFAULT_ROUTING (else ecmp)
     seed: int = 1
+    lossy: bool = False              # drop the lossless class (experiments with LOSSY_OPTION only)
 
 
 def module(name):
@@ -69,6 +73,8 @@ def build_plan(name, spec=None, options=None):
     elif default is None:
         raise LabError(f"experiment {name} compares routing schemes itself: it takes no --routing")
     check_app(options.routing)
+    if options.lossy and not getattr(mod, "LOSSY_OPTION", False):
+        raise LabError(f"experiment {name} takes no --lossy: it runs under its spec's own queue settings")
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)
     runs = mod.runs(Fabric(fabric_spec), options)
     sample_ms = options.sample_s * 1e3
@@ -91,9 +97,13 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
 
 # -- reading an experiment's document (its tables and plots) ---------------------------------------
 def label(run):
-    """A run's name for a table, flagged when it is not valid (a saturated CPU: the software
-    switches, not the modelled fabric, may have set its numbers)."""
-    return run["label"] if run["valid"] else run["label"] + " (CPU SATURATED)"
+    """A run's name for a table, flagged when it is not valid: a saturated CPU (the software
+    switches, not the modelled fabric, may have set its numbers), or a drop in a lossless class."""
+    if run["valid"]:
+        return run["label"]
+    flags = [flag for flag, prefix in (("CPU SATURATED", "CPU"), ("LOSSLESS DROPS", "lossless drop"))
+             if any(prefix in reason for reason in run["invalid"])]
+    return f"{run['label']} ({', '.join(flags) or 'INVALID'})"
 
 
 def first_size(run, job):

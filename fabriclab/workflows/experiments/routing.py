@@ -10,6 +10,9 @@ half its rate after l1-s1 goes down, and the uplink balance afterwards.
 
 from __future__ import annotations
 
+import dataclasses
+
+from fabriclab.errors import LabError
 from fabriclab.results import figures
 from fabriclab.table import format_table
 from fabriclab.workflows import faults
@@ -22,6 +25,7 @@ SUMMARY = ("ring AllReduce over every host, each ring hop crossing leaves, under
            "under each scheme")
 DEFAULT_SPEC = "routing"
 DEFAULT_ROUTING = None       # the runs name their own routing apps
+LOSSY_OPTION = True          # lossless (PFC) by default; --lossy without
 REFERENCE = {
     "source": "seed 000 sections 4.1-4.5, Figure 7, 4.4.2, Figure 11",
     "finding": ("Paper: ECMP collides elephant flows (MMR > 1.2 at 1,000 flows on 16 links, worse in "
@@ -35,6 +39,13 @@ FAULT_AFTER_S = 0.6          # the link fails this long into the measured iterat
 
 
 def prepare(spec, options):
+    """Lossless by default, as seed 000's RoCE fabric: a collision then costs pauses, not drops and
+    go-back-N. `--lossy` takes the queue model away (tail-drop fifos), and the table says so."""
+    if options.lossy:
+        return dataclasses.replace(spec, queues=None)
+    if spec.queues is None or not spec.queues.pfc.enabled:
+        raise LabError(f"routing-schemes runs on a lossless class: spec {spec.name!r} has "
+                       f"{'no queues: section' if spec.queues is None else 'PFC off'}; add one, or pass --lossy")
     return spec
 
 
@@ -70,7 +81,7 @@ def runs(fabric, options):
     out = [RunPlan(name, routing, [Job("ring", workload(fabric, options, qps, shared))],
                    tags={"scheme": name})
            for name, routing, qps, shared in SCHEMES]
-    failing = ("ECMP", "TE") if options.quick else ("ECMP + 4 QPs", "E-ECMP + 4 QPs shared sport", "TE", "flowlet")
+    failing = ("E-ECMP + 4 QPs shared sport", "TE") if options.quick else ("ECMP + 4 QPs", "E-ECMP + 4 QPs shared sport", "TE", "flowlet")
     fault = faults.Fault(0, "link_down", f"{FAULT[0]}-{FAULT[1]}", FAULT_AFTER_S, {})
     for name, routing, qps, shared in SCHEMES:
         if name in failing:
@@ -104,12 +115,20 @@ def table(doc):
                      (ring.get("buffer_drops") or {}).get("total", "-"),
                      _num(recovery) if f else "", _num(after.get("max_mean_ratio")) if f else ""))
     scale = doc["scale"]
-    title = (f"routing schemes on {doc['fabric']['name']}, links {scale['host_rate_mbps']:g} Mbit/s "
+    title = (f"routing schemes on {doc['fabric']['name']}, {conditions(doc)}, links {scale['host_rate_mbps']:g} Mbit/s "
              f"(time scale x{scale['time_scale'] or 1:.0f}); uplink spread in Mbit/s averaged over "
              f"the measured iterations")
     header = ("case", "busbw Mbit/s", "CCT p50 ms", "p99", "uplink max/mean", "uplink min-max",
               "OOS", "retrans", "drops", "recovery s", "max/mean after")
     return format_table(header, rows, title=title) + "\n" + doc["experiment"]["reference"]["finding"]
+
+
+def conditions(doc):
+    """Lossless (PFC) or LOSSY, as the run's document records the fabric's queues."""
+    queues = (doc["mechanisms"].get("queue_model") or {}).get("spec")
+    if queues and queues["pfc"]["enabled"]:
+        return "lossless (PFC" + (", ECN off)" if queues["ecn"]["mode"] == "off" else ", ECN on)")
+    return "LOSSY (tail drop, no PFC)"
 
 
 def _num(value):

@@ -1,0 +1,213 @@
+"""Claims of seed 000 (RDMA over Ethernet for distributed AI training at Meta scale)."""
+
+from __future__ import annotations
+
+from fabriclab.workflows.experiments import first_size, hops
+from fabriclab.workflows.reproduce.claim import Claim, Finding, ratio
+
+LOSSLESS_1TO1 = ("paper: production RoCE fabric, 400G, lossless (PFC), AI zone at 1:1; lab: the `routing` "
+                 "spec, 4 leaves x 4 spines at 1:1, 10 Mbit/s for 400G (x40000), a PFC class with ECN off")
+
+
+def _runs(doc):
+    return {r["label"]: r for r in doc["runs"]}
+
+
+def _ring(run, job="ring"):
+    return first_size(run, job)
+
+
+def _busbw(doc, label):
+    return _ring(_runs(doc)[label])["busbw_mbps"]
+
+
+def _mmr(doc, label):
+    return (_ring(_runs(doc)[label])["balance"]["up"] or {}).get("max_mean_ratio")
+
+
+def _invalid(doc, *labels):
+    """Why the named runs (all runs: none named) of a document are not valid."""
+    runs = [r for r in doc["runs"] if not labels or r["label"] in labels]
+    return sorted({f"{r['label']}: {reason}" for r in runs for reason in r["invalid"]})
+
+
+# -- ECMP's imbalance ---------------------------------------------------------------------------------
+def ecmp_mmr(docs):
+    doc = docs["ecmp-balance"]
+    rows = sorted(doc["runs"], key=lambda r: r["tags"]["crossing_flows"])
+    few, many = rows[0], rows[-1]
+    mmr = lambda r: r["jobs"]["all-pairs"]["balance"]["up"].get("max_mean_ratio")   # noqa: E731
+    return Finding(
+        lab=f"{mmr(many):.2f} with {many['tags']['crossing_flows']} flows on {many['tags']['uplinks']} uplinks; "
+            f"{mmr(few):.2f} with {few['tags']['crossing_flows']}",
+        lab_value=mmr(many), holds=mmr(many) < mmr(few),
+        direction="ECMP's uplink max/mean falls as the flows hashed onto the uplinks grow",
+        model=f"uniform random hashing: {many['tags']['random_max_mean']:.2f} and {few['tags']['random_max_mean']:.2f}",
+        bars=[("paper, 1000 flows", 1.2), (f"lab, {many['tags']['crossing_flows']} flows", mmr(many)),
+              (f"random, {many['tags']['crossing_flows']}", many["tags"]["random_max_mean"]),
+              (f"lab, {few['tags']['crossing_flows']} flows", mmr(few)),
+              (f"random, {few['tags']['crossing_flows']}", few["tags"]["random_max_mean"])],
+        invalid=_invalid(doc))
+
+
+# -- QP scaling, E-ECMP, TE (routing-schemes) ----------------------------------------------------------
+def qp_scaling(docs):
+    doc = docs["routing-schemes"]
+    labels = ("ECMP", "ECMP + 4 QPs", "ECMP + 4 QPs shared sport")
+    plain, scaled, shared = (_busbw(doc, k) for k in labels)
+    return Finding(
+        lab=f"busbw ECMP {plain:.2f}, 4 QPs {scaled:.2f}, 4 QPs with one source port {shared:.2f} Mbit/s",
+        lab_value=ratio(scaled, plain), holds=scaled > plain and shared < scaled,
+        direction="4 QPs beat 1 QP under ECMP, and lose that gain when they share a source port",
+        bars=list(zip(("ECMP", "+4 QPs", "+4 QPs, shared sport"), (plain, scaled, shared))),
+        invalid=_invalid(doc, *labels))
+
+
+def eecmp_gain(docs):
+    doc = docs["routing-schemes"]
+    labels = ("ECMP", "E-ECMP + 4 QPs shared sport")
+    plain, eecmp = (_busbw(doc, k) for k in labels)
+    gain = ratio(eecmp, plain)
+    return Finding(
+        lab=f"busbw {eecmp:.2f} against ECMP's {plain:.2f} Mbit/s: x{gain:.2f}",
+        lab_value=gain, holds=gain is not None and gain > 1.0,
+        direction="E-ECMP with 4 QPs beats ECMP on AllReduce busbw",
+        bars=[("paper: E-ECMP / ECMP", 1.40), ("lab: E-ECMP / ECMP", gain)],
+        invalid=_invalid(doc, *labels))
+
+
+def te_balance(docs):
+    doc = docs["routing-schemes"]
+    labels = ("E-ECMP + 4 QPs shared sport", "TE")
+    gain = ratio(_busbw(doc, "TE"), _busbw(doc, labels[0]))
+    te_mmr, eecmp_mmr = _mmr(doc, "TE"), _mmr(doc, labels[0])
+    return Finding(
+        lab=f"TE busbw x{gain:.2f} E-ECMP's; uplink max/mean {te_mmr:.2f} (TE) against {eecmp_mmr:.2f} (E-ECMP)",
+        lab_value=gain, holds=te_mmr <= eecmp_mmr and gain >= 1.0,
+        direction="TE's uplinks are at least as even as E-ECMP's and its busbw at least E-ECMP's",
+        bars=[("paper: TE / E-ECMP busbw", 1.075), ("lab: TE / E-ECMP busbw", gain),
+              ("lab: TE uplink max/mean", te_mmr), ("lab: E-ECMP uplink max/mean", eecmp_mmr)],
+        invalid=_invalid(doc, *labels))
+
+
+def _failure_cost(doc, scheme):
+    """busbw with l1-s1 failing during the ring over busbw on the whole fabric."""
+    failed = next(r for r in doc["runs"] if r["faults"] and r["tags"]["scheme"] == scheme)
+    return ratio(_ring(failed)["busbw_mbps"], _busbw(doc, scheme)), failed["label"]
+
+
+def te_failure(docs):
+    doc = docs["routing-schemes"]
+    te, te_label = _failure_cost(doc, "TE")
+    eecmp, eecmp_label = _failure_cost(doc, "E-ECMP + 4 QPs shared sport")
+    return Finding(
+        lab=f"with l1-s1 failing, TE keeps {te:.0%} of its busbw, E-ECMP {eecmp:.0%}",
+        lab_value=None, holds=te < eecmp,
+        direction="a link failure (below 1:1) costs TE a larger share of its busbw than E-ECMP",
+        bars=[("TE: failed / whole", te), ("E-ECMP: failed / whole", eecmp)],
+        invalid=_invalid(doc, "TE", te_label, "E-ECMP + 4 QPs shared sport", eecmp_label))
+
+
+# -- flowlet switching ----------------------------------------------------------------------------------
+def flowlet_oos(docs):
+    from fabriclab.workflows.experiments.flowlet_interval import oos_per_s
+
+    doc = docs["flowlet-interval"]
+    runs = sorted(doc["runs"], key=lambda r: r["tags"]["gap_ms"])
+    gaps = [r["tags"]["gap_ms"] for r in runs]
+    oos = [oos_per_s(r) for r in runs]
+    return Finding(
+        lab=", ".join(f"{g:g} ms: {o:.1f}/s" for g, o in zip(gaps, oos)) + " out of sequence",
+        lab_value=None, holds=oos[-1] < min(oos[:-1]),
+        direction="out-of-order packets at the longest interval (several round trips) are below those "
+                  "at every shorter one",
+        lines={"x": gaps, "xlabel": "flowlet interval (lab ms)", "ylabel": "out-of-sequence packets / s",
+               "series": {"lab": oos}},
+        invalid=_invalid(doc))
+
+
+# -- PFC, admission control, DCQCN -----------------------------------------------------------------------
+def incast_pauses(docs):
+    doc = docs["pfc-incast"]
+    runs = _runs(doc)
+    stream, cts = runs["streaming"], runs["receiver-driven"]
+    per_hop = {hop: (hops(stream).get(hop, {}), hops(cts).get(hop, {}))
+               for hop in ("leaf->spine", "spine->leaf", "leaf->NIC")}
+    paused = per_hop["leaf->NIC"][0].get("paused_share", 0)
+    cts_pauses = sum(h[1].get("pauses", 0) for h in per_hop.values())
+    stream_pauses = [h[0].get("pauses", 0) for h in per_hop.values()]
+    return Finding(
+        lab=f"streaming: {', '.join(f'{h} {n}' for h, n in zip(per_hop, stream_pauses))} pauses, sender NICs "
+            f"paused {paused:.0%} of the time; receiver-driven: {cts_pauses} pauses",
+        lab_value=paused, holds=stream_pauses[0] > 0 and cts_pauses == 0,
+        direction="streaming writes make the receiver's leaf pause the spines, receiver-driven admission "
+                  "pauses nowhere",
+        bars=[("paper: sender NIC paused", 0.10), ("lab: sender NIC paused", paused),
+              ("lab: CTS pauses", cts_pauses)],
+        invalid=_invalid(doc, "streaming", "receiver-driven"))
+
+
+def dcqcn_cost(docs):
+    doc = docs["ecn-dcqcn"]
+    runs = _runs(doc)
+    cct = lambda label: _ring(runs[label], "allreduce")["cct_ms"]["p50"]   # noqa: E731
+    pfc_only = min(cct("PFC only, tight ECN"), cct("PFC only, relaxed ECN"))
+    cost = ratio(cct("DCQCN, tight ECN"), pfc_only)
+    pauses = {label: sum(h.get("pauses", 0) for h in hops(runs[label]).values())
+              for label in ("PFC only, tight ECN", "DCQCN, tight ECN")}
+    return Finding(
+        lab=f"DCQCN with tight ECN: CCT x{cost:.2f} PFC-only's; pauses {pauses['DCQCN, tight ECN']} against "
+            f"{pauses['PFC only, tight ECN']}",
+        lab_value=cost, holds=cost > 1.0 and pauses["DCQCN, tight ECN"] <= pauses["PFC only, tight ECN"],
+        direction="DCQCN with tight thresholds avoids pauses but lengthens the AllReduce",
+        bars=[("paper: CCT ratio", 1.05), ("lab: CCT ratio", cost)],
+        invalid=_invalid(doc))
+
+
+CLAIMS = (
+    Claim("000-ecmp-mmr", "000", "4.1", "ECMP's hash leaves links unevenly loaded: max/mean about 1.2 with "
+          "1,000 flows on 16 links, far worse with few flows", "max/mean ~1.2 at 1,000 flows on 16 links", 1.2,
+          ("ecmp-balance",), ecmp_mmr,
+          "paper: hashing in production switches; lab: OVS select groups hashing the 5-tuple, all-pairs "
+          "traffic at half load (no congestion) on the `routing` spec, 960 flows on 16 uplinks",
+          "each leaf hashes only its own 240 flows over its 4 uplinks, not 1,000 over 16"),
+    Claim("000-qp-scaling", "000", "4.3", "QP scaling spreads a collective's traffic only while the QPs "
+          "differ in UDP source port; with a shared source port ECMP sees one flow", "an ordering", None,
+          ("routing-schemes",), qp_scaling, LOSSLESS_1TO1),
+    Claim("000-eecmp-gain", "000", "4.3, Figure 7", "E-ECMP (the BTH destination QP in the hash) with QP "
+          "scaling improves AllReduce busbw over ECMP", "up to 40% (x1.40)", 1.40,
+          ("routing-schemes",), eecmp_gain, LOSSLESS_1TO1,
+          "the lab's ring has 16 flows on 16 uplinks, so one ECMP collision halves the slowest hop and "
+          "with it the whole ring: ECMP's loss (and so E-ECMP's gain) depends on a few hash draws"),
+    Claim("000-te-balance", "000", "4.4.2", "centralized TE loads links evenly (80% each against E-ECMP's "
+          "40-90%) and beats E-ECMP by 5-10% on AllReduce", "x1.05-1.10 busbw", 1.075,
+          ("routing-schemes",), te_balance, LOSSLESS_1TO1,
+          "with one flow per uplink TE places every flow on its own uplink, the ideal; E-ECMP's 4 QPs "
+          "per flow still collide, so TE's edge is larger than on the paper's many-job fabric"),
+    Claim("000-te-failure", "000", "4.4.1, 4.4.3", "TE is prone to lower performance under link failures, "
+          "where E-ECMP can outperform it", "a direction", None,
+          ("routing-schemes",), te_failure, LOSSLESS_1TO1 + "; l1-s1 fails 0.6 s into the ring"),
+    Claim("000-flowlet-oos", "000", "4.5, Figure 11", "out-of-order packets fall non-linearly as the flowlet "
+          "interval grows, to under 1 per second at about half the round trip", "a trend", None,
+          ("flowlet-interval",), flowlet_oos, LOSSLESS_1TO1 + "; intervals in lab time",
+          "the lab's round trip is set by software switches (ms), not by the scaled propagation delay, so "
+          "the intervals are lab milliseconds, not the paper's microseconds; the lab's OOS peak near one "
+          "packet's time (1-2 ms), not at the shortest interval, where the least-loaded choice, averaged "
+          "over a 2 ms window, moves a flow less often than the interval allows"),
+    Claim("000-incast-pauses", "000", "5.2.2, Table 3", "under a 16:1 incast with PFC only, streaming writes "
+          "(perftest) make every hop pause and the sender NICs pause 10% of the time; receiver-driven "
+          "admission (CTS) pauses nowhere", "10% sender NIC paused; 0 pauses with CTS", 0.10,
+          ("pfc-incast",), incast_pauses,
+          "paper: 400G, PFC only, 16 senders on other racks; lab: the `incast` spec (5x4, 10 Mbit/s for 400G), "
+          "PFC only, 16 senders under 4 leaves",
+          "a pause here is one XOFF transition; real PFC refreshes its pause every quantum, so the paper "
+          "counts many more pauses per second; the quick form's 64 KiB per sender fills the receiver's "
+          "leaf but not the spines, so its pauses stop at the first hop (the full form's reach the NICs)"),
+    Claim("000-dcqcn", "000", "5.2.1, Figure 12", "DCQCN with tight ECN thresholds avoids PFC pauses but "
+          "lengthens collective completion (about 5% on a 32-GPU AllReduce)", "CCT x1.05", 1.05,
+          ("ecn-dcqcn",), dcqcn_cost,
+          "paper: 200G, DCQCN with tight vs relaxed ECN; lab: the `oversubscribed` spec (2:1), ring AllReduce "
+          "over 16 ranks in random order, PFC with and without DCQCN",
+          "the lab's oversubscribed uplinks congest on every ring step, so DCQCN's rate cuts cost more "
+          "than on the paper's 1:1 fabric"),
+)
