@@ -50,12 +50,11 @@ def cmd_reproduce(args):
         flipped = [r["id"] for r in outcome.rows if r["status"] == catalogue.FLIPPED]
         drops = [d for e in outcome.experiments.values() for d in e["lossless_drops"]]
         failed = [n for n, e in outcome.experiments.items() if e["error"]]
-        print("fabriclab: reproduce failed: " + "; ".join(
-            part for part in (f"direction flipped: {', '.join(flipped)}" if flipped else "",
-                              f"lossless drops: {drops[0]}" + (f" (and {len(drops) - 1} more)" if len(drops) > 1 else "")
-                              if drops else "",
-                              f"experiments failed: {', '.join(failed)}" if failed else "") if part),
-              file=sys.stderr)
+        parts = [f"direction flipped: {', '.join(flipped)}" if flipped else "",
+                 f"lossless drops: {drops[0]}" + (f" (and {len(drops) - 1} more)" if len(drops) > 1 else "")
+                 if drops else "",
+                 f"experiments failed: {', '.join(failed)}" if failed else ""]
+        print("fabriclab: reproduce failed: " + "; ".join(p for p in parts if p), file=sys.stderr)
         return running.EXIT_INVALID
     return running.EXIT_VALID
 

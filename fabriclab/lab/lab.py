@@ -240,6 +240,8 @@ class Lab:
         for link in links:
             if up and self.queues is not None and link.key in self._down:
                 self.queues.empty_queues((link.a_intf, link.b_intf))
+            if self.queues is not None and (link.key in self._down) == up:
+                self.queues.cables_down((link.a_intf, link.b_intf), not up)
             mininet_net.set_link(self.net, link, up, self.fabric)
             if up:
                 self._down.pop(link.key, None)

@@ -15,6 +15,13 @@ The repair moves such a count to the nearest end of the range through the data p
 which only user space writes: it never guesses inside the range, so an account that leaked while
 the switch's queues are busy is repaired once they drain. A quiet port still pausing its upstream
 at or below XON, leak or not, has its upstream opened once (nothing left would send the XON).
+
+A port whose cable is down is no place to wait: the kernel emptied its queue when the cable went
+down and drops what is sent to it since, though the program still counts those bytes into its
+occupancy. Its egress rows leave the range while the cable is down (`set_dead`), so the bytes
+its switch took in for it, gone with the cable, are repaired as leaks; otherwise the phantom
+occupancy would hold their ingress accounts above XON, pausing the upstream until the cable
+returned (a stuck pause: with the watchdog at a switch's 200 ms real, for hours of lab time).
 """
 
 from __future__ import annotations
@@ -63,8 +70,14 @@ class LeakRepair:
         self.accounts = list(accounts)
         self.quiet_ns = quiet_ns
         self.bias = {a.row: 0 for a in self.accounts}
+        self.dead = frozenset()  # egress rows of ports whose cable is down (replaced whole: the
+                                 # lab's thread writes it, the PFC agent's reads it)
         self._rx = {}            # row -> (rx_pkts last seen, when it last changed)
         self._resumed = {}       # row -> rx_pkts when a stuck pause was last opened
+
+    def set_dead(self, rows, dead):
+        """Rows of ports whose cable went down (`dead`) or came back up."""
+        self.dead = self.dead | frozenset(rows) if dead else self.dead - frozenset(rows)
 
     def check(self, now_ns, stats):
         """Repairs due now. `stats` is indexable by row and has held, occ, rx_pkts and paused
@@ -79,7 +92,8 @@ class LeakRepair:
             if now_ns - seen[1] < self.quiet_ns:
                 continue
             held = st.held - self.bias[a.row]
-            ceiling = max(0, sum(stats[r].occ for r in a.egress_rows))
+            dead = self.dead
+            ceiling = max(0, sum(stats[r].occ for r in a.egress_rows if r not in dead))
             target = min(max(held, 0), ceiling)
             if target == held:
                 # No leak, but paused at or below XON with nothing arriving (an XON lost to a

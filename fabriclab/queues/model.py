@@ -107,6 +107,7 @@ class QueueModel:
         self._ovs_lock = threading.Lock()
         self.datapath = None
         self.agent = None
+        self.leaks = None            # the agent's LeakRepair, told which cables are down
         self.gates = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -121,8 +122,9 @@ class QueueModel:
                 for p in self._red_ports():
                     self._set_red(p, create=True)
             self.gates = Gates()
+            self.leaks = LeakRepair(accounts_of(self.ports, NCLASS, config.CLASSES, self._xon))
             self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.pfc,
-                                  leaks=LeakRepair(accounts_of(self.ports, NCLASS, config.CLASSES, self._xon)))
+                                  leaks=self.leaks)
             self.agent.start()
         except BaseException:
             self.stop()
@@ -133,6 +135,7 @@ class QueueModel:
         if self.agent is not None:
             self.agent.stop()
             self.agent = None
+            self.leaks = None
         if self.gates is not None:
             self.gates.close()
             self.gates = None
@@ -289,6 +292,13 @@ class QueueModel:
             if self.red is not None:
                 self._set_red(p)
         return [p.name for p in ports]
+
+    def cables_down(self, intfs, down):
+        """The ports `intfs` lost (down=True) or got back their cable: while it is down, the leak
+        repair holds no bytes waiting in their queues (queues/leaks.py)."""
+        ports = [self.by_name[name] for name in intfs if name in self.by_name]
+        if self.leaks is not None:
+            self.leaks.set_dead([p.idx * NCLASS + cls for p in ports for cls in range(NCLASS)], down)
 
     def empty_queues(self, intfs):
         """Ports whose cable is down hold nothing: the kernel reset their qdiscs when the link

@@ -58,6 +58,23 @@ def bars(path, title, labels, panels):
         plt.close(fig)
 
 
+def hbars(path, title, labels, values, xlabel, colors=None):
+    """A horizontal bar per label (long labels stay readable), each with its value; `colors`, one
+    per bar, tells sources apart (the paper's figure, the lab's, a model's)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.45 * len(labels)))
+    rows = ax.barh(labels[::-1], values[::-1], color=(colors or ["#4C72B0"] * len(values))[::-1])
+    ax.bar_label(rows, labels=[f"{v:.3g}" for v in values[::-1]], fontsize=8, padding=2)
+    ax.set_xlabel(xlabel)
+    ax.set_xlim(0, max(values, default=1) * 1.18 or 1)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def lines(path, title, xs, series, xlabel, ylabel, log_x=True, reference=None):
     """A line per name in `series` ({name: ys}) over `xs`; `reference` draws a dashed limit."""
     plt = _pyplot()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import pathlib
 import threading
 import time
@@ -140,7 +141,8 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
         for index, run in enumerate(plan.runs):
             if progress:
                 progress({"event": "run", "index": index, "total": len(plan.runs), "label": run.label})
-            outcomes.append(run_one(lab, plan, run, folder, progress, shared))
+            with collector_frozen():
+                outcomes.append(run_one(lab, plan, run, folder, progress, shared))
     doc = document.assemble(plan, head, [o.record for o in outcomes], time.monotonic() - t0, folder,
                             lab.timings)
     document.write(doc, folder)
@@ -150,6 +152,21 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
     else:
         report.render(folder, doc)
     return PlanResult(doc, folder, outcomes)
+
+
+@contextlib.contextmanager
+def collector_frozen():
+    """Python's full garbage collection holds the GIL for as long as it walks every object, tens
+    of ms once earlier runs' series are in memory, and the PFC agent (a thread of this process)
+    cannot close a gate meanwhile: a pause arriving then overruns its headroom. Collect before
+    the run and freeze what is there, so a collection during the run walks only the run's own
+    objects; unfreeze after, so nothing stays uncollectable."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def run_one(lab, plan, run, folder, progress=None, shared=False):

@@ -20,3 +20,38 @@ def leaves_no_run_behind(request):
     if left:
         clean(all_runs=True)
         pytest.fail(f"{request.module.__name__} left runs behind: {left}", pytrace=False)
+
+
+class QuickCatalogue:
+    """One `fabriclab reproduce --quick` run, shared by the session: the catalogue and the results
+    folder of every experiment a claim reads, so the experiment tests check those folders instead
+    of running the same quick experiments a second time."""
+
+    def __init__(self, folder, exit_code):
+        self.folder, self.exit_code = folder, exit_code
+
+    def data(self):
+        import json
+
+        return json.loads((self.folder / "catalogue.json").read_text())
+
+    def folder_of(self, name):
+        return self.folder / "experiments" / name
+
+    def doc(self, name):
+        """The experiment's results document; the test fails with the catalogue's reason if the
+        experiment failed."""
+        from fabriclab.results import document
+
+        error = self.data()["experiments"][name]["error"]
+        if error:
+            pytest.fail(f"experiment {name} failed in reproduce --quick: {error}", pytrace=False)
+        return document.load(self.folder_of(name))
+
+
+@pytest.fixture(scope="session")
+def quick_catalogue(tmp_path_factory):
+    from fabriclab.cli.main import main
+
+    folder = tmp_path_factory.mktemp("reproduce-quick")
+    return QuickCatalogue(folder, main(["reproduce", "--quick", "--out", str(folder)]))

@@ -1,5 +1,8 @@
 """The packaged queue experiments, quick versions, on real fabrics: each must show its effect.
 
+pfc-incast and ecn-dcqcn are the folders `reproduce --quick` wrote (the quick_catalogue fixture),
+victim-noise runs here.
+
 pfc-incast: streaming 16:1 incast pauses the spines, receiver-driven admission pauses nothing.
 victim-noise: spreading pauses cut the victim's bus bandwidth; CTS on the noise restores it.
 ecn-dcqcn: CNPs only with DCQCN; tight thresholds with DCQCN trade pauses for completion time.
@@ -51,9 +54,9 @@ def check_folder(doc, folder, summary_png):
         assert totals(run)["ovs_receive_drops"] == 0
 
 
-def test_pfc_incast(tmp_path):
-    doc = run_experiment("pfc-incast", out=tmp_path, options=Options(quick=True))
-    check_folder(doc, tmp_path, "incast.png")
+def test_pfc_incast(quick_catalogue):
+    doc = quick_catalogue.doc("pfc-incast")            # run once, by reproduce --quick
+    check_folder(doc, quick_catalogue.folder_of("pfc-incast"), "incast.png")
     cases = by_name(doc)
     streaming, admitted, slow = (cases["streaming"], cases["receiver-driven"],
                                  cases["receiver-driven, slow receiver"])
@@ -82,14 +85,17 @@ def test_victim_noise(tmp_path):
     assert size(spreading, "victim")["busbw_mbps"] < 0.6 * alone
     assert cts > 2 * size(spreading, "victim")["busbw_mbps"]
     assert spreading["jobs"]["noise"]["role"] == "noise"
+    # lossless means lossless: whatever spreads, the PFC class drops nothing
+    assert all(totals(run).get("lossless_drops", 0) == 0 for run in cases.values())
+    assert not [r for run in cases.values() for r in run["invalid"] if "lossless drop" in r]
     # In the lossy class the noise is dropped at the receiver's leaf, not paused, and retransmits.
     assert totals(lossy)["drops"] > 0 and size(lossy, "noise")["counters"]["retransmitted_packets"] > 0
     assert "% of alone" in victim.table(doc)
 
 
-def test_ecn_dcqcn(tmp_path):
-    doc = run_experiment("ecn-dcqcn", out=tmp_path, options=Options(quick=True))
-    check_folder(doc, tmp_path, "ecn_dcqcn.png")
+def test_ecn_dcqcn(quick_catalogue):
+    doc = quick_catalogue.doc("ecn-dcqcn")
+    check_folder(doc, quick_catalogue.folder_of("ecn-dcqcn"), "ecn_dcqcn.png")
     cases = by_name(doc)
     for name, run in cases.items():
         cnps = size(run, "allreduce")["counters"]["cnp_sent"]

@@ -3,13 +3,14 @@
 import pytest
 
 from fabriclab.results import document
-from fabriclab.workflows.experiments import Options, module, run_experiment
+from fabriclab.workflows.experiments import module
 
 pytestmark = pytest.mark.lab
 
 
-def test_switchml_against_ring_and_under_loss(tmp_path):
-    doc = run_experiment("switchml", out=tmp_path, options=Options(quick=True))
+def test_switchml_against_ring_and_under_loss(quick_catalogue):
+    doc = quick_catalogue.doc("switchml")              # run once, by reproduce --quick
+    tmp_path = quick_catalogue.folder_of("switchml")
     sml = module("switchml")
     cases = [(tags, s["jobs"]["switchml"]["aggregation"], r["jobs"]["ring"]["sizes"][0], s)
              for tags, s, r in sml.cases(doc)]

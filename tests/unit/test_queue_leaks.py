@@ -43,6 +43,20 @@ def test_a_count_above_the_egress_occupancy_is_a_leak_and_comes_down_to_it():
     assert repair.check(2 * QUIET_NS, table(r0=stat(held=9000, rx=5), r3=stat(occ=1500))) == []
 
 
+def test_bytes_waiting_for_a_port_whose_cable_is_down_are_leaks():
+    # the switch took 9000 B in for port 3, whose cable went down: the kernel dropped them, the
+    # program still counts them into port 3's occupancy
+    counters = table(r0=stat(held=9000, rx=5, paused=1), r3=stat(occ=9000))
+    repair = LeakRepair([ACCOUNT])
+    repair.set_dead([3], True)
+    fixes = settle(repair, counters)
+    assert [(f.held_before, f.held_after, f.resume) for f in fixes] == [(9000, 0, 7)]   # and XON sent
+    # with the cable back, its queue counts again
+    repair.set_dead([3], False)
+    assert repair.dead == frozenset()
+    assert settle(LeakRepair([ACCOUNT]), counters) == []
+
+
 def test_a_count_within_the_range_is_never_touched():
     repair = LeakRepair([ACCOUNT])
     assert settle(repair, table(r0=stat(held=1200, rx=5, occ=400), r3=stat(occ=900))) == []

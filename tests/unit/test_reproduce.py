@@ -48,7 +48,8 @@ def claim(paper_value=None, experiments=("x",), measure=None, cid="000-t"):
 
 
 def test_agreement_is_a_ratio_where_the_paper_gives_a_number_else_the_direction():
-    assert agreement(claim(1.25), Finding("x", 1.0, True, "up")) == (AGREES, "ratio 0.80 (lab / paper); direction holds")
+    assert agreement(claim(1.25), Finding("x", 1.0, True, "up")) == \
+        (AGREES, "ratio 0.80 (lab / paper); direction holds")
     assert agreement(claim(), Finding("x", 1.0, True, "a > b")) == (AGREES, "direction only: a > b")
     assert agreement(claim(2.0), Finding("x", 1.5, True, "up", against=1.5))[1].startswith("ratio 1.00 (lab / bound)")
     assert agreement(claim(1.2), Finding("x", 5.0, False, "a > b")) == (FLIPPED, "direction FLIPPED: expected a > b")
@@ -74,7 +75,8 @@ def test_the_catalogue_runs_each_experiment_once_and_writes_every_claim(tmp_path
     assert calls == [("ecmp-balance", True), ("switchml", True)]
     assert outcome.ok and [r["status"] for r in outcome.rows] == [AGREES] * 3
     data = json.loads((tmp_path / "catalogue.json").read_text())
-    assert data["quick"] and data["machine"]["cpus"] and [r["id"] for r in data["claims"]] == ["000-a", "000-b", "001-model"]
+    assert data["quick"] and data["machine"]["cpus"]
+    assert [r["id"] for r in data["claims"]] == ["000-a", "000-b", "001-model"]
     text = (tmp_path / "catalogue.md").read_text()
     assert "| [000-a](#000-a) | a figure | lab | ratio 1.00 (lab / paper); direction holds |" in text
     assert "3 claims agree in direction, 0 flipped" in text
@@ -97,7 +99,8 @@ def test_a_flipped_direction_a_lossless_drop_or_a_failed_experiment_fails_the_ru
 
     outcome = catalogue.run((claim(None, ("ecmp-balance",)),), out=tmp_path / "c", progress=lambda line: None,
                             runner=broken)
-    assert not outcome.ok and outcome.rows[0]["agreement"] == "experiment failed: ecmp-balance: LabError: a collective failed"
+    assert not outcome.ok
+    assert outcome.rows[0]["agreement"] == "experiment failed: ecmp-balance: LabError: a collective failed"
 
 
 def test_a_cpu_saturated_run_is_not_judged_and_does_not_fail_the_run(tmp_path):
@@ -124,6 +127,16 @@ def test_the_ring_vs_fully_connected_claims_hold_in_seed_001s_model():
     for finding in (ar, a2a):
         curves = list(finding.lines["series"].values())
         assert curves[-1][0] > curves[0][0] > 1.0                              # more alpha, more FC gain
+
+
+def test_the_flow_model_of_the_routing_ring_orders_the_schemes_as_the_paper():
+    from fabriclab.workflows.reproduce import seed000
+
+    model = seed000.ring_model()
+    assert model["TE"] == pytest.approx(10.0)                       # one flow per uplink: line rate
+    assert model["E-ECMP + 4 QPs shared sport"] > 1.2 * model["ECMP"]
+    assert model["ECMP + 4 QPs"] > model["ECMP + 4 QPs shared sport"]
+    assert model["ECMP + 4 QPs shared sport"] == pytest.approx(model["ECMP"], rel=0.1)   # one hash per pair
 
 
 def test_random_hashing_of_1000_flows_on_16_links_gives_the_papers_1_2():
@@ -161,3 +174,35 @@ def test_a_drop_in_a_lossless_class_makes_the_run_invalid_naming_the_port():
     run = {"label": "ECMP", "valid": False, "invalid": pipeline.lossless_drops(report)}
     assert label(run) == "ECMP (LOSSLESS DROPS)"
     assert label({"label": "x", "valid": False, "invalid": ["ring: CPU saturated: ..."]}) == "x (CPU SATURATED)"
+
+
+# -- the command line ----------------------------------------------------------------------------------
+def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys):
+    from fabriclab.cli.main import main
+
+    assert main(["reproduce", "--only", "9-nope"]) == 2
+    assert main(["reproduce", "--from", str(tmp_path)]) == 2
+    (tmp_path / "catalogue.json").write_text('{"quick": "yes"}')
+    assert main(["reproduce", "--from", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "unknown seed or claim '9-nope'" in err[0]
+    assert "no catalogue.json here" in err[1] and "not a catalogue" in err[2]
+
+
+def test_only_list_names_every_claim_offline(capsys):
+    from fabriclab.cli.main import main
+
+    assert main(["reproduce", "--only", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(c.id in out for c in CLAIMS) and "(model)" in out
+
+
+def test_the_model_claims_run_offline_into_a_catalogue_and_a_markdown_document(tmp_path, capsys):
+    from fabriclab.cli.main import main
+
+    doc = tmp_path / "docs" / "reproductions.md"
+    doc.parent.mkdir()
+    assert main(["reproduce", "--only", "001", "--out", str(tmp_path / "out"), "--markdown", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# Reproductions") and "![001-alltoall-topology](reproductions/001-alltoall-topology.png)" in text
+    assert (tmp_path / "docs" / "reproductions" / "001-alltoall-topology.png").stat().st_size > 5_000

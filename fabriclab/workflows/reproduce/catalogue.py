@@ -20,7 +20,8 @@ from fabriclab.table import format_table
 from fabriclab.workflows.reproduce import experiments_for
 from fabriclab.workflows.reproduce.claim import AGREES, FLIPPED, KNOWN, NOT_JUDGED, Finding, agreement
 
-EXIT_OK, EXIT_FAILED = 0, 1
+# A claim's bars by source: the paper's grey, the lab's blue, a model's or bound's orange.
+SOURCE_COLORS = {"paper": "#8C8C8C", "lab": "#4C72B0", "flow": "#55A868"}
 
 
 @dataclasses.dataclass
@@ -148,7 +149,8 @@ def _plot(claim, finding, folder):
                     reference=(claim.paper_value, f"paper: {claim.paper}") if claim.paper_value else None)
     elif finding.bars:
         bars = [(label, value) for label, value in finding.bars if value is not None]
-        plots.bars(path, title, [b[0] for b in bars], [("value", [b[1] for b in bars])])
+        plots.hbars(path, title, [b[0] for b in bars], [b[1] for b in bars], finding.unit or "value",
+                    colors=[SOURCE_COLORS.get(label.split()[0].rstrip(":,"), "#DD8452") for label, _v in bars])
     else:
         return None
     return f"plots/{claim.id}.png"

@@ -40,6 +40,7 @@ class Finding:
     direction: str                # what was checked, in words ("E-ECMP busbw > ECMP busbw")
     model: str = ""               # the flow or analytical model's figure, where it applies
     bars: list = field(default_factory=list)      # [(label, value)] for the claim's plot
+    unit: str = ""                # what the bars measure ("uplink max/mean")
     lines: dict | None = None     # {"x": [...], "xlabel", "ylabel", "series": {name: [...]}}
     invalid: list = field(default_factory=list)   # why a run the finding reads is not valid
     against: float | None = None  # the figure to set lab_value against where the lab derives it

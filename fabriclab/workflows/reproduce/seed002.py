@@ -17,7 +17,7 @@ def plb_asymmetry(docs):
         direction="per-plane congestion contexts keep more of the symmetric busbw than one global context",
         bars=[("paper: per-plane", 93.7 / 94.5), ("lab: per-plane", per_plane),
               ("paper: global", 47.3 / 94.5), ("lab: global", glob)],
-        invalid=_invalid(doc))
+        unit="asymmetric / symmetric busbw", invalid=_invalid(doc))
 
 
 def plb_failover(docs):
@@ -34,7 +34,7 @@ def plb_failover(docs):
         lab_value=speedup, holds=bool(fast and slow and fast < slow and took.get("static") is None),
         direction="the NIC's per-plane balancer recovers far sooner than software; a static split never does",
         bars=[("paper: software / per-plane", 1.08 / 0.003), ("lab: software / per-plane", speedup)],
-        invalid=_invalid(doc))
+        unit="recovery time ratio", invalid=_invalid(doc))
 
 
 def ar_balance(docs):
@@ -49,8 +49,8 @@ def ar_balance(docs):
             f"{busbw(ar):.2f} against {busbw(ecmp):.2f} Mbit/s",
         lab_value=live_uplinks(ar), holds=live_uplinks(ar) < live_uplinks(ecmp) and busbw(ar) > busbw(ecmp),
         direction="per-packet AR balances the uplinks better than ECMP and raises busbw",
-        bars=[("AR uplink max/mean", live_uplinks(ar)), ("ECMP uplink max/mean", live_uplinks(ecmp))],
-        invalid=_invalid(doc, "AR", "ECMP"))
+        bars=[("lab: AR uplink max/mean", live_uplinks(ar)), ("lab: ECMP uplink max/mean", live_uplinks(ecmp))],
+        unit="uplink max/mean", invalid=_invalid(doc, "AR", "ECMP"))
 
 
 CLAIMS = (

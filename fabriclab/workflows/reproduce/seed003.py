@@ -34,7 +34,7 @@ def speedup(docs):
         direction="SwitchML beats ring AllReduce on the largest tensor, more so with more workers",
         model="bandwidth bound 2(n-1)/n (seed 003 section 3)",
         bars=[(f"lab n={w}", x) for w, x in rows] + [(f"bound n={w}", 2 * (w - 1) / w) for w, _x in rows],
-        invalid=_invalid(doc))
+        unit="ring time / SwitchML TAT", invalid=_invalid(doc))
 
 
 def bytes_per_worker(docs):
@@ -44,13 +44,14 @@ def bytes_per_worker(docs):
     ring_bytes = r["jobs"]["ring"]["sizes"][0]["bytes_sent_per_rank"][0]
     sml_bytes = s["jobs"]["switchml"]["aggregation"]["bytes_sent_per_worker"]
     got = ratio(ring_bytes, sml_bytes)
-    model = cc.bytes_per_worker("ring", 4 * tags["elements"], n) / cc.bytes_per_worker("in-network", 4 * tags["elements"], n)
+    tensor = 4 * tags["elements"]
+    model = cc.bytes_per_worker("ring", tensor, n) / cc.bytes_per_worker("in-network", tensor, n)
     return Finding(
         lab=f"{n} workers: a ring rank sends x{got:.2f} what a SwitchML worker does",
         lab_value=got, against=model, holds=got > 1.0 if n > 2 else got > 0.9,
         direction="a ring rank sends 2(n-1)/n times the bytes a SwitchML worker sends",
         model=f"x{model:.2f} (payload only)", bars=[("lab", got), ("model 2(n-1)/n", model)],
-        invalid=_invalid(doc))
+        unit="ring bytes / SwitchML bytes", invalid=_invalid(doc))
 
 
 def _loss_rows(doc):
