@@ -34,14 +34,14 @@ def cmd_reproduce(args):
         return running.EXIT_VALID
     claims = select(args.only)
     names = experiments_for(claims)
-    runner, out, quick = None, args.out, args.quick
+    runner, out, quick, origin = None, args.out, args.quick, None
     if args.source:
-        runner, quick = catalogue.reader(args.source)
+        runner, quick, origin = catalogue.reader(args.source)
         out = args.out or args.source
     print(f"reproduce: {len(claims)} claims from {len(names)} experiments"
           f"{' (quick forms)' if quick else ''}{' read from ' + args.source if args.source else ''}", flush=True)
     outcome = catalogue.run(claims, quick=quick, out=out, progress=lambda line: print(line, flush=True),
-                            runner=runner, events=running.Progress())
+                            runner=runner, events=running.Progress(), origin=origin)
     print("\n" + catalogue.summary_table(outcome.rows))
     if args.markdown:
         write_markdown(outcome, pathlib.Path(args.markdown), quick)

@@ -8,9 +8,7 @@ Three cases on one fabric:
    ACKs in the data class;
 2. receiver-driven: the same Gather with clear-to-send admission (one channel buffer of two
    packets per sender), CTS and ACKs in the strict-priority control class, as seed 000 did;
-3. receiver-driven with the receiver's link at 25% of its rate, the paper's slow receiver;
-4. streaming again with DCQCN at the senders and ECN marking from half of each switch port's
-   buffer (seed 000 5.2.1's relaxed thresholds): DCQCN against PFC alone on the same incast.
+3. receiver-driven with the receiver's link at 25% of its rate, the paper's slow receiver.
 
 Per case and hop: PFC pauses per second and the share of time a pause was held, from the queue
 sampler; Table 3's rows are leaf->spine (the receiver's leaf pausing spines), spine->leaf (spines
@@ -24,12 +22,11 @@ from fabriclab.results import figures
 from fabriclab.table import format_table
 from fabriclab.units import human_size
 from fabriclab.workflows import faults
-from fabriclab.workflows.experiments import ecn_dcqcn, first_size, hops, label, queue_totals
+from fabriclab.workflows.experiments import first_size, hops, label, queue_totals
 from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "pfc-incast"
-SUMMARY = ("16:1 incast with PFC: pauses per hop, streaming vs receiver-driven admission (seed 000 Table 3), "
-           "and streaming with DCQCN")
+SUMMARY = "16:1 incast with PFC only: pauses per hop, streaming vs receiver-driven admission (seed 000 Table 3)"
 DEFAULT_SPEC = "incast"
 SENDERS = 16
 CONTROL_DSCP = 48
@@ -93,7 +90,6 @@ def runs(fabric, options):
     where = f"{len(senders)} senders -> {receiver}, {human_size(block)} each"
     # The slow receiver: the leaf's port towards it runs at a quarter of its rate for the run.
     slow_port = faults.Fault(0, "degrade", f"{leaf}-{receiver}", 0.0, {"rate_mbps": rate / 4})
-    relaxed = ecn_dcqcn.thresholds(fabric, "relaxed")
     return [
         RunPlan("streaming", options.routing, [Job("incast", streaming)],
                 note=f"{where}, no admission control (perftest-like)"),
@@ -102,8 +98,6 @@ def runs(fabric, options):
         RunPlan("receiver-driven, slow receiver", options.routing, [Job("incast", slow)],
                 conditions=[slow_port],
                 note=f"as receiver-driven, {leaf}->{receiver} shaped to 25% ({rate / 4:g} Mbit/s)"),
-        RunPlan("streaming, DCQCN", options.routing, [Job("incast", CollectiveSpec(**common, dcqcn={}))],
-                ecn=relaxed, note=f"{where}, DCQCN; ECN marks from half of each switch port's buffer"),
     ]
 
 
@@ -118,14 +112,14 @@ def table(doc):
         spine = hops(run).get("spine->leaf", {}).get("occ_max", 0)
         totals = queue_totals(run)
         cells += [f"{spine / 1024:.0f}", totals.get("lossless_drops", 0),
-                  job["counters"].get("retransmitted_packets", 0), job["counters"].get("cnp_sent", 0)]
+                  job["counters"].get("retransmitted_packets", 0)]
         rows.append(cells)
     scale = doc["scale"]
-    title = (f"16:1 incast (Gather) on {doc['fabric']['name']}, PFC (DCQCN in its own case), links {scale['host_rate_mbps']:g} "
+    title = (f"16:1 incast (Gather) on {doc['fabric']['name']}, PFC only, links {scale['host_rate_mbps']:g} "
              f"Mbit/s (time scale x{scale['time_scale'] or 1:.0f}); pauses sent per second and % of "
              f"time held, per hop")
     header = ("case", "CCT p50 ms", "busbw Mbit/s", "leaf->spine /s", "%", "spine->leaf /s", "%",
-              "leaf->NIC /s", "% (sender NIC)", "spine q KiB", "lossless drops", "retrans", "CNPs")
+              "leaf->NIC /s", "% (sender NIC)", "spine q KiB", "lossless drops", "retrans")
     ref = doc["experiment"]["reference"]["rows"]
     note = ("seed 000 Table 3 (400G): perftest leaf->spine {0}/s, spine->leaf {1}/s, sender NICs paused "
             "{2:.0%} of the time; Gather with CTS: no pauses at any hop."

@@ -36,10 +36,11 @@ class Outcome:
                 and not any(e["error"] or e["lossless_drops"] for e in self.experiments.values()))
 
 
-def run(claims, quick=False, out=None, progress=print, runner=None, events=None):
+def run(claims, quick=False, out=None, progress=print, runner=None, events=None, origin=None):
     """Run the claims' experiments (quick forms with `quick`) into `out` and write the catalogue.
     `runner(name, folder, quick)` runs one experiment and returns its results document (default:
-    the packaged experiment through the pipeline, its progress events to `events`)."""
+    the packaged experiment through the pipeline, its progress events to `events`). `origin`: the
+    date and machine the experiments ran on, when they were read rather than run."""
     from fabriclab.results import document
 
     folder = pathlib.Path(out) if out else document.default_folder("reproduce")
@@ -61,11 +62,14 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None)
         except Exception as exc:          # noqa: BLE001 - one experiment's failure is its claims' verdict
             error = f"{type(exc).__name__}: {str(exc)[:300]}"
             progress(f"  {name} failed: {error}")
-        experiments[name] = {"seconds": round(time.monotonic() - t0, 1), "folder": f"experiments/{name}",
+        # the plan's own wall time where the document has it (also when read back), else ours
+        elapsed = (docs.get(name) or {}).get("elapsed_s")
+        seconds = elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
+        experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}",
                              "error": error, **_validity(docs.get(name))}
     rows = [_row(claim, docs, experiments, folder) for claim in claims]
     outcome = Outcome(folder, rows, experiments)
-    write(outcome, quick)
+    write(outcome, quick, origin)
     return outcome
 
 
@@ -85,8 +89,9 @@ def _run_experiment(name, folder, quick, events=None):
 
 
 def reader(source):
-    """(runner, quick) that read a catalogue folder's experiments instead of running them: the
-    claims judged again (after a claim changed) without a fabric."""
+    """(runner, quick, origin) that read a catalogue folder's experiments instead of running them:
+    the claims judged again (after a claim changed) without a fabric; origin is when and where
+    the experiments ran."""
     from fabriclab.loading import parse_json, read_text
     from fabriclab.results import document
 
@@ -98,7 +103,13 @@ def reader(source):
     quick = data.get("quick") if isinstance(data, dict) else None
     if not isinstance(quick, bool):
         raise LabError(f"{path}: not a catalogue (no quick: true/false)")
-    return (lambda name, folder, _quick: document.load(source / "experiments" / name)), quick
+    machine = data.get("machine")
+    if not (isinstance(data.get("created"), str) and isinstance(machine, dict)
+            and all(isinstance(machine.get(k), t) for k, t in (("kernel", str), ("cpus", int), ("arch", str)))):
+        raise LabError(f"{path}: not a catalogue (no created date or machine)")
+    origin = {"created": data["created"][:40],
+              "machine": {"kernel": machine["kernel"][:80], "cpus": machine["cpus"], "arch": machine["arch"][:20]}}
+    return (lambda name, folder, _quick: document.load(source / "experiments" / name)), quick, origin
 
 
 def _validity(doc):
@@ -157,10 +168,10 @@ def _plot(claim, finding, folder):
 
 
 # -- writing --------------------------------------------------------------------------------------
-def write(outcome, quick):
+def write(outcome, quick, origin=None):
     meta = {"created": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": quick,
             "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "arch": platform.machine()},
-            "ok": outcome.ok}
+            **(origin or {}), "judged": time.strftime("%Y-%m-%d %H:%M %Z"), "ok": outcome.ok}
     data = {**meta, "claims": outcome.rows, "experiments": outcome.experiments}
     (outcome.folder / "catalogue.json").write_text(json.dumps(data, indent=1) + "\n")
     (outcome.folder / "catalogue.md").write_text(markdown(data))

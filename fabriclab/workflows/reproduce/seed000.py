@@ -192,21 +192,6 @@ def incast_pauses(docs):
         unit="share of time paused / pauses", invalid=_invalid(doc, "streaming", "receiver-driven"))
 
 
-def dcqcn_incast(docs):
-    doc = docs["pfc-incast"]
-    runs = _runs(doc)
-    plain, dcqcn = runs["streaming"], runs["streaming, DCQCN"]
-    pauses = [sum(h.get("pauses", 0) for h in hops(r).values()) for r in (plain, dcqcn)]
-    cct = ratio(_ring(dcqcn, "incast")["cct_ms"]["p50"], _ring(plain, "incast")["cct_ms"]["p50"])
-    cnps = _ring(dcqcn, "incast")["counters"].get("cnp_sent", 0)
-    return Finding(
-        lab=f"pauses {pauses[1]} with DCQCN against {pauses[0]} with PFC alone ({cnps} CNPs); CCT x{cct:.2f}",
-        lab_value=ratio(pauses[1], pauses[0]), holds=cnps > 0 and pauses[1] < pauses[0],
-        direction="DCQCN on the senders pauses the incast less than PFC alone",
-        bars=[("lab: pauses, PFC alone", pauses[0]), ("lab: pauses, DCQCN", pauses[1])], unit="PFC pauses",
-        invalid=_invalid(doc, "streaming", "streaming, DCQCN"))
-
-
 def dcqcn_cost(docs):
     doc = docs["ecn-dcqcn"]
     runs = _runs(doc)
@@ -263,16 +248,13 @@ CLAIMS = (
           "a pause here is one XOFF transition; real PFC refreshes its pause every quantum, so the paper "
           "counts many more pauses per second; the quick form's 64 KiB per sender fills the receiver's "
           "leaf but not the spines, so its pauses stop at the first hop (the full form's reach the NICs)"),
-    Claim("000-dcqcn-incast", "000", "5.2.1", "on a congested incast DCQCN's rate cuts avoid PFC pauses "
-          "that PFC alone needs; seed 000 still ran without DCQCN at 400G, its gain in completion time "
-          "too small for the tuning", "a direction", None, ("pfc-incast",), dcqcn_incast,
-          "paper: 200G/400G, relaxed ECN (5 MB at the spine); lab: the `incast` spec's streaming 16:1 "
-          "Gather, DCQCN at the senders, ECN marking from half of each switch port's buffer"),
     Claim("000-dcqcn", "000", "5.2.1, Figure 12", "DCQCN with tight ECN thresholds avoids PFC pauses but "
           "lengthens collective completion (about 5% on a 32-GPU AllReduce)", "CCT x1.05", 1.05,
           ("ecn-dcqcn",), dcqcn_cost,
           "paper: 200G, DCQCN with tight vs relaxed ECN; lab: the `oversubscribed` spec (2:1), ring AllReduce "
           "over 16 ranks in random order, PFC with and without DCQCN",
-          "the lab's oversubscribed uplinks congest on every ring step, so DCQCN's rate cuts cost more "
-          "than on the paper's 1:1 fabric"),
+          "the lab's oversubscribed uplinks congest on every ring step (many flows into each uplink, "
+          "an incast at every leaf), so DCQCN's rate cuts cost more than on the paper's 1:1 fabric; "
+          "DCQCN on the 16:1 Gather of pfc-incast is not measured: there a sender stalled past the "
+          "launcher's 100 s limit"),
 )
