@@ -28,6 +28,14 @@ def _save(fig, path):
     return path
 
 
+def _written(plt, fig, path):
+    """Write the figure and free it, whatever happens."""
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def _finish(plt, fig, ax, path, title, xlabel, ylabel):
     """Labels, grid, legend and title of a one-panel chart, then write it and free the figure."""
     ax.set_xlabel(xlabel)
@@ -35,10 +43,7 @@ def _finish(plt, fig, ax, path, title, xlabel, ylabel):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _written(plt, fig, path)
 
 
 def bars(path, title, labels, panels):
@@ -52,10 +57,7 @@ def bars(path, title, labels, panels):
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _written(plt, fig, path)
 
 
 def hbars(path, title, labels, values, xlabel, colors=None):
@@ -69,10 +71,7 @@ def hbars(path, title, labels, values, xlabel, colors=None):
     ax.set_xlim(0, max(values, default=1) * 1.18 or 1)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return _written(plt, fig, path)
 
 
 def lines(path, title, xs, series, xlabel, ylabel, log_x=True, reference=None):
