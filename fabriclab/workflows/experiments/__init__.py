@@ -106,6 +106,11 @@ def label(run):
     return f"{run['label']} ({', '.join(flags) or 'INVALID'})"
 
 
+def num(value):
+    """A figure for a table: 3 significant digits, '-' where there is none."""
+    return "-" if value is None else f"{value:.3g}"
+
+
 def first_size(run, job):
     """The first message size of a collective job of a run (experiments run one size)."""
     return run["jobs"][job]["sizes"][0]

@@ -27,7 +27,7 @@ import dataclasses
 from fabriclab.results import figures
 from fabriclab.table import format_table
 from fabriclab.workflows import faults
-from fabriclab.workflows.experiments import first_size, label
+from fabriclab.workflows.experiments import first_size, label, num
 from fabriclab.workflows.experiments.routing import workload
 from fabriclab.workflows.plan import Job, RunPlan
 
@@ -139,10 +139,10 @@ def table(doc):
         fault = (run["faults"] or [{}])[0]
         recovery = (fault.get("impact") or {}).get("recovery_s")
         rows.append((label(run), f"{ring['busbw_mbps']:.2f}", f"{ring['cct_ms']['p50']:.0f}",
-                     _num(live_uplinks(run)), _num(share_via(run)),
+                     num(live_uplinks(run)), num(share_via(run)),
                      counters.get("out_of_sequence", 0), counters.get("retransmitted_packets", 0),
-                     counters.get("local_ack_timeout_err", 0), _num(pauses(run)),
-                     _num(recovery) if fault else "", _num(failover_ms(run)) if fault else ""))
+                     counters.get("local_ack_timeout_err", 0), num(pauses(run)),
+                     num(recovery) if fault else "", num(failover_ms(run)) if fault else ""))
     scale = doc["scale"]
     title = (f"adaptive routing on {doc['fabric']['name']}, links {scale['host_rate_mbps']:g} Mbit/s "
              f"(time scale x{scale['time_scale'] or 1:.0f}); uplinks: leaf uplinks up for the whole run "
@@ -152,10 +152,6 @@ def table(doc):
     header = ("case", "busbw Mbit/s", "CCT p50 ms", "uplink max/mean", f"{DEGRADED[1]} via {DEGRADED[0]}",
               "OOS", "retrans", "ACK timeouts", "PFC pauses", "recovery s", "stage after down ms")
     return format_table(header, rows, title=title) + "\n" + doc["experiment"]["reference"]["finding"]
-
-
-def _num(value):
-    return "-" if value is None else f"{value:.3g}"
 
 
 def plot(doc, folder):

@@ -16,7 +16,7 @@ import statistics
 
 from fabriclab.results import figures
 from fabriclab.table import format_table
-from fabriclab.workflows.experiments import label
+from fabriclab.workflows.experiments import label, num
 from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "ecmp-balance"
@@ -92,7 +92,7 @@ def table(doc):
     for run in doc["runs"]:
         up = run["jobs"]["all-pairs"]["balance"]["up"]
         rows.append((label(run), run["tags"]["crossing_flows"], run["tags"]["uplinks"],
-                     _num(up.get("max_mean_ratio")), _num(run["tags"]["random_max_mean"]),
+                     num(up.get("max_mean_ratio")), num(run["tags"]["random_max_mean"]),
                      f"{up.get('min_mbps', 0):.2f}-{up.get('max_mbps', 0):.2f}"))
     scale = doc["scale"]
     title = (f"ECMP uplink balance on {doc['fabric']['name']}, all-pairs at {LOAD:.0%} load, links "
@@ -100,10 +100,6 @@ def table(doc):
     header = ("case", "flows crossing leaves", "uplinks", "uplink max/mean", "random hashing",
               "uplink min-max Mbit/s")
     return format_table(header, rows, title=title) + "\n" + doc["experiment"]["reference"]["finding"]
-
-
-def _num(value):
-    return "-" if value is None else f"{value:.3g}"
 
 
 def plot(doc, folder):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from fabriclab.results import figures
 from fabriclab.table import format_table
-from fabriclab.workflows.experiments import first_size, label
+from fabriclab.workflows.experiments import first_size, label, num
 from fabriclab.workflows.experiments.routing import workload
 from fabriclab.workflows.plan import Job, RunPlan
 
@@ -61,16 +61,12 @@ def table(doc):
         up = ring["balance"]["up"] or {}
         rows.append((label(run), f"{run['tags']['gap_ms']:g}", ring["counters"].get("out_of_sequence", 0),
                      f"{oos_per_s(run):.1f}", ring["counters"].get("retransmitted_packets", 0),
-                     f"{ring['busbw_mbps']:.2f}", _num(up.get("max_mean_ratio"))))
+                     f"{ring['busbw_mbps']:.2f}", num(up.get("max_mean_ratio"))))
     scale = doc["scale"]
     title = (f"flowlet interval sweep on {doc['fabric']['name']}, links {scale['host_rate_mbps']:g} Mbit/s "
              f"(time scale x{scale['time_scale'] or 1:.0f}); intervals in lab time")
     header = ("case", "interval ms", "OOS", "OOS/s", "retrans", "busbw Mbit/s", "uplink max/mean")
     return format_table(header, rows, title=title) + "\n" + doc["experiment"]["reference"]["finding"]
-
-
-def _num(value):
-    return "-" if value is None else f"{value:.3g}"
 
 
 def plot(doc, folder):

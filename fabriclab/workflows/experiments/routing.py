@@ -16,7 +16,7 @@ from fabriclab.errors import LabError
 from fabriclab.results import figures
 from fabriclab.table import format_table
 from fabriclab.workflows import faults
-from fabriclab.workflows.experiments import first_size, label
+from fabriclab.workflows.experiments import first_size, label, num
 from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "routing-schemes"
@@ -109,11 +109,11 @@ def table(doc):
         after = f.get("uplinks_after") or {}
         recovery = (f.get("impact") or {}).get("recovery_s")
         rows.append((label(run), f"{ring['busbw_mbps']:.2f}", f"{ring['cct_ms']['p50']:.0f}",
-                     f"{ring['cct_ms']['p99']:.0f}", _num(up.get("max_mean_ratio")),
+                     f"{ring['cct_ms']['p99']:.0f}", num(up.get("max_mean_ratio")),
                      f"{up.get('min_mbps', 0):.1f}-{up.get('max_mbps', 0):.1f}",
                      ring["counters"].get("out_of_sequence", 0), ring["counters"].get("retransmitted_packets", 0),
                      (ring.get("buffer_drops") or {}).get("total", "-"),
-                     _num(recovery) if f else "", _num(after.get("max_mean_ratio")) if f else ""))
+                     num(recovery) if f else "", num(after.get("max_mean_ratio")) if f else ""))
     scale = doc["scale"]
     title = (f"routing schemes on {doc['fabric']['name']}, {conditions(doc)}, links {scale['host_rate_mbps']:g} Mbit/s "
              f"(time scale x{scale['time_scale'] or 1:.0f}); uplink spread in Mbit/s averaged over "
@@ -129,10 +129,6 @@ def conditions(doc):
     if queues and queues["pfc"]["enabled"]:
         return "lossless (PFC" + (", ECN off)" if queues["ecn"]["mode"] == "off" else ", ECN on)")
     return "LOSSY (tail drop, no PFC)"
-
-
-def _num(value):
-    return "-" if value is None else f"{value:.3g}"
 
 
 def plot(doc, folder):

@@ -68,3 +68,13 @@ def ratio(a, b):
     if a is None or b is None or not b:
         return None
     return a / b
+
+
+def runs_by_label(doc):
+    return {r["label"]: r for r in doc["runs"]}
+
+
+def invalid_reasons(doc, *labels):
+    """Why the named runs (all runs: none named) of a results document are not valid."""
+    runs = [r for r in doc["runs"] if not labels or r["label"] in labels]
+    return sorted({f"{r['label']}: {reason}" for r in runs for reason in r["invalid"]})

@@ -5,32 +5,18 @@ from __future__ import annotations
 import functools
 
 from fabriclab.workflows.experiments import first_size, hops
-from fabriclab.workflows.reproduce.claim import Claim, Finding, ratio
+from fabriclab.workflows.reproduce.claim import Claim, Finding, invalid_reasons, ratio, runs_by_label
 
 LOSSLESS_1TO1 = ("paper: production RoCE fabric, 400G, lossless (PFC), AI zone at 1:1; lab: the `routing` "
                  "spec, 4 leaves x 4 spines at 1:1, 10 Mbit/s for 400G (x40000), a PFC class with ECN off")
 
 
-def _runs(doc):
-    return {r["label"]: r for r in doc["runs"]}
-
-
-def _ring(run, job="ring"):
-    return first_size(run, job)
-
-
 def _busbw(doc, label):
-    return _ring(_runs(doc)[label])["busbw_mbps"]
+    return first_size(runs_by_label(doc)[label], "ring")["busbw_mbps"]
 
 
 def _mmr(doc, label):
-    return (_ring(_runs(doc)[label])["balance"]["up"] or {}).get("max_mean_ratio")
-
-
-def _invalid(doc, *labels):
-    """Why the named runs (all runs: none named) of a document are not valid."""
-    runs = [r for r in doc["runs"] if not labels or r["label"] in labels]
-    return sorted({f"{r['label']}: {reason}" for r in runs for reason in r["invalid"]})
+    return (first_size(runs_by_label(doc)[label], "ring")["balance"]["up"] or {}).get("max_mean_ratio")
 
 
 # -- ECMP's imbalance ---------------------------------------------------------------------------------
@@ -49,7 +35,7 @@ def ecmp_mmr(docs):
               (f"random, {many['tags']['crossing_flows']}", many["tags"]["random_max_mean"]),
               (f"lab, {few['tags']['crossing_flows']} flows", mmr(few)),
               (f"random, {few['tags']['crossing_flows']}", few["tags"]["random_max_mean"])],
-        unit="uplink max/mean", invalid=_invalid(doc))
+        unit="uplink max/mean", invalid=invalid_reasons(doc))
 
 
 # -- QP scaling, E-ECMP, TE (routing-schemes) ----------------------------------------------------------
@@ -100,7 +86,7 @@ def qp_scaling(docs):
         direction="4 QPs beat 1 QP under ECMP, and lose that gain when they share a source port",
         model="flow model busbw: " + ", ".join(f"{ring_model()[k]:.2f}" for k in labels) + " Mbit/s",
         bars=list(zip(("lab: ECMP busbw", "lab: +4 QPs", "lab: +4 QPs, shared sport"), (plain, scaled, shared))),
-        unit="busbw (Mbit/s)", invalid=_invalid(doc, *labels))
+        unit="busbw (Mbit/s)", invalid=invalid_reasons(doc, *labels))
 
 
 def eecmp_gain(docs):
@@ -115,7 +101,7 @@ def eecmp_gain(docs):
         model=f"flow model, mean of {MODEL_SEEDS} hash seeds: x{_model_ratio(labels[1], labels[0]):.2f}",
         bars=[("paper: E-ECMP / ECMP", 1.40), ("lab: E-ECMP / ECMP", gain),
               ("flow model: E-ECMP / ECMP", _model_ratio(labels[1], labels[0]))],
-        unit="busbw ratio", invalid=_invalid(doc, *labels))
+        unit="busbw ratio", invalid=invalid_reasons(doc, *labels))
 
 
 def te_balance(docs):
@@ -131,13 +117,13 @@ def te_balance(docs):
         bars=[("paper: TE / E-ECMP busbw", 1.075), ("lab: TE / E-ECMP busbw", gain),
               ("flow model: TE / E-ECMP", _model_ratio("TE", labels[0])),
               ("lab: TE uplink max/mean", te_mmr), ("lab: E-ECMP uplink max/mean", eecmp_mmr)],
-        unit="ratio", invalid=_invalid(doc, *labels))
+        unit="ratio", invalid=invalid_reasons(doc, *labels))
 
 
 def _failure_cost(doc, scheme):
     """busbw with l1-s1 failing during the ring over busbw on the whole fabric."""
     failed = next(r for r in doc["runs"] if r["faults"] and r["tags"]["scheme"] == scheme)
-    return ratio(_ring(failed)["busbw_mbps"], _busbw(doc, scheme)), failed["label"]
+    return ratio(first_size(failed, "ring")["busbw_mbps"], _busbw(doc, scheme)), failed["label"]
 
 
 def te_failure(docs):
@@ -150,7 +136,7 @@ def te_failure(docs):
         direction="a link failure (below 1:1) costs TE a larger share of its busbw than E-ECMP",
         bars=[("lab: TE busbw, failed / whole", te), ("lab: E-ECMP busbw, failed / whole", eecmp)],
         unit="share of the healthy busbw",
-        invalid=_invalid(doc, "TE", te_label, "E-ECMP + 4 QPs shared sport", eecmp_label))
+        invalid=invalid_reasons(doc, "TE", te_label, "E-ECMP + 4 QPs shared sport", eecmp_label))
 
 
 # -- flowlet switching ----------------------------------------------------------------------------------
@@ -168,13 +154,13 @@ def flowlet_oos(docs):
                   "at every shorter one",
         lines={"x": gaps, "xlabel": "flowlet interval (lab ms)", "ylabel": "out-of-sequence packets / s",
                "series": {"lab": oos}},
-        invalid=_invalid(doc))
+        invalid=invalid_reasons(doc))
 
 
 # -- PFC, admission control, DCQCN -----------------------------------------------------------------------
 def incast_pauses(docs):
     doc = docs["pfc-incast"]
-    runs = _runs(doc)
+    runs = runs_by_label(doc)
     stream, cts = runs["streaming"], runs["receiver-driven"]
     per_hop = {hop: (hops(stream).get(hop, {}), hops(cts).get(hop, {}))
                for hop in ("leaf->spine", "spine->leaf", "leaf->NIC")}
@@ -189,13 +175,13 @@ def incast_pauses(docs):
                   "pauses nowhere",
         bars=[("paper: sender NIC paused", 0.10), ("lab: sender NIC paused", paused),
               ("lab: CTS pauses", cts_pauses)],
-        unit="share of time paused / pauses", invalid=_invalid(doc, "streaming", "receiver-driven"))
+        unit="share of time paused / pauses", invalid=invalid_reasons(doc, "streaming", "receiver-driven"))
 
 
 def dcqcn_cost(docs):
     doc = docs["ecn-dcqcn"]
-    runs = _runs(doc)
-    cct = lambda label: _ring(runs[label], "allreduce")["cct_ms"]["p50"]   # noqa: E731
+    runs = runs_by_label(doc)
+    cct = lambda label: first_size(runs[label], "allreduce")["cct_ms"]["p50"]   # noqa: E731
     pfc_only = min(cct("PFC only, tight ECN"), cct("PFC only, relaxed ECN"))
     cost = ratio(cct("DCQCN, tight ECN"), pfc_only)
     pauses = {label: sum(h.get("pauses", 0) for h in hops(runs[label]).values())
@@ -206,7 +192,7 @@ def dcqcn_cost(docs):
         lab_value=cost, holds=cost > 1.0 and pauses["DCQCN, tight ECN"] <= pauses["PFC only, tight ECN"],
         direction="DCQCN with tight thresholds avoids pauses but lengthens the AllReduce",
         bars=[("paper: CCT ratio", 1.05), ("lab: CCT ratio", cost)],
-        unit="CCT ratio", invalid=_invalid(doc))
+        unit="CCT ratio", invalid=invalid_reasons(doc))
 
 
 CLAIMS = (

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fabriclab.workflows.reproduce.claim import Claim, Finding, ratio
-from fabriclab.workflows.reproduce.seed000 import _invalid, _runs
+from fabriclab.workflows.reproduce.claim import Claim, Finding, invalid_reasons, ratio, runs_by_label
 
 
 def plb_asymmetry(docs):
@@ -17,7 +16,7 @@ def plb_asymmetry(docs):
         direction="per-plane congestion contexts keep more of the symmetric busbw than one global context",
         bars=[("paper: per-plane", 93.7 / 94.5), ("lab: per-plane", per_plane),
               ("paper: global", 47.3 / 94.5), ("lab: global", glob)],
-        unit="asymmetric / symmetric busbw", invalid=_invalid(doc))
+        unit="asymmetric / symmetric busbw", invalid=invalid_reasons(doc))
 
 
 def plb_failover(docs):
@@ -34,14 +33,14 @@ def plb_failover(docs):
         lab_value=speedup, holds=bool(fast and slow and fast < slow and took.get("static") is None),
         direction="the NIC's per-plane balancer recovers far sooner than software; a static split never does",
         bars=[("paper: software / per-plane", 1.08 / 0.003), ("lab: software / per-plane", speedup)],
-        unit="recovery time ratio", invalid=_invalid(doc))
+        unit="recovery time ratio", invalid=invalid_reasons(doc))
 
 
 def ar_balance(docs):
     from fabriclab.workflows.experiments.ar_fabric import live_uplinks
 
     doc = docs["ar-fabric"]
-    runs = _runs(doc)
+    runs = runs_by_label(doc)
     ar, ecmp = runs["AR"], runs["ECMP"]
     busbw = lambda r: r["jobs"]["ring"]["sizes"][0]["busbw_mbps"]   # noqa: E731
     return Finding(
@@ -50,7 +49,7 @@ def ar_balance(docs):
         lab_value=live_uplinks(ar), holds=live_uplinks(ar) < live_uplinks(ecmp) and busbw(ar) > busbw(ecmp),
         direction="per-packet AR balances the uplinks better than ECMP and raises busbw",
         bars=[("lab: AR uplink max/mean", live_uplinks(ar)), ("lab: ECMP uplink max/mean", live_uplinks(ecmp))],
-        unit="uplink max/mean", invalid=_invalid(doc, "AR", "ECMP"))
+        unit="uplink max/mean", invalid=invalid_reasons(doc, "AR", "ECMP"))
 
 
 CLAIMS = (

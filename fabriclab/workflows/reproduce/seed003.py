@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from fabriclab.model import collectives as cc
-from fabriclab.workflows.reproduce.claim import Claim, Finding, ratio
-from fabriclab.workflows.reproduce.seed000 import _invalid
+from fabriclab.workflows.reproduce.claim import Claim, Finding, invalid_reasons, ratio
 
 
 def _pairs(doc, kind):
@@ -34,7 +33,7 @@ def speedup(docs):
         direction="SwitchML beats ring AllReduce on the largest tensor, more so with more workers",
         model="bandwidth bound 2(n-1)/n (seed 003 section 3)",
         bars=[(f"lab n={w}", x) for w, x in rows] + [(f"bound n={w}", 2 * (w - 1) / w) for w, _x in rows],
-        unit="ring time / SwitchML TAT", invalid=_invalid(doc))
+        unit="ring time / SwitchML TAT", invalid=invalid_reasons(doc))
 
 
 def bytes_per_worker(docs):
@@ -51,7 +50,7 @@ def bytes_per_worker(docs):
         lab_value=got, against=model, holds=got > 1.0 if n > 2 else got > 0.9,
         direction="a ring rank sends 2(n-1)/n times the bytes a SwitchML worker sends",
         model=f"x{model:.2f} (payload only)", bars=[("lab", got), ("model 2(n-1)/n", model)],
-        unit="ring bytes / SwitchML bytes", invalid=_invalid(doc))
+        unit="ring bytes / SwitchML bytes", invalid=invalid_reasons(doc))
 
 
 def _loss_rows(doc):
@@ -76,7 +75,7 @@ def loss(docs):
         lab=", ".join(f"{l:.2%}: x{a:.2f}" for l, a in zip(losses[1:], sml[1:])) + " SwitchML TAT",
         lab_value=None, holds=sml[1] < 1.3 and sml[-1] > sml[1],
         direction="0.01% loss costs SwitchML under 30% of its TAT, and the highest loss costs it most",
-        lines=_loss_lines(losses, sml, ring, "time / loss-free time"), invalid=_invalid(doc))
+        lines=_loss_lines(losses, sml, ring, "time / loss-free time"), invalid=invalid_reasons(doc))
 
 
 def loss_against_ring(docs):
@@ -87,7 +86,7 @@ def loss_against_ring(docs):
                       zip(losses[2:], sml_ms[2:], ring_ms[2:])),
         lab_value=None, holds=all(a < b for a, b in zip(sml_ms[2:], ring_ms[2:])),
         direction="from 0.1% loss up, SwitchML aggregates sooner than the ring AllReduce",
-        lines=_loss_lines(losses, sml_ms, ring_ms, "ms"), invalid=_invalid(doc))
+        lines=_loss_lines(losses, sml_ms, ring_ms, "ms"), invalid=invalid_reasons(doc))
 
 
 CONDITIONS = ("paper: 8 workers, 100G, a Tofino switch; lab: the `switchml` spec, workers under one leaf, "
