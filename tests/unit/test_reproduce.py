@@ -184,9 +184,17 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys):
     assert main(["reproduce", "--from", str(tmp_path)]) == 2
     (tmp_path / "catalogue.json").write_text('{"quick": "yes"}')
     assert main(["reproduce", "--from", str(tmp_path)]) == 2
+    machine = '{"kernel": "6.1", "cpus": 2, "arch": "x86_64"}'
+    for bad in ('{"quick": true, "created": "x", "machine": %s, "extra": 1}' % machine,
+                '{"quick": true, "created": "x", "machine": {"kernel": "6.1", "cpus": 2, "arch": "a", "gpu": 1}}',
+                '{"quick": true, "created": "x", "machine": {"kernel": "6.1", "cpus": NaN, "arch": "a"}}',
+                '{"quick": true, "created": "x", "machine": {"kernel": "6.1", "cpus": "2", "arch": "a"}}'):
+        (tmp_path / "catalogue.json").write_text(bad)
+        assert main(["reproduce", "--from", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and "unknown seed or claim '9-nope'" in err[0]
-    assert "no catalogue.json here" in err[1] and "not a catalogue" in err[2]
+    assert len(err) == 7 and "unknown seed or claim '9-nope'" in err[0]
+    assert "no catalogue.json here" in err[1] and all("catalogue" in line for line in err[2:])
+    assert "unknown key 'extra'" in err[3] and "unknown key 'gpu'" in err[4]
 
 
 def test_only_list_names_every_claim_offline(capsys):

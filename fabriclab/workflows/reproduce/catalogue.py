@@ -20,6 +20,10 @@ from fabriclab.table import format_table
 from fabriclab.workflows.reproduce import experiments_for
 from fabriclab.workflows.reproduce.claim import AGREES, FLIPPED, KNOWN, NOT_JUDGED, Finding, agreement
 
+# What write() puts in catalogue.json: a reader refuses anything else.
+CATALOGUE_KEYS = {"created", "quick", "machine", "judged", "ok", "claims", "experiments"}
+MACHINE_KEYS = {"kernel", "cpus", "arch"}
+
 # A claim's bars by source: the paper's grey, the lab's blue, a model's or bound's orange.
 SOURCE_COLORS = {"paper": "#8C8C8C", "lab": "#4C72B0", "flow": "#55A868"}
 
@@ -92,7 +96,7 @@ def reader(source):
     """(runner, quick, origin) that read a catalogue folder's experiments instead of running them:
     the claims judged again (after a claim changed) without a fabric; origin is when and where
     the experiments ran."""
-    from fabriclab.loading import parse_json, read_text
+    from fabriclab.loading import excerpt, parse_json, read_text
     from fabriclab.results import document
 
     source = pathlib.Path(source)
@@ -104,6 +108,10 @@ def reader(source):
     if not isinstance(quick, bool):
         raise LabError(f"{path}: not a catalogue (no quick: true/false)")
     machine = data.get("machine")
+    unknown = sorted(set(data) - CATALOGUE_KEYS) + (sorted(set(machine) - MACHINE_KEYS)
+                                                    if isinstance(machine, dict) else [])
+    if unknown:
+        raise LabError(f"{path}: not a catalogue: unknown key {excerpt(unknown[0])}")
     if not (isinstance(data.get("created"), str) and isinstance(machine, dict)
             and all(isinstance(machine.get(k), t) for k, t in (("kernel", str), ("cpus", int), ("arch", str)))):
         raise LabError(f"{path}: not a catalogue (no created date or machine)")
