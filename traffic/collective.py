@@ -38,6 +38,7 @@ PLACEMENTS = ("order", "topology", "random")
 FIRST_QPN = 0x100
 REORDER_MODES = ("go-back-n", "place")
 START_MARGIN_S = 0.05        # "run" reaches every agent before its start time
+IDLE_SLACK_S = 0.01          # past cc_idle_s: the agents' clocks and wake-ups are not exact
 HELLO_TIMEOUT_S = 30.0       # agents import numpy and open sockets (many start at once)
 READY_TIMEOUT_S = 15.0
 FINAL_TIMEOUT_S = 10.0
@@ -314,6 +315,16 @@ def roce_frame_bytes(payload_bytes):
     return payload_bytes + roce.ROCE_OVERHEAD + roce.RETH_LEN + roce.ETH_HEADER_LEN
 
 
+def iteration_gap(plb_mode, cc_idle_s):
+    """Seconds from every rank's "done" to the next iteration's start. Where the PLB keeps CC
+    contexts and releases them after `cc_idle_s` of silence, an iteration is a burst: the gap
+    outlasts cc_idle_s, so each iteration starts with fresh contexts (seed 002 6.7) instead of
+    inheriting a rate the last one cut, which DCQCN's timer takes seconds of lab time to undo."""
+    if plb_mode in lb.MULTIPATH and cc_idle_s:
+        return max(START_MARGIN_S, cc_idle_s + IDLE_SLACK_S)
+    return START_MARGIN_S
+
+
 def default_probe_interval(fabric, cnp_dscp, payload_bytes, rtt_s=0.0):
     """The bound on a probe's round trip, used as the probe interval and timeout.
 
@@ -419,6 +430,7 @@ class Launcher:
                                                            lab_delay_ms(lab, "host"))}
         self.plb["cc_idle_s"] = (self.plb["probe_interval_s"] if spec.cc_idle_s is None
                                  else spec.cc_idle_s)
+        self.iteration_gap_s = iteration_gap(spec.plb, self.plb["cc_idle_s"])
         self.backend = softroce.backend_for(spec)
         self.softroce = None                 # the job's rxe devices while they exist
         self.links = {}
@@ -713,7 +725,7 @@ class Launcher:
                     if it == spec.warmup:
                         before = telemetry.snapshot(self.lab.fabric)
                     marks = self.softroce.counters() if self.softroce is not None else None
-                    start_at = time.time() + START_MARGIN_S
+                    start_at = time.time() + self.iteration_gap_s
                     for link in self.links.values():
                         link.send({"run": it, "start_at": start_at})
                     done = self._gather("done", everyone, timeout + START_MARGIN_S,

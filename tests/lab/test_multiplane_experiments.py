@@ -6,7 +6,7 @@ docs/multiplane.md quotes the full runs.
 ar-fabric: AR balances the ring's uplinks where ECMP collides them; a local failure costs no
   ACK timeout.
 multiplane-asymmetry: symmetric, per-plane and global CC are alike; asymmetric, per-plane keeps
-  most of its bandwidth and global loses more.
+  most of its bandwidth, and every burst starts with fresh CC contexts.
 plane-convergence: the asymmetric/symmetric ratio grows with the message size.
 plane-failover: per-plane is back at 75% at least 20x sooner than software; static never is.
 plane-flaps: the slower the reaction, the longer the tail.
@@ -78,11 +78,19 @@ def test_multiplane_asymmetry(folder):
            for mode in multiplane_asymmetry.MODES}
     assert abs(sym["per-plane"] - sym["global"]) <= 0.05 * sym["per-plane"], sym
     per_plane = multiplane_asymmetry.kept(doc, "one-to-many", "per-plane")
-    glob = multiplane_asymmetry.kept(doc, "one-to-many", "global")
-    # measured over five quick runs: per-plane 0.87-0.94, global 0.17-0.83, always below
-    assert per_plane >= 0.8 and glob < per_plane, (per_plane, glob)
-    asym = cases[("one-to-many", "asymmetric", "per-plane")]["jobs"]["main"]["sizes"][0]
-    assert asym["counters"]["cnp_sent"] > 0                     # the degraded planes were marked
+    # measured over four quick runs: per-plane 0.95-0.96; global 0.96-1.01, no loss at the lab's
+    # burst length (docs/multiplane.md says why), so the test does not order them
+    assert per_plane >= 0.75, per_plane
+    asym = cases[("one-to-many", "asymmetric", "per-plane")]["jobs"]["main"]
+    assert asym["sizes"][0]["counters"]["cnp_sent"] > 0         # the degraded planes were marked
+    # every burst starts with fresh contexts towards each destination: one release per burst
+    # after the first, as the launcher leaves cc_idle_s of silence between iterations
+    bursts = len(asym["sizes"][0]["cct_ms"]["all"]) + 1          # the warm-up is a burst too
+    for case in cases.values():
+        root = case["jobs"]["main"]["plb"]["ranks"]["0"]
+        for dest in root["destinations"]:
+            cc = dest.get("cc") or dest["planes"][0]["cc"]
+            assert cc["resets"] == bursts - 1, (case["label"], dest["peer"], cc)
     assert "one-to-many: asymmetric keeps" in multiplane_asymmetry.table(doc)
 
 

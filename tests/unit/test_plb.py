@@ -250,3 +250,18 @@ def test_a_burst_after_silence_starts_with_fresh_contexts():
     shared.qps.append(qp)
     shared.last_active = 0.0
     assert shared.idle_reset(2.0, 1.0) and shared.contexts[0].resets == 1   # one context
+
+
+def test_iterations_are_bursts_where_the_plb_keeps_contexts():
+    """The launcher waits out cc_idle_s between iterations, so every destination's next
+    iteration starts with fresh contexts (a shorter gap kept a cut global context for good)."""
+    from fabriclab.traffic import collective
+
+    margin = collective.START_MARGIN_S
+    for mode in sorted(plb.MULTIPATH):
+        gap = collective.iteration_gap(mode, 0.099)
+        assert gap > 0.099 and gap == pytest.approx(0.099 + collective.IDLE_SLACK_S)
+        assert collective.iteration_gap(mode, 0.01) == margin       # the margin is longer already
+        assert collective.iteration_gap(mode, 0) == margin          # 0: contexts never reset
+    for mode in sorted(set(plb.MODES) - plb.MULTIPATH) + [None]:
+        assert collective.iteration_gap(mode, 0.099) == margin      # no contexts to release

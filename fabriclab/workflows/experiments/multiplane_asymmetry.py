@@ -12,9 +12,11 @@ their uplinks. Two main workloads:
 - AlltoAll among the main hosts (1 main and 1 noise host under each leaf: more would saturate
   the lab's CPU, see docs/multiplane.md).
 
-Each burst starts with fresh CC contexts (seed 002 6.7: the state resets between bursts), so a
-small message ends before the NIC has learnt where the capacity is: sizes from 1 MiB, where the
-learning dominates, to 4 MiB, where it has converged (plane-convergence sweeps them).
+Each burst of the main workload starts with fresh CC contexts (seed 002 6.7: the state resets
+between bursts; the launcher leaves cc_idle_s of silence between iterations), so a small message
+ends before the NIC has learnt where the capacity is: sizes from 1 MiB, where the learning
+dominates, to 4 MiB, where it has converged (plane-convergence sweeps them). The noise is a
+stream: its contexts are never released.
 
 The noise hosts' NICs run per-plane in every case: only the main workload's NICs change. Both
 modes spread every QP over the planes packet by packet; what differs is the CC state. With a
@@ -59,7 +61,7 @@ def main_job(fabric, workload, sizes, mode, options):
     from fabriclab.traffic.collective import CollectiveSpec
 
     main, _noise = mp.roles(fabric, *WORKLOADS[workload])
-    iterations, warmup = (2, 1) if options.quick else (3, 1)
+    iterations, warmup = (4, 1) if options.quick else (5, 1)
     # A global context can starve for a while (DCQCN's recovery timer is 20 s of lab time at
     # x66667): an iteration may take far longer than its ideal time, and still counts.
     common = dict(sizes=sizes, plb=mode, iterations=iterations, warmup=warmup, seed=options.seed,
@@ -76,8 +78,9 @@ def noise_job(fabric, workload, options):
     from fabriclab.traffic.collective import CollectiveSpec
 
     _main, noise = mp.roles(fabric, *WORKLOADS[workload])
+    # cc_idle_s 0: a stream keeps its contexts, and its iterations follow each other at once
     return CollectiveSpec("alltoall", sizes=(NOISE_SIZE,), hosts=mp.flat(noise), plb="per-plane",
-                          iterations=mp.NOISE_ITERATIONS, warmup=1, seed=options.seed)
+                          iterations=mp.NOISE_ITERATIONS, warmup=1, seed=options.seed, cc_idle_s=0.0)
 
 
 def sizes_for(options):
