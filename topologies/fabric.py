@@ -217,7 +217,12 @@ class Fabric:
 
     @classmethod
     def from_json(cls, text):
-        data = json.loads(text)["spec"]
+        return cls.from_spec_dict(json.loads(text)["spec"])
+
+    @classmethod
+    def from_spec_dict(cls, data):
+        """The fabric of a spec as `FabricSpec.to_dict` wrote it (a results document's `spec`)."""
+        data = {k: v for k, v in data.items() if k not in FabricSpec.DERIVED}
         queues = data.get("queues")
         return cls(FabricSpec(**{**data, "buffers": Buffers(**data["buffers"]),
                                  "delay": LinkDelay(**data.get("delay", {})),

@@ -169,6 +169,9 @@ class FabricSpec:
             return 0.0
         return real_us * self.time_scale / 1000.0
 
+    # what to_dict adds to the fields: computed, so a spec read back leaves them out
+    DERIVED = ("oversubscription", "time_scale", "lab_delay_ms")
+
     def to_dict(self):
         data = dataclasses.asdict(self)
         data["oversubscription"] = round(self.oversubscription, 4)

@@ -11,6 +11,9 @@ from fabriclab.results import compare, document, report
 def register(subparsers):
     p = subparsers.add_parser("report", help="re-render a results folder's plots and report.md")
     p.add_argument("folder", metavar="FOLDER")
+    p.add_argument("--html", nargs="?", const="", metavar="FILE",
+                   help="also write the fabric view: one self-contained page with a time slider "
+                        "(default FOLDER/view.html)")
     p.set_defaults(func=cmd_report)
     p = subparsers.add_parser("compare", help="one table of several results folders (run, collective, "
                                               "experiment, scenario)")
@@ -25,6 +28,10 @@ def cmd_report(args):
 
     doc = document.load(args.folder)
     print(report.render(args.folder, doc, report_preface(doc)))
+    if args.html is not None:
+        from fabriclab.view import page
+
+        print(f"view: {page.write(args.folder, args.html or None, doc)}")
     return 0
 
 
