@@ -61,9 +61,9 @@ CLAIMS = (
           "the `spectrumx_fig16` spec, 4 planes of 3 Mbit/s ports for 200G, one NIC scattering 4 MiB "
           "bursts (1 and 4 MiB in the full run) to two beside a noise AlltoAll, AR in the switches",
           "each burst starts with fresh contexts (seed 002 6.7) and lasts about 40 us of real time at the "
-          "lab's scale, where the paper's run 40 ms: the global context hears few marks from one sender "
-          "and DCQCN recovers it within the burst, so it loses about as little as per-plane. A context "
-          "carried from burst to burst (`--cc-idle 0`) is cut to a trickle instead",
+          "lab's scale, where the paper's messages run 40 ms: the global context hears few marks from one "
+          "sender and DCQCN recovers it within the burst, so it loses about as little as per-plane. A "
+          "context carried from burst to burst (`--cc-idle 0`) is cut to a trickle instead",
           reproduced=False),
     Claim("002-plb-failover", "002", "6.5, Figure 12", "when a plane's link fails, the NIC's per-plane "
           "balancer is back to 75% of line rate in under 3 ms, software balancing takes 1.08 s (~400x)",
