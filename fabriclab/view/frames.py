@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import math
 import pathlib
 
 from fabriclab.errors import LabError
@@ -67,9 +68,9 @@ def read_queues(path, max_rows=MAX_QUEUE_ROWS):
                     values.append({k: 0 for k in QUEUE_FIELDS} | {"paused": 0})
                 last = values[-1]
                 for k in QUEUE_FIELDS:
-                    last[k] += int(float(row[k]))
+                    last[k] += int(float(row[k]))       # int(): NaN and inf raise
                 last["paused"] = max(last["paused"], int(float(row["paused"])))
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, OverflowError) as exc:
         raise LabError(f"{path.name}: unreadable queues CSV ({type(exc).__name__})") from None
     return ports
 
@@ -109,6 +110,8 @@ def run_frames(folder, run, fabric, max_frames=MAX_FRAMES):
     if links is None:
         return None
     times, names, data = links
+    if not (math.isfinite(float(times.sum())) and math.isfinite(float(data.sum()))):
+        raise LabError(f"{files['links_csv']}: a rate or time that is not a finite number; not drawn")
     bin_s = float(times[1] - times[0]) if len(times) > 1 else float(run.get("bin_s") or 0.05)
     dirs = directions(fabric)
     edges = frame_edges(len(times), max_frames)

@@ -166,3 +166,20 @@ def test_what_cannot_be_drawn_is_one_line(tmp_path):
     assert frames.run_frames(folder, run, page.fabric_of(doc)) is None
     with pytest.raises(LabError, match="unreadable queues CSV"):
         frames.read_queues(folder / "queues.csv")
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_a_non_finite_sample_is_refused_in_one_line(tmp_path, bad):
+    folder, doc = results_folder(tmp_path, queues=False)
+    csv_path = folder / doc["runs"][0]["files"]["links_csv"]
+    lines = csv_path.read_text().splitlines()
+    lines[3] = lines[3].rsplit(",", 1)[0] + "," + bad
+    csv_path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(LabError, match="not a finite number") as err:
+        page.render(folder, doc)
+    assert "\n" not in str(err.value)
+    queues = folder / "q.csv"
+    queues.write_text("t_s,port,node,peer,role,class,occ,held,tx_bytes,marks,drops,pause_tx,paused\n"
+                      f"0.1,l1-eth2,l1,s1,leaf,lossless,{bad},0,0,0,0,0,0\n")
+    with pytest.raises(LabError, match="unreadable queues CSV"):
+        frames.read_queues(queues)
