@@ -12,6 +12,7 @@ from fabriclab.lab.controller import check_app
 from fabriclab.table import format_table
 from fabriclab.topologies.fabric import Fabric, beyond_one_machine
 from fabriclab.topologies.spec import load_spec, shipped_specs
+from fabriclab.view import DEFAULT_ADDRESS
 
 DEFAULT_SPEC = "default"
 
@@ -30,6 +31,9 @@ def register(subparsers):
     p.add_argument("--verbose", action="store_true", help="show Mininet's and the lab's progress")
     p.add_argument("--script", metavar="FILE",
                    help="run the prompt commands in FILE first (then read the terminal, until EOF)")
+    p.add_argument("--web", nargs="?", const=DEFAULT_ADDRESS, metavar="ADDR:PORT",
+                   help=f"serve the live fabric view (default {DEFAULT_ADDRESS}; port 0: any free one); "
+                        "the URL it prints carries the page's token")
     p.set_defaults(func=cmd_up)
 
     p = subparsers.add_parser("run", help="bring a fabric up, run all-pairs RoCEv2 traffic, "
@@ -96,19 +100,32 @@ def cmd_specs(_args):
 
 
 def cmd_up(args):
-    from fabriclab.lab.lab import Lab
     from fabriclab.cli.prompt import run_prompt
+    from fabriclab.lab.lab import Lab
+    from fabriclab.view.server import WebServer
+    from fabriclab.workflows.session import Session
 
     spec = load_spec(args.spec)
     check_app(args.routing)
     if args.script and not os.path.isfile(args.script):
         raise LabError(f"no script file {args.script!r}")
     lab = Lab(spec, routing=args.routing, verbose=args.verbose)
+    session = Session(lab)
+    if args.web:                      # the address is taken before anything is built
+        session.web = WebServer(lab, session, args.web).bind()
     print(f"bringing up {spec.name} with {args.routing} ...", flush=True)
-    with lab:
-        print(f"fabric up in {lab.timings['up_s']:.1f} s: {len(lab.fabric.switches)} switches, "
-              f"{len(lab.fabric.hosts)} hosts, datapath {lab.datapath}. Type `help` for lab commands.")
-        run_prompt(lab, script=args.script)
+    try:
+        with lab:
+            print(f"fabric up in {lab.timings['up_s']:.1f} s: {len(lab.fabric.switches)} switches, "
+                  f"{len(lab.fabric.hosts)} hosts, datapath {lab.datapath}. Type `help` for lab commands.")
+            if session.web:
+                print(session.web.serve().banner(), flush=True)
+            try:
+                run_prompt(lab, script=args.script, session=session)
+            finally:
+                session.close()
+    finally:
+        session.close()               # a fabric that failed to come up: free the address
     print("fabric torn down")
     return 0
 

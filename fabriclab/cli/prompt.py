@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 import time
 
 from mininet.cli import CLI
@@ -50,16 +49,18 @@ Failures and watching (every fault is logged with its time; `faults` shows the l
   faults [stop|restore]       the fault log; stop a running timeline; undo every fault still in place
   top [SECONDS [REFRESH]]     live view: uplinks per leaf, downlinks per spine, NICs, links down, faults
   collective ... &            a trailing & runs the collective in the background (see `jobs`)
-  jobs                        background collectives: running, or their busbw and CCT"""
+  jobs                        the jobs run here: running, or their busbw and CCT
+  web [ADDR:PORT|stop]        serve the live fabric view (default 127.0.0.1:8765); the URL carries a token"""
 
 
 class LabPrompt(CLI):
     prompt = "fabriclab> "
 
-    def __init__(self, lab, **kwargs):
+    def __init__(self, lab, session=None, **kwargs):
+        from fabriclab.workflows.session import Session
+
         self.lab = lab
-        self.timeline = None          # a fault timeline started by `inject`
-        self.background = []          # [(label, thread, result dict)] from `collective ... &`
+        self.session = session or Session(lab)      # its timeline and jobs; the web view's too
         super().__init__(lab.net, **kwargs)
 
     # cmd.Cmd calls these; errors become one line, never a traceback at the prompt.
@@ -173,18 +174,16 @@ class LabPrompt(CLI):
         workload = AllPairsSpec(duration_s=seconds, load=load, flows_per_pair=flows)
         plan = single_run(f"{spec.name}-traffic", "prompt", spec, Job("traffic", workload),
                           routing=self.lab.routing, source={"command": f"traffic {line}".strip()})
-        doc = self._run(plan)
+        doc = self._run(plan, f"traffic {line}".strip())
         _run, _name, job = tables.job_of(doc, "all-pairs")
         t = job["traffic"]
         print(f"{t['flows']} flows: delivered {t['delivered_mbps']} Mbit/s, loss "
               f"{100 * (t['loss'] or 0):.2f} %, OOS {t['oos']}; uplink max/mean "
               f"{job['balance']['up'].get('max_mean_ratio')}; results {doc['folder']}")
 
-    def _run(self, plan):
+    def _run(self, plan, label):
         """A plan on this prompt's fabric (shared: faults made here stay in place)."""
-        from fabriclab.workflows import pipeline
-
-        return pipeline.run_plan(plan, lab=self.lab, shared=True).doc
+        return self.session.run(plan, label)
 
     def do_collective(self, line):
         """collective [OPTIONS]: a collective on this fabric; `collective -h` lists the options."""
@@ -202,39 +201,25 @@ class LabPrompt(CLI):
             raise LabError(str(exc)) from None
         cspec = collective_cmd.spec_from_args(args)
         plan = collective_cmd.collective_plan(self.lab.fabric.spec, self.lab.routing, cspec, args, kind="prompt")
+        label = f"collective {line.replace('&', '').strip()}".strip()
         if not background:
-            doc = self._run(plan)
+            doc = self._run(plan, label)
             print(tables.collective_table(doc))
             print(f"results: {doc['folder']}")
             return
-        label = f"{cspec.collective} {line.replace('&', '').strip()}".strip()
-        result = {}
-
-        def job():
-            try:
-                result["doc"] = self._run(plan)
-            except Exception as exc:     # noqa: BLE001 - shown by `jobs`
-                result["error"] = str(exc)
-        thread = threading.Thread(target=job, daemon=True, name="prompt-collective")
-        thread.start()
-        self.background.append((label, thread, result))
-        print(f"[{len(self.background)}] started in the background: {label} (`jobs`, `top`)")
+        record = self.session.run(plan, label, background=True)
+        print(f"[{record.number}] started in the background: {label} (`jobs`, `top`)")
 
     def do_jobs(self, _line):
-        """jobs: background collectives and their results."""
-        if not self.background:
-            print("no background collectives (start one with `collective ... &`)")
-        for number, (label, thread, result) in enumerate(self.background, 1):
-            if thread.is_alive():
-                state = "running"
-            elif "error" in result:
-                state = f"failed: {result['error']}"
-            else:
-                _run, _name, job = tables.job_of(result["doc"], "collective")
-                row = job["sizes"][-1]
-                state = (f"done: busbw {row['busbw_mbps']:.2f} Mbit/s, CCT p50 {row['cct_ms']['p50']:.0f} ms, "
-                         f"OOS {row['counters'].get('out_of_sequence', 0)}; results {result['doc']['folder']}")
-            print(f"[{number}] {label}: {state}")
+        """jobs: the collectives and traffic run here, and their results."""
+        jobs = self.session.jobs()
+        if not jobs:
+            print("no jobs yet (start one in the background with `collective ... &`)")
+        for job in jobs:
+            state = job["state"]
+            if state == "done":
+                state = f"done: busbw {job['busbw']}, CCT p50 {job['cct']}; results {job['results']}"
+            print(f"[{job['number']}] {job['label']}: {state}")
 
     def do_switchdown(self, line):
         """switchdown SW: fail a switch."""
@@ -266,26 +251,19 @@ class LabPrompt(CLI):
     def do_inject(self, line):
         """inject FILE: run a scenario file's faults: timeline in the background, from now."""
         from fabriclab.loading import load_yaml
-        from fabriclab.workflows import faults
 
         path = self._args(line, 1, "inject FILE")[0]
-        if self.timeline is not None and self.timeline.is_alive():
-            raise LabError("a fault timeline is already running (`faults stop` ends it)")
         data = load_yaml(path, "fault file")
-        entries = data.get("faults") if isinstance(data, dict) else data
-        steps = faults.steps(faults.parse(entries), self.lab)
-        self.timeline = faults.Timeline(self.lab, steps)
-        self.timeline.start()
-        self.timeline.start_at(time.time())
+        steps = self.session.inject(data.get("faults") if isinstance(data, dict) else data)
         last = steps[-1].t if steps else 0
         print(f"{len(steps)} fault step(s) over {last:g} s started (`faults` shows them as they happen)")
 
     def do_faults(self, line):
         """faults [stop|restore]: the fault log; stop the timeline; undo what is still in place."""
         arg = line.strip()
-        if arg == "stop" and self.timeline is not None:
-            self.timeline.stop()
-            print("fault timeline stopped (`faults restore` undoes what it left in place)")
+        if arg == "stop":
+            print("fault timeline stopped (`faults restore` undoes what it left in place)"
+                  if self.session.stop_timeline() else "no fault timeline is running")
         elif arg == "restore":
             self.lab.restore()
             print("every link up, at its spec rate and without loss")
@@ -298,7 +276,7 @@ class LabPrompt(CLI):
         state = self.lab.injected()
         print(f"in place: links down {', '.join(state['links_down']) or 'none'}; "
               f"reshaped {', '.join(state['reshaped']) or 'none'}; lossy {', '.join(state['lossy']) or 'none'}"
-              + ("; a timeline is running" if self.timeline is not None and self.timeline.is_alive() else ""))
+              + ("; a timeline is running" if self.session.timeline_running() else ""))
 
     def do_top(self, line):
         """top [SECONDS [REFRESH]]: the live view."""
@@ -436,6 +414,24 @@ class LabPrompt(CLI):
         ports = self._queues().set_ecn(args[0], mode=args[1], kmin=kmin, kmax=kmax, pmax=pmax)
         print(f"ECN {args[1]} on {len(ports)} port(s): {', '.join(ports[:8])}{' ...' if len(ports) > 8 else ''}")
 
+    def do_web(self, line):
+        """web [ADDR:PORT|stop]: serve the live fabric view, or stop serving it."""
+        from fabriclab.view.server import DEFAULT_ADDRESS, WebServer
+
+        arg = line.strip()
+        if arg == "stop":
+            stopped = self.session.web is not None
+            if stopped:
+                self.session.web.stop()
+                self.session.web = None
+            print("web view stopped" if stopped else "no web view is running")
+            return
+        if self.session.web is not None:
+            print(self.session.web.banner() + " (already running; `web stop` ends it)")
+            return
+        self.session.web = WebServer(self.lab, self.session, arg or DEFAULT_ADDRESS).start()
+        print(self.session.web.banner())
+
     def do_storm(self, line):
         """storm HOST SECONDS: a PFC pause storm from HOST's NIC at its leaf port."""
         host, seconds = self._args(line, 2, "storm HOST SECONDS")[:2]
@@ -443,12 +439,12 @@ class LabPrompt(CLI):
         print(f"{port}: paused by {host} for {float(seconds):g} s" if float(seconds) else f"{port}: storm over")
 
 
-def run_prompt(lab, script=None):
+def run_prompt(lab, script=None, session=None):
     # Mininet prints node commands' output (`h1 ping h2`) at its 'output' log level.
     previous = lg.getEffectiveLevel()
     if not lab.verbose:
         setLogLevel("output")
     try:
-        LabPrompt(lab, script=script)
+        LabPrompt(lab, session, script=script)
     finally:
         lg.setLevel(previous)

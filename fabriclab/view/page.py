@@ -16,6 +16,7 @@ from fabriclab.results import document
 from fabriclab.view import frames, layout
 
 DEFAULT_NAME = "view.html"
+LIVE_FRAMES = 600            # the live page keeps this many frames for its slider (5 min at 0.5 s)
 
 
 def fabric_of(doc):
@@ -79,18 +80,51 @@ def render(folder, doc=None):
     """The page's HTML for a results folder."""
     folder = pathlib.Path(folder)
     doc = doc or document.load(folder)
-    data = json.dumps(page_data(folder, doc), separators=(",", ":")).replace("</", "<\\/")
     fabric = doc.get("fabric") or {}
     title = f"{doc.get('name') or doc.get('kind', 'run')} on {fabric.get('name', '?')}"
-    created = html.escape(str(doc.get("created", "?")))
+    data = dict(page_data(folder, doc), mode="report")
+    return _html(title, f"{scale_line(doc)}; created {doc.get('created', '?')}", data)
+
+
+def live_scale(fabric):
+    """A running fabric's scale, as scale_line reads it from a results document."""
+    spec = fabric.spec
+    return {"scale": {"host_rate_mbps": spec.host_rate_mbps, "fabric_rate_mbps": spec.fabric_rate_mbps,
+                      "buffers_bytes": fabric.summary()["buffers_bytes"], "time_scale": spec.time_scale}}
+
+
+def render_live(lab, token, refresh_s, max_frames=LIVE_FRAMES):
+    """The live page of a running lab: the layout now, frames pushed by the server
+    (view/server.py) at /events, buttons posting to /action; both carry the page's token."""
+    fabric = lab.fabric
+    data = {"mode": "live", "layout": layout.layout(fabric), "runs": [],
+            "live": {"events": f"events?token={token}", "action": f"action?token={token}",
+                     "refresh_s": refresh_s, "max_frames": max_frames, "routing": lab.routing}}
+    title = f"{fabric.spec.name} with {lab.routing}, live"
+    return _html(title, scale_line(live_scale(fabric)), data)
+
+
+def _html(title, subtitle, data):
+    """The page around `data` (read by view.js from <script id="fabric-data">)."""
+    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    live = data["mode"] == "live"
+    actions = """<div id="status" class="status">connecting ...</div>
+<h2>Selected</h2><div id="selected">click a link or a switch to break or repair it</div>
+<div id="result" role="status"></div>
+<h2>Fault timeline</h2><textarea id="timeline" rows="4" spellcheck="false"
+aria-label="fault timeline"></textarea>
+<div><button type="button" id="timeline-start">start</button>
+<button type="button" id="timeline-stop">stop</button>
+<button type="button" id="restore">restore every fault</button></div>
+<div id="timeline-state"></div>""" if live else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>fabriclab: {html.escape(title)}</title>
 <style>{_asset("view.css")}</style></head>
-<body>
+<body class="{data["mode"]}">
 <header><h1>fabriclab: {html.escape(title)}</h1>
-<div class="scale">{html.escape(scale_line(doc))}; created {created}</div></header>
+<div class="scale">{html.escape(subtitle)}</div></header>
 <div id="controls"><label>run <select id="run"></select></label>
 <button id="play" type="button">play</button>
 <input id="frame" type="range" min="0" max="0" value="0" aria-label="time">
@@ -100,11 +134,11 @@ def render(folder, doc=None):
 half <span style="background:hsl(0,80%,35%)"></span> line rate; dashed: down</span></div>
 <main><div id="fabric"><svg id="fabric-svg" xmlns="http://www.w3.org/2000/svg" role="img"
 aria-label="the fabric"></svg></div>
-<aside><h2>Jobs</h2><table><thead><tr><th>job</th><th>what</th><th>busbw</th><th>CCT p50</th></tr></thead>
+<aside>{actions}<h2>Jobs</h2><table><thead><tr><th>job</th><th>what</th><th>busbw</th><th>CCT p50</th></tr></thead>
 <tbody id="jobs"></tbody></table>
 <h2>Faults and links down</h2><ul id="faults"></ul></aside></main>
 <div id="tip"></div>
-<script type="application/json" id="fabric-data">{data}</script>
+<script type="application/json" id="fabric-data">{blob}</script>
 <script>{_asset("view.js")}</script>
 </body></html>
 """
