@@ -214,3 +214,26 @@ def test_the_model_claims_run_offline_into_a_catalogue_and_a_markdown_document(t
     text = doc.read_text()
     assert text.startswith("# Reproductions") and "![001-alltoall-topology](reproductions/001-alltoall-topology.png)" in text
     assert (tmp_path / "docs" / "reproductions" / "001-alltoall-topology.png").stat().st_size > 5_000
+
+
+def test_e_ecmp_against_ecmp_is_judged_on_the_mean_of_several_hash_draws():
+    from fabriclab.workflows.reproduce import seed000
+
+    plan = build_plan("routing-schemes", options=Options(quick=True))
+    for scheme in routing.DRAWN:
+        drawn = [r for r in plan.runs if r.tags.get("scheme") == scheme and not r.faults]
+        assert len(drawn) == routing.DRAWS
+        assert len({r.jobs[0].workload.seed for r in drawn}) == routing.DRAWS     # new source ports each
+
+    eecmp = "E-ECMP + 4 QPs shared sport"
+
+    def run(scheme, busbw, draw=1):
+        tags = {"scheme": scheme, **({"draw": draw} if draw > 1 else {})}
+        return {"label": scheme + (f", draw {draw}" if draw > 1 else ""), "faults": [], "tags": tags,
+                "valid": True, "invalid": [], "jobs": {"ring": {"sizes": [{"busbw_mbps": busbw}]}}}
+    # the first draw alone would flip (4.9 < 5.0); the mean of three does not
+    doc = {"runs": [run("ECMP", 5.0), run(eecmp, 4.9), run("ECMP", 5.0, 2), run(eecmp, 9.6, 2),
+                    run("ECMP", 9.8, 3), run(eecmp, 9.7, 3)]}
+    finding = seed000.eecmp_gain({"routing-schemes": doc})
+    assert finding.holds and finding.lab_value == pytest.approx(8.0667 / 6.6, rel=1e-3)
+    assert "mean of 3 hash draws" in finding.lab and "4.90/5.00" in finding.lab

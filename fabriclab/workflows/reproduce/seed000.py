@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import statistics
 
 from fabriclab.workflows.experiments import first_size, hops
 from fabriclab.workflows.reproduce.claim import Claim, Finding, invalid_reasons, ratio, runs_by_label
@@ -89,19 +90,29 @@ def qp_scaling(docs):
         unit="busbw (Mbit/s)", invalid=invalid_reasons(doc, *labels))
 
 
+def _draws(doc, scheme):
+    """busbw of a scheme's ring on every draw of the hash the experiment ran (no fault)."""
+    return [first_size(r, "ring")["busbw_mbps"] for r in doc["runs"]
+            if not r["faults"] and r["tags"].get("scheme") == scheme]
+
+
 def eecmp_gain(docs):
     doc = docs["routing-schemes"]
     labels = ("ECMP", "E-ECMP + 4 QPs shared sport")
-    plain, eecmp = (_busbw(doc, k) for k in labels)
+    draws = [_draws(doc, k) for k in labels]
+    plain, eecmp = (statistics.fmean(d) for d in draws)
     gain = ratio(eecmp, plain)
+    each = ", ".join(f"{e:.2f}/{p:.2f}" for e, p in zip(draws[1], draws[0]))
     return Finding(
-        lab=f"busbw {eecmp:.2f} against ECMP's {plain:.2f} Mbit/s: x{gain:.2f}",
+        lab=f"busbw {eecmp:.2f} against ECMP's {plain:.2f} Mbit/s, mean of {len(draws[0])} hash draws "
+            f"(E-ECMP/ECMP per draw: {each}): x{gain:.2f}",
         lab_value=gain, holds=gain is not None and gain > 1.0,
         direction="E-ECMP with 4 QPs beats ECMP on AllReduce busbw",
         model=f"flow model, mean of {MODEL_SEEDS} hash seeds: x{_model_ratio(labels[1], labels[0]):.2f}",
         bars=[("paper: E-ECMP / ECMP", 1.40), ("lab: E-ECMP / ECMP", gain),
               ("flow model: E-ECMP / ECMP", _model_ratio(labels[1], labels[0]))],
-        unit="busbw ratio", invalid=invalid_reasons(doc, *labels))
+        unit="busbw ratio", invalid=invalid_reasons(doc, *(r["label"] for r in doc["runs"]
+                                                           if r["tags"].get("scheme") in labels and not r["faults"])))
 
 
 def te_balance(docs):
@@ -209,7 +220,8 @@ CLAIMS = (
           "scaling improves AllReduce busbw over ECMP", "up to 40% (x1.40)", 1.40,
           ("routing-schemes",), eecmp_gain, LOSSLESS_1TO1,
           "the lab's ring has 16 flows on 16 uplinks, so one ECMP collision halves the slowest hop and "
-          "with it the whole ring: ECMP's loss (and so E-ECMP's gain) depends on a few hash draws"),
+          "with it the whole ring: ECMP's loss (and so E-ECMP's gain) depends on a few hash draws, so the "
+          "lab compares the mean of 3 draws (its queue pairs seeded afresh); one draw can go either way"),
     Claim("000-te-balance", "000", "4.4.2", "centralized TE loads links evenly (80% each against E-ECMP's "
           "40-90%) and beats E-ECMP by 5-10% on AllReduce", "x1.05-1.10 busbw", 1.075,
           ("routing-schemes",), te_balance, LOSSLESS_1TO1,
