@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "fabriclab.cli.experiment",
     "fabriclab.cli.reproduce",
     "fabriclab.cli.scenario",
+    "fabriclab.cli.sweep",
     "fabriclab.cli.results",      # report, compare
 ]
 

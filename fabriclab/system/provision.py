@@ -63,13 +63,27 @@ class ProvisionResult:
         raise LabError(f"provision {self.status}: {detail}")
 
 
+def runner_envvars():
+    """The environment every ansible-runner call of the lab gets."""
+    # ansible-runner starts `ansible-playbook` by name: make sure the one installed next to
+    # this interpreter (the venv's) is found even when the venv is not on PATH.
+    bindir = os.path.dirname(sys.executable)
+    return {
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "ANSIBLE_PIPELINING": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+    }
+
+
 def _task_label(event_data):
     task = event_data.get("task", "?")
     role = event_data.get("role")
     return f"{role} : {task}" if role else task
 
 
-def _failure_message(res):
+def failure_message(res):
     """One line from a failed task's result: its msg, plus the last line of stderr if any."""
     msg = str(res.get("msg") or "").strip()
     stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
@@ -96,9 +110,9 @@ class _EventCollector:
             self.changed_tasks.append(label)
             self._print(("would change: " if self.check else "changed: ") + label)
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            self._failed(data, _failure_message(data.get("res") or {}))
+            self._failed(data, failure_message(data.get("res") or {}))
         elif kind == "runner_on_unreachable":
-            self._failed(data, _failure_message(data.get("res") or {}))
+            self._failed(data, failure_message(data.get("res") or {}))
         elif kind == "playbook_on_stats":
             self.stats = data
         return True
@@ -149,16 +163,7 @@ def provision(project_dir=PROJECT_DIR, venv_dir=None, check=False, quiet=False):
     extravars = {"project_dir": str(project_dir)}
     if venv_dir is not None:
         extravars["venv_dir"] = str(Path(venv_dir).absolute())
-    # ansible-runner starts `ansible-playbook` by name: make sure the one installed next to
-    # this interpreter (the venv's) is found even when the venv is not on PATH.
-    bindir = os.path.dirname(sys.executable)
-    envvars = {
-        "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_PIPELINING": "1",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-    }
+    envvars = runner_envvars()
     collector = _EventCollector(echo=not quiet, check=check)
     if not quiet:
         mode = " in check mode" if check else ""
