@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import pathlib
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from fabriclab.errors import LabError
 from fabriclab.model import calibrate, collectives
 from fabriclab.model import flows as model_flows
-from fabriclab.model.hardware import load_profile, shipped_profiles
+from fabriclab.model.hardware import STAGING_MODES, load_profile, shipped_profiles
 from fabriclab.table import format_table
 from fabriclab.units import human_size, parse_sizes
 
@@ -19,21 +19,27 @@ DEFAULT_SIZES = "1K,64K,1M,16M,256M,1G"
 COLLECTIVE_ALGORITHMS = sorted({f"{c}/{a}" for c, a in collectives.ALGORITHMS} | {"allreduce/hierarchical"})
 
 
-def predict(profile, collective, algorithm, nodes, size):
-    """One Cost for a collective over `nodes` nodes of a profile (all their ranks take part)."""
-    up, out = profile.tiers()
+def predict(profile, collective, algorithm, nodes, size, staging_mode=None):
+    """One Cost for a collective over `nodes` nodes of a profile (all their ranks take part),
+    its host staging charged as `staging_mode` says (the profile's own mode unless given)."""
+    up, out = profile.tiers(staging_mode)
     ranks = profile.ranks_per_node * nodes
     if algorithm == "hierarchical":
         if collective != "allreduce":
             raise LabError("the hierarchical algorithm is modelled for allreduce only")
-        return collectives.hierarchical_allreduce(size, profile.ranks_per_node, nodes, up, out)
-    fn = collectives.ALGORITHMS.get((collective, algorithm))
-    if fn is None:
-        raise LabError(f"no model for {collective}/{algorithm} (available: {', '.join(COLLECTIVE_ALGORITHMS)})")
-    # A flat algorithm over several nodes runs at the scale-out tier's speed: every ring or
-    # exchange step crosses the NICs somewhere, and the slowest step sets the pace.
-    tier = out if nodes > 1 else up
-    return fn(size, ranks, tier.alpha, tier.bw)
+        cost = collectives.hierarchical_allreduce(size, profile.ranks_per_node, nodes, up, out)
+    else:
+        fn = collectives.ALGORITHMS.get((collective, algorithm))
+        if fn is None:
+            raise LabError(f"no model for {collective}/{algorithm} (available: {', '.join(COLLECTIVE_ALGORITHMS)})")
+        # A flat algorithm over several nodes runs at the scale-out tier's speed: every ring or
+        # exchange step crosses the NICs somewhere, and the slowest step sets the pace.
+        tier = out if nodes > 1 else up
+        cost = fn(size, ranks, tier.alpha, tier.bw)
+    staging = profile.staging_seconds(size, collectives.phases(collective), staging_mode) if nodes > 1 else 0.0
+    if staging:
+        cost = replace(cost, terms={**cost.terms, "host staging (whole buffer)": staging})
+    return cost
 
 
 def register(subparsers):
@@ -51,6 +57,9 @@ def register(subparsers):
                    help="ring, tree, fully-connected, in-network, hierarchical, pairwise, ring-topology")
     q.add_argument("--nodes", type=int, default=4, help="nodes (all ranks of each take part)")
     q.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")
+    q.add_argument("--staging", choices=STAGING_MODES + ("both",),
+                   help="how host staging copies are charged (default: both side by side where the profile "
+                        "has staging_copies, else the profile's staging_mode)")
     q.add_argument("--format", choices=("table", "json"), default="table")
     q.add_argument("--out", help="also write results.json into this folder")
     q.set_defaults(func=cmd_collective)
@@ -76,32 +85,55 @@ def cmd_collective(args):
         raise LabError(f"--nodes must be >= 1, got {args.nodes}")
     profile = load_profile(args.profile)
     sizes = parse_sizes(args.sizes)
-    costs = [predict(profile, args.collective, args.algorithm, args.nodes, size) for size in sizes]
-    rows = [{"size": c.size, "time_us": c.time * 1e6, "algbw_GBps": c.algbw / 1e9,
-             "busbw_GBps": c.busbw / 1e9, "dominant": c.dominant,
-             "terms_us": {k: v * 1e6 for k, v in c.terms.items()}} for c in costs]
+    chosen = args.staging or ("both" if profile.staging_copies else profile.staging_mode)
+    modes = STAGING_MODES if chosen == "both" else (chosen,)
+    main_mode = modes[0] if len(modes) == 1 else profile.staging_mode
+    rows = []
+    for size in sizes:
+        by_mode = {}
+        for mode in modes:
+            c = predict(profile, args.collective, args.algorithm, args.nodes, size, mode)
+            by_mode[mode] = {"time_us": c.time * 1e6, "algbw_GBps": c.algbw / 1e9, "busbw_GBps": c.busbw / 1e9,
+                             "dominant": c.dominant, "terms_us": {k: v * 1e6 for k, v in c.terms.items()}}
+        # the flat fields are the profile's own mode (or the one asked for); both under by_staging
+        rows.append({"size": size, **by_mode[main_mode], **({"by_staging": by_mode} if len(modes) > 1 else {})})
     doc = {"kind": "model", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "profile": {**asdict(profile), "scale_out_bandwidth_Bps": profile.scale_out_bandwidth()},
            "collective": args.collective, "algorithm": args.algorithm, "nodes": args.nodes,
-           "ranks": profile.ranks_per_node * args.nodes, "rows": rows}
+           "ranks": profile.ranks_per_node * args.nodes, "staging_modes": list(modes), "rows": rows}
     if args.out:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(doc, indent=1))
         from fabriclab.results import plots
         plots.lines(out / "plot.png", f"{args.collective}/{args.algorithm}, {args.nodes} x {profile.name}",
-                    [r["size"] for r in rows], {"busbw": [r["busbw_GBps"] for r in rows]},
+                    [r["size"] for r in rows],
+                    {(f"busbw, {m} staging" if len(modes) > 1 else "busbw"): [_by(r, m)["busbw_GBps"] for r in rows]
+                     for m in modes},
                     "message size (bytes)", "busbw (GB/s)",
                     reference=(profile.scale_out_bandwidth() / 1e9, "scale-out bandwidth per rank"))
     if args.format == "json":
         print(json.dumps(doc, indent=1))
         return 0
+    staged = (f"; {profile.staging_copies} host staging cop{'y' if profile.staging_copies == 1 else 'ies'}"
+              if profile.staging_copies else "")
     title = (f"{args.collective}/{args.algorithm}, {args.nodes} x {profile.name} "
-             f"({doc['ranks']} ranks; scale-out {profile.scale_out_bandwidth() / 1e9:.1f} GB/s per rank)")
-    print(format_table(("size", "time us", "algbw GB/s", "busbw GB/s", "dominant term"),
-                       [(human_size(r["size"]), f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}",
-                         f"{r['busbw_GBps']:.2f}", r["dominant"]) for r in rows], title=title))
+             f"({doc['ranks']} ranks; scale-out {profile.scale_out_bandwidth() / 1e9:.1f} GB/s per rank{staged})")
+    if len(modes) == 1:
+        header = ("size", "time us", "algbw GB/s", "busbw GB/s", "dominant term")
+        cells = [(human_size(r["size"]), f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}",
+                  r["dominant"]) for r in rows]
+    else:                             # the two ways of charging host staging, side by side
+        header = ["size"] + [f"{what} ({m})" for m in modes for what in ("time us", "busbw GB/s", "dominant term")]
+        cells = [[human_size(r["size"])] + [v for m in modes for v in (
+            f"{_by(r, m)['time_us']:.1f}", f"{_by(r, m)['busbw_GBps']:.2f}", _by(r, m)["dominant"])] for r in rows]
+    print(format_table(header, cells, title=title))
     return 0
+
+
+def _by(row, mode):
+    """A row's figures under one staging mode."""
+    return row["by_staging"][mode] if "by_staging" in row else row
 
 
 # -- model calibrate ----------------------------------------------------------------------------

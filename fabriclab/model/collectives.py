@@ -55,6 +55,12 @@ def bus_factor(collective, p):
     return 1.0
 
 
+def phases(collective):
+    """How many times a collective's buffer passes through its ranks: AllReduce twice (reduce,
+    then share the result), the others once. Whole-buffer host staging is charged per phase."""
+    return 2 if collective == "allreduce" else 1
+
+
 def _check(size, p, alpha, bw):
     if size < 0:
         raise ValueError(f"size must be >= 0 bytes, got {size}")

@@ -5,6 +5,13 @@ them, the NICs, and the chain of hops data crosses from GPU memory to the networ
 wire), each with its bandwidth and the share of it that is achievable. The scale-out bandwidth a
 rank really gets is the slowest hop of that chain, divided among the ranks sharing the NICs, and
 reduced further by any staging copies through host memory (they cross PCIe again, serially).
+
+Staging is charged one of two ways (`staging_mode`):
+- `per-byte` (the default): every byte a rank sends through the fabric is also copied through host
+  memory, so the copies lower the rank's scale-out bandwidth; the cost grows with what it sends.
+- `whole-buffer`: each rank copies its whole buffer to host memory and back once per phase of the
+  collective, as projections of non-GPUDirect scale-out often assume: a fixed term per phase, the
+  same for 2 nodes or 2,000, on top of a scale-out bandwidth the copies do not lower.
 """
 
 from __future__ import annotations
@@ -62,13 +69,15 @@ class Profile:
     scale_out_latency: float
     datapath: tuple                  # Hops between GPU memory and the NIC (e.g. PCIe)
     staging_copies: int = 0          # extra copies through host memory over the first hop
+    staging_mode: str = "per-byte"   # how they are charged: per-byte | whole-buffer (see above)
 
-    def scale_out_bandwidth(self):
-        """Bytes/s one rank moves through the fabric: slowest hop, shared NICs, staging copies."""
+    def scale_out_bandwidth(self, staging_mode=None):
+        """Bytes/s one rank moves through the fabric: slowest hop, shared NICs, and per-byte
+        staging copies (`staging_mode`: this profile's unless given)."""
         nic_share = self.nic.achievable * self.nics_per_node / self.ranks_per_node
         hops = [h.achievable for h in self.datapath] + [nic_share]
         pipelined = min(hops)
-        if self.staging_copies and self.datapath:
+        if (staging_mode or self.staging_mode) == "per-byte" and self.staging_copies and self.datapath:
             # Each staging copy crosses the first hop again, not overlapped with the rest.
             return 1 / (1 / pipelined + self.staging_copies / self.datapath[0].achievable)
         return pipelined
@@ -78,14 +87,22 @@ class Profile:
         hops = [(h.achievable, h.name) for h in self.datapath] + [(nic_share, self.nic.name)]
         return min(hops)[1]
 
-    def tiers(self):
+    def tiers(self, staging_mode=None):
         return (Tier(self.scale_up_latency, self.scale_up.achievable),
-                Tier(self.scale_out_latency, self.scale_out_bandwidth()))
+                Tier(self.scale_out_latency, self.scale_out_bandwidth(staging_mode)))
+
+    def staging_seconds(self, buffer_bytes, phases, staging_mode=None):
+        """Whole-buffer staging: each copy takes the buffer to host memory and back over the
+        first hop, once per phase; 0 in per-byte mode (charged in the bandwidth instead)."""
+        if (staging_mode or self.staging_mode) != "whole-buffer" or not (self.staging_copies and self.datapath):
+            return 0.0
+        return phases * self.staging_copies * 2 * buffer_bytes / self.datapath[0].achievable
 
 
 HOP_KEYS = ("name", "bandwidth", "efficiency")
 PROFILE_KEYS = ("name", "description", "ranks_per_node", "scale_up", "scale_out", "datapath",
-                "staging_copies", "notes")
+                "staging_copies", "staging_mode", "notes")
+STAGING_MODES = ("per-byte", "whole-buffer")
 
 
 def _hop(data, where, extra=()):
@@ -130,7 +147,14 @@ def load_profile(name_or_path):
         scale_out_latency=_latency_s(out, f"{where}: scale_out"),
         datapath=tuple(_hop(h, f"{where}: datapath[{i}]") for i, h in enumerate(datapath)),
         staging_copies=whole(data.get("staging_copies", 0), f"{where}: staging_copies", 0, 8),
+        staging_mode=_staging_mode(data.get("staging_mode", "per-byte"), where),
     )
+
+
+def _staging_mode(value, where):
+    if value not in STAGING_MODES:
+        raise LabError(f"{where}: staging_mode must be {' or '.join(STAGING_MODES)}, got {excerpt(value)}")
+    return value
 
 
 def shipped_profiles():

@@ -115,6 +115,44 @@ def test_datapath_chain_takes_the_slowest_hop_and_staging_copies():
     assert shared.scale_out_bandwidth() == pytest.approx(40e9 * 2 / 8)   # 2 NICs for 8 ranks
 
 
+def test_whole_buffer_staging_is_a_fixed_term_per_phase_whatever_the_node_count(tmp_path, capsys):
+    from fabriclab.cli.model import predict
+
+    nic = Hop("nic", 50e9, 0.8)
+    pcie = Hop("pcie", 32e9, 1.0)
+    staged = Profile("p", "", 8, Hop("nvl", 300e9, 1.0), 1e-6, 8, nic, 5e-6, (pcie,), staging_copies=2,
+                     staging_mode="whole-buffer")
+    assert staged.scale_out_bandwidth() == pytest.approx(32e9)          # the copies do not lower it
+    assert staged.scale_out_bandwidth("per-byte") == pytest.approx(1 / (1 / 32e9 + 2 / 32e9))
+    size = 1 << 30
+    # AllReduce: 2 phases x 2 copies x (to host and back) x the buffer over PCIe
+    assert staged.staging_seconds(size, 2) == pytest.approx(2 * 2 * 2 * size / 32e9)
+    assert staged.staging_seconds(size, 2, "per-byte") == 0.0
+    terms = {n: predict(staged, "allreduce", "ring", n, size).terms for n in (2, 64)}
+    assert terms[2]["host staging (whole buffer)"] == terms[64]["host staging (whole buffer)"]
+    assert "host staging (whole buffer)" not in predict(staged, "allreduce", "ring", 1, size).terms
+    assert predict(staged, "allgather", "ring", 4, size).terms["host staging (whole buffer)"] == \
+        pytest.approx(2 * 2 * size / 32e9)                              # one phase
+    per_byte = predict(staged, "allreduce", "ring", 2, size, "per-byte")
+    assert "host staging (whole buffer)" not in per_byte.terms and per_byte.time > 0
+
+    path = tmp_path / "staged.yaml"
+    path.write_text("name: staged\nranks_per_node: 8\nscale_up: {name: nvl, bandwidth: 300GB/s, latency_us: 1}\n"
+                    "scale_out: {name: nic, bandwidth: 400Gbit, efficiency: 0.8, nics_per_node: 8, latency_us: 5}\n"
+                    "datapath: [{name: pcie, bandwidth: 32GB/s}]\nstaging_copies: 1\n")
+    assert load_profile(str(path)).staging_mode == "per-byte"
+    assert main(["model", "collective", "--profile", str(path), "--nodes", "4", "--sizes", "1G", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = doc["rows"][0]
+    assert doc["staging_modes"] == ["per-byte", "whole-buffer"] and set(row["by_staging"]) == set(doc["staging_modes"])
+    assert row["time_us"] == row["by_staging"]["per-byte"]["time_us"]          # flat fields: the profile's mode
+    assert main(["model", "collective", "--profile", str(path), "--nodes", "4", "--sizes", "1G"]) == 0
+    assert "time us (whole-buffer)" in capsys.readouterr().out
+    path.write_text(path.read_text() + "staging_mode: sometimes\n")
+    with pytest.raises(LabError, match="staging_mode must be per-byte or whole-buffer, got 'sometimes'"):
+        load_profile(str(path))
+
+
 def test_shipped_profiles_load():
     assert {"h100_8x400g", "a100_8x200g", "intel_max_6gpu"} <= set(shipped_profiles())
     h100 = load_profile("h100_8x400g")
