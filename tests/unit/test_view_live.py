@@ -337,3 +337,31 @@ def test_a_busy_address_is_refused_before_a_fabric_is_built():
         port = taken.getsockname()[1]
         with pytest.raises(LabError, match=f"cannot serve the web view on 127.0.0.1:{port}"):
             WebServer(lab, Session(lab), f"127.0.0.1:{port}").bind()
+
+
+def test_a_reading_that_fails_is_shown_and_the_feed_goes_on(tmp_path):
+    lab = FakeLab()
+    for col in live.portsampler.columns(lab.fabric):
+        folder = tmp_path / col.intf / "statistics"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / col.counter).write_text("0\n")
+    real, calls = lab.fault_state, []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("dictionary changed size during iteration")
+        return real()
+    lab.fault_state = flaky
+    feed = live.LiveFeed(lab, Session(lab), refresh_s=0.02, sys_net=str(tmp_path)).start()
+    try:
+        seen, seq = [], 0
+        while len(seen) < 4:
+            frame = feed.wait(seq, 5)
+            assert frame is not None
+            seq = frame["seq"]
+            seen.append(frame["error"])
+        assert seen[0] is None and seen[1] == "RuntimeError: dictionary changed size during iteration"
+        assert seen[2:] == [None, None]                  # the feed read on
+    finally:
+        feed.stop()

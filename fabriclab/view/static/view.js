@@ -306,6 +306,10 @@
   }
 
   function push(f) {
+    if (f.error && !f.rates) {                   // nothing read yet: no frame to show
+      status("could not read the lab: " + f.error + "; trying again", "lost");
+      return;
+    }
     const frames = source.frames;
     const following = frame >= frames.length - 1;
     frames.push(f);
@@ -318,8 +322,13 @@
     document.getElementById("timeline-state").textContent = !tl ? "no timeline started" :
       (tl.running ? "running: " : "finished: ") + tl.applied + " of " + tl.steps + " step(s) applied" +
       (tl.error ? "; failed: " + tl.error : "");
-    if (f.error) status("the lab's feed stopped: " + f.error, "stopped");
+    if (f.error) status("could not read the lab: " + f.error + "; trying again", "lost");
+    else if (document.body.dataset.connection === "lost") status(liveText(), "live");
     setFrame(following ? frames.length - 1 : frame);
+  }
+
+  function liveText() {
+    return "live: " + data.live.routing + ", a frame every " + data.live.refresh_s + " s";
   }
 
   function startLive() {
@@ -339,7 +348,7 @@
     document.getElementById("timeline-stop").addEventListener("click", () => post({action: "timeline_stop"}));
     document.getElementById("restore").addEventListener("click", () => post({action: "restore"}));
     const events = new EventSource(data.live.events);
-    events.onopen = () => status("live: " + data.live.routing + ", a frame every " + data.live.refresh_s + " s", "live");
+    events.onopen = () => status(liveText(), "live");
     events.onmessage = ev => push(JSON.parse(ev.data));
     events.addEventListener("bye", ev => {
       const bye = JSON.parse(ev.data);
