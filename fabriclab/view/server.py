@@ -245,14 +245,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not self.server.web.action_lock.acquire(blocking=False):
             self._json(409, {"ok": False, "error": "another action is still under way; try again"})
             return
+        # The answer is sent after the lock is released: a page that acts again as soon as it has
+        # the answer must not find the lock still held.
         try:
             request = parse_json(self.rfile.read(int(length)).decode("utf-8", "replace"), "request")
-            message = actions.perform(self.server.web.lab, self.server.web.session, request)
+            code, answer = 200, {"ok": True, "message": actions.perform(self.server.web.lab,
+                                                                        self.server.web.session, request)}
         except LabError as exc:
-            self._json(400, {"ok": False, "error": str(exc)})
+            code, answer = 400, {"ok": False, "error": str(exc)}
         except Exception as exc:            # noqa: BLE001 - the page shows it; the lab goes on
-            self._json(500, {"ok": False, "error": f"{type(exc).__name__}: {excerpt(str(exc), 120)}"})
-        else:
-            self._json(200, {"ok": True, "message": message})
+            code, answer = 500, {"ok": False, "error": f"{type(exc).__name__}: {excerpt(str(exc), 120)}"}
         finally:
             self.server.web.action_lock.release()
+        self._json(code, answer)

@@ -280,12 +280,14 @@ def test_every_path_wants_the_token(served):
 def test_the_server_reads_the_counters_and_carries_out_actions(served):
     lab, _session, web, sys_net = served
     up = next(c for c in live.portsampler.columns(lab.fabric) if c.name == "l1>s1")
-    (sys_net / up.intf / "statistics" / up.counter).write_text("125000000\n")
-    deadline = time.monotonic() + 5
-    state = {}
+    counter = sys_net / up.intf / "statistics" / up.counter
+    deadline, sent, state = time.monotonic() + 10, 0, {}
+    # the counter keeps moving, so whichever frame the poll reads has seen it move
     while time.monotonic() < deadline and not (state.get("rates", {}).get("l1-s1", {}).get("up") or 0) > 0:
-        state = json.loads(ask(web, "GET", "/state")[1] or b"{}")
+        sent += 125_000
+        counter.write_text(f"{sent}\n")
         time.sleep(0.02)
+        state = json.loads(ask(web, "GET", "/state")[1] or b"{}")
     assert state["rates"]["l1-s1"]["up"] > 0 and state["error"] is None
     answer, body = ask(web, "POST", "/action", {"action": "link_down", "link": "l1-s1"})
     assert answer.status == 200 and json.loads(body) == {"ok": True, "message": json.loads(body)["message"]}
