@@ -332,13 +332,29 @@ def command_line(app, options, run_dir, port, run_id=""):
             "--options", json.dumps(options), "--run-id", run_id]
 
 
+def _listen_address(text):
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an IP address") from None
+    if address.is_unspecified:
+        raise argparse.ArgumentTypeError("listen on one address, not every interface")
+    return str(address)
+
+
 def argument_parser(apps):
     parser = argparse.ArgumentParser(prog="fabriclab-controller")
     parser.add_argument("--app", required=True, choices=sorted(apps))
     parser.add_argument("--run-dir", required=True,
                         help=f"the run folder: {FABRIC_FILE} in, {STATUS_FILE} out, {JOBS_FILE} and "
                              f"{STEERING_FILE} watched")
-    parser.add_argument("--port", type=int, required=True, help="OpenFlow listen port on 127.0.0.1")
+    parser.add_argument("--port", type=int, required=True, help="OpenFlow listen port")
+    # Loopback for the lab's own switches; a containerlab export names the controller container's
+    # management address (fabriclab/export/containerlab.py), never every interface.
+    parser.add_argument("--listen", default="127.0.0.1", type=_listen_address,
+                        help="the address to listen on (default 127.0.0.1)")
     parser.add_argument("--options", default="{}", help="the app's options as JSON (see fabriclab.apps)")
     parser.add_argument("--run-id", default="", help="the lab run this controller serves")
     parser.add_argument("--log", help="log file (default: stderr)")

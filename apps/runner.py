@@ -2,8 +2,8 @@
 (the arguments are control.command_line's).
 
 os-ken 4 ships no manager command, so the lab starts the app itself with AppManager.run_apps, after
-pinning the listener to loopback and choosing the hub explicitly (native threads, so eventlet
-never monkey-patches the standard library). The app's configuration travels as one object: the
+pinning the listener (to loopback unless --listen names one other address) and choosing the hub
+explicitly (native threads, so eventlet never monkey-patches the standard library). The app's configuration travels as one object: the
 runner builds a control.AppConfig and puts it into AppManager's contexts, which os-ken hands to
 each app's constructor (osken_app.CONFIG_CONTEXT); nothing is passed through the environment.
 """
@@ -28,7 +28,7 @@ def main(argv=None):
     # os-ken modules register command-line options when imported; all must be in before parsing.
     from fabriclab.apps import osken_app
 
-    conf_args = ["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)]
+    conf_args = ["--ofp-listen-host", args.listen, "--ofp-tcp-listen-port", str(args.port)]
     if os.environ.get("FABRICLAB_CONTROLLER_DEBUG"):
         conf_args.append("--verbose")
     if args.log:

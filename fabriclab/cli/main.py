@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "fabriclab.cli.scenario",
     "fabriclab.cli.sweep",
     "fabriclab.cli.results",      # report, compare
+    "fabriclab.cli.export",
 ]
 
 

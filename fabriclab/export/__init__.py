@@ -1,0 +1,1 @@
+"""A spec's fabric written out for other tools (`containerlab`)."""
