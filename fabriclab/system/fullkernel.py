@@ -19,7 +19,6 @@ import platform
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from fabriclab.system import patience
+from fabriclab.system import patience, procs
 from fabriclab.errors import EnvironmentProblem, LabError
 
 TIER_ENV = "FABRICLAB_TIER"
@@ -248,32 +247,18 @@ def _bounded(argv, timeout_s, marker, out, env, cwd, boot_timeout_s=BOOT_TIMEOUT
         while proc.poll() is None:
             elapsed = time.monotonic() - start
             if elapsed > timeout_s:
-                _kill_group(proc)
+                procs.end_group(proc)
                 raise LabError(f"the full-kernel run outlived its {timeout_s:.0f} s limit and was stopped")
             if marker and seen["marker"] is None and elapsed > min(boot_timeout_s, timeout_s):
-                _kill_group(proc)
+                procs.end_group(proc)
                 raise LabError(f"the full-kernel guest did not boot within {min(boot_timeout_s, timeout_s):.0f} s"
                                + (f" (last output: {seen['tail']})" if seen["tail"] else ""))
             time.sleep(0.2)
     except BaseException:
-        _kill_group(proc)
+        procs.end_group(proc)          # qemu and its helpers share the group vng started in
         raise
     reader.join(timeout=5)
     return proc.returncode, seen["marker"], time.monotonic() - start, seen["tail"]
-
-
-def _kill_group(proc):
-    """qemu and its helpers share the group vng started in; nothing of the guest outlives it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # ---------------------------------------------------------------------------

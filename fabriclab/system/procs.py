@@ -1,9 +1,12 @@
-"""Processes by PID, checked without signalling them: alive, and the command line they run."""
+"""Processes by PID, checked without signalling them: alive, and the command line they run; and
+ending a process group the caller itself started (`end_group`)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
+import subprocess
 
 
 def pid_alive(pid):
@@ -80,3 +83,18 @@ def listens(pid, port):
         if target.startswith("socket:[") and target[8:-1] in inodes:
             return True
     return False
+
+
+def end_group(proc):
+    """End the process group `proc` (a Popen started with start_new_session) leads: SIGTERM, then
+    SIGKILL if it has not exited within 5 s. The group is the caller's own, never found by name."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -14,12 +14,13 @@ import base64
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+
+from fabriclab.system.procs import end_group
 
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
 # Debian's package installs the browser binary here (/usr/bin/chromium is a wrapper script);
@@ -82,7 +83,7 @@ class Browser:
             answer = _call("POST", f"http://127.0.0.1:{port}/session", caps, timeout=60)
             return cls(driver, port, answer["sessionId"])
         except BaseException:
-            _end_group(driver)
+            end_group(driver)
             raise
 
     def __enter__(self):
@@ -132,20 +133,7 @@ class Browser:
         except (WebDriverError, OSError):
             pass
         finally:
-            _end_group(self.driver)
-
-
-def _end_group(driver):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(driver.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            driver.wait(5)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+            end_group(self.driver)
 
 
 def _call(method, url, body=None, timeout=30):

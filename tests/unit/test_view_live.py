@@ -238,13 +238,18 @@ def test_the_live_page_is_self_contained_and_carries_its_token():
 
 
 # -- the server, on loopback, with the fake lab and fake port counters ------------------------------
+def fake_counters(lab, sys_net):
+    """A /sys/class/net look-alike under `sys_net`: every counter the feed reads, at 0."""
+    for col in live.portsampler.columns(lab.fabric):
+        folder = sys_net / col.intf / "statistics"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / col.counter).write_text("0\n")
+
+
 @pytest.fixture
 def served(tmp_path):
     lab = FakeLab()
-    for col in live.portsampler.columns(lab.fabric):
-        folder = tmp_path / col.intf / "statistics"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / col.counter).write_text("0\n")
+    fake_counters(lab, tmp_path)
     session = Session(lab)
     web = WebServer(lab, session, "127.0.0.1:0", refresh_s=0.05, sys_net=str(tmp_path)).start()
     session.web = web
@@ -343,10 +348,7 @@ def test_a_busy_address_is_refused_before_a_fabric_is_built():
 
 def test_a_reading_that_fails_is_shown_and_the_feed_goes_on(tmp_path):
     lab = FakeLab()
-    for col in live.portsampler.columns(lab.fabric):
-        folder = tmp_path / col.intf / "statistics"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / col.counter).write_text("0\n")
+    fake_counters(lab, tmp_path)
     real, calls = lab.fault_state, []
 
     def flaky():
