@@ -145,11 +145,12 @@ def run_case(inventory, machine, case_file, case_id, folder, envvars=None):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def fan_out(inventory, cases, case_file_of, folder_of, on_state, log=print, envvars=None):
+def fan_out(inventory, cases, case_file_of, folder_of, on_state, log=print, envvars=None, found=None):
     """Run `cases` over the inventory's machines, one at a time on each. `case_file_of(case)` and
     `folder_of(case)` give its scenario file and results folder; `on_state(case, state, **detail)`
-    records each change. Returns the cases left when every machine dropped out."""
-    found = machines(inventory)
+    records each change; `found`: machines(inventory), when the caller has read it already.
+    Returns the cases left when every machine dropped out."""
+    found = found or machines(inventory)
     todo = queue.Queue()
     for case in cases:
         todo.put(case)

@@ -227,7 +227,11 @@ def write_case_file(case, folder, sweep_path):
 # -- running ---------------------------------------------------------------------------------------
 def run(sweep, folder, inventory=None, log=print, verbose=False):
     """Run the cases not yet done into `folder` (here, one after another, or over an inventory's
-    machines); returns the Record. Each case's scenario is written to its folder first."""
+    machines); returns the Record. Each case's scenario is written to its folder first; a bad
+    inventory is refused before anything is written."""
+    from fabriclab.workflows import fanout
+
+    found = fanout.machines(inventory) if inventory is not None else None
     record = Record(folder, sweep)
     pending = record.pending()
     done = len(sweep.cases) - len(pending)
@@ -239,10 +243,8 @@ def run(sweep, folder, inventory=None, log=print, verbose=False):
         for case in pending:
             _run_here(record, case, files[case.id], log, verbose)
         return record
-    from fabriclab.workflows import fanout
-
     left = fanout.fan_out(inventory, pending, lambda c: files[c.id], lambda c: record.case_folder(c.id),
-                          record.set, log)
+                          record.set, log, found=found)
     if left:
         log(f"{len(left)} case(s) left: every machine dropped out (run the sweep again to resume)")
     return record

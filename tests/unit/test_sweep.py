@@ -160,3 +160,10 @@ def test_results_come_back_inside_their_folder_only(tmp_path):
     (tmp_path / "junk.tgz").write_bytes(b"not an archive")
     with pytest.raises(LabError, match="unreadable"):
         fanout.unpack(tmp_path / "junk.tgz", tmp_path / "third")
+
+
+def test_a_bad_inventory_is_refused_before_the_folder_is_written(tmp_path):
+    sw = expand({"jobs.ring.qps": [1, 2]})
+    with pytest.raises(LabError, match="no inventory file"):
+        sweep.run(sw, tmp_path / "out", inventory=tmp_path / "missing.ini", log=lambda _line: None)
+    assert not (tmp_path / "out").exists()
