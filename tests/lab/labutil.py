@@ -1,10 +1,18 @@
 """Helpers for lab tests: what lab resources exist on this machine right now."""
 
 import os
+import signal
 import subprocess
 
 LAB_PROCESS_MARKS = ("mininet:", "fabriclab.apps.runner", "fabriclab.traffic.generator",
                      "fabriclab.traffic.agent", "fabriclab.traffic.verbs_agent")
+
+
+def sigint_as_at_a_terminal():
+    """preexec_fn for a command a test interrupts with SIGINT: a shell that starts a job in the
+    background without job control (as a CI runner may start this suite) sets SIGINT to ignored,
+    the child inherits that and Python keeps it, so the command would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def bridges():

@@ -17,7 +17,7 @@ def test_reproduce_quick_judges_every_claim_and_none_flips(quick_catalogue, caps
     data = quick_catalogue.data()
     rows = {r["id"]: r for r in data["claims"]}
     assert list(rows) == [c.id for c in CLAIMS] and data["quick"] is True
-    flipped = {i: r["agreement"] for i, r in rows.items() if r["status"] == FLIPPED}
+    flipped = {i: (r["agreement"], r["lab"]) for i, r in rows.items() if r["status"] == FLIPPED}
     assert not flipped, flipped
     for name, experiment in data["experiments"].items():
         assert experiment["error"] is None, (name, experiment["error"])

@@ -22,7 +22,8 @@ def test_ctrl_c_during_a_scenario_leaves_nothing_behind(tmp_path):
                     "jobs: [{name: ring, collective: allreduce, sizes: [256K]}]\n"
                     "faults: [{at: 1, flap: l1-s1, count: 5, down: 1, up: 1}]\n")
     proc = subprocess.Popen(FABRICLAB + ["scenario", "run", str(path), "--out", str(tmp_path / "out")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=labutil.sigint_as_at_a_terminal)
     try:
         deadline = time.monotonic() + 90
         while not any("fabriclab.traffic.agent" in cmd for _pid, cmd in labutil.lab_processes()):
@@ -30,12 +31,12 @@ def test_ctrl_c_during_a_scenario_leaves_nothing_behind(tmp_path):
             time.sleep(0.1)
         time.sleep(2.0)                                 # into the fault timeline
         proc.send_signal(signal.SIGINT)
-        proc.wait(60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
-    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err, err
     assert labutil.leaked(before, labutil.resources()) == {}
 
 
