@@ -326,9 +326,9 @@ class AppConfig:
                    args.run_id)
 
 
-def command_line(app, options, run_dir, port, run_id=""):
+def command_line(app, options, run_dir, port, run_id="", listen="127.0.0.1"):
     """The controller process's arguments after `python -m fabriclab.apps.runner`."""
-    return ["--app", app, "--run-dir", str(run_dir), "--port", str(port),
+    return ["--app", app, "--run-dir", str(run_dir), "--port", str(port), "--listen", listen,
             "--options", json.dumps(options), "--run-id", run_id]
 
 

@@ -8,6 +8,7 @@ runner builds a control.AppConfig and puts it into AppManager's contexts, which 
 each app's constructor (osken_app.CONFIG_CONTEXT); nothing is passed through the environment.
 """
 
+import faulthandler
 import os
 import signal
 import sys
@@ -15,6 +16,9 @@ import sys
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")
 
 from fabriclab.apps import APPS, control  # noqa: E402
+
+ECHO_INTERVAL_S = 1.0
+ECHO_UNREPLIED = 30
 
 
 def main(argv=None):
@@ -28,16 +32,26 @@ def main(argv=None):
     # os-ken modules register command-line options when imported; all must be in before parsing.
     from fabriclab.apps import osken_app
 
+    # Echo requests are what tells the app a switch has gone. Under the native hub a datapath whose
+    # socket closed never goes DEAD by itself (hub.kill cannot stop its send thread, so serve()
+    # never returns); the echo loop's next send fails, it closes the datapath and the app hears
+    # of it within ECHO_INTERVAL_S. A switch that stays silent for ECHO_UNREPLIED of them is
+    # dropped too: generous, as a loaded 2-core machine can stall OVS for seconds.
     conf_args = ["--ofp-listen-host", args.listen, "--ofp-tcp-listen-port", str(args.port)]
     if os.environ.get("FABRICLAB_CONTROLLER_DEBUG"):
         conf_args.append("--verbose")
     if args.log:
         conf_args += ["--log-file", args.log]
     cfg.CONF(args=conf_args, project="os_ken", default_config_files=[])
+    cfg.CONF.set_override("echo_request_interval", ECHO_INTERVAL_S)
+    cfg.CONF.set_override("maximum_unreplied_echo_requests", ECHO_UNREPLIED)
     log.init_log()
     # SIGTERM from the lab ends the process at once: os-ken's native hub threads cannot be
     # interrupted, and there is no state to flush (status writes are atomic renames).
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    # SIGUSR1 writes every thread's stack to the log (stderr): the lab asks for it when the app
+    # stops answering, and puts where each thread waits into its error.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     AppManager.get_instance().contexts[osken_app.CONFIG_CONTEXT] = config
     AppManager.run_apps([osken_app.__name__])
     return 0

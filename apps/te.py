@@ -15,7 +15,8 @@ state that puts the placement above the ECMP defaults.
   back to ECMP as soon as the controller hears of it, and the next recompute places it again.
 
 TE pins the first hop, as the paper's entries at the rack switches do; beyond it ECMP decides.
-In a 2-tier fabric without parallel links the first hop fixes the whole path.
+In a 2-tier fabric without parallel links the first hop fixes the whole path; in a 3-tier one
+the first hop fixes the spine, and ECMP picks among the super-spines of its group.
 """
 
 from __future__ import annotations

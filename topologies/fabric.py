@@ -5,10 +5,14 @@ CLI all agree on names, datapath ids, OpenFlow port numbers, MACs and addresses 
 each other. It serialises to JSON for the controller process. Nothing here starts anything.
 
 Conventions (kept short so interface names stay within Linux's 15 characters):
-- switches: leafspine 'l3', 's1'; multiplane 'p2l3', 'p2s1' (plane 2, leaf 3)
+- switches: leafspine 'l3', 's1'; multiplane 'p2l3', 'p2s1' (plane 2, leaf 3); threetier numbers
+  leaves and spines across pods ('l5' is pod 2's first leaf with 4 leaves a pod) and adds the
+  super-spines 'ss1'..
 - hosts 'h5'; a host port (one per NIC per plane) 'h5-n0' or, multiplane, 'h5-n0p2'
 - switch ports are '<switch>-eth<openflow port number>'
 - a host port's address is 10.<plane>.<leaf>.<slot>; each leaf owns 10.<plane>.<leaf>.0/24
+- rail cabling: leaves come in rail groups of nics_per_host; NIC i of group g's hosts is on leaf
+  g*nics_per_host + i + 1 (in every plane), at slot <host's place in its group> + 1
 """
 
 from __future__ import annotations
@@ -20,16 +24,17 @@ from fabriclab.loading import excerpt
 from fabriclab.topologies.spec import Buffers, FabricSpec, LinkDelay
 from fabriclab.queues.config import QueueSpec
 
-ROLE_TIER = {"leaf": 0, "spine": 1}
+ROLE_TIER = {"leaf": 0, "spine": 1, "super_spine": 2}
 
 
 @dataclass(frozen=True)
 class Switch:
     name: str
-    role: str        # 'leaf' | 'spine' (a later 3-tier kind adds 'agg')
+    role: str        # 'leaf' | 'spine' | 'super_spine' (threetier)
     plane: int       # 1-based
-    index: int       # 1-based within its role and plane
+    index: int       # 1-based within its role and plane (across pods)
     dpid: int
+    pod: int = 1     # 1-based AI zone of a leaf or spine; 0 for a super-spine (it joins them all)
 
     @property
     def tier(self):
@@ -52,8 +57,15 @@ class HostPort:
 class Host:
     name: str
     index: int       # 1-based
-    leaf_index: int  # 1-based: which leaf (in every plane) the host sits under
+    # 1-based: the one leaf (in every plane) the host sits under; None under rail cabling, where
+    # each NIC has its own leaf (HostPort.leaf) and `group` says which hosts share leaves
+    leaf_index: int | None
     ports: tuple
+    group: int = 0   # 1-based: the hosts sharing its leaves: its leaf (rack) or rail group (rail)
+
+    def nic_ports(self, nic):
+        """The ports of one NIC (its rail), in plane order."""
+        return sorted((p for p in self.ports if p.nic == nic), key=lambda p: p.plane)
 
 
 @dataclass(frozen=True)
@@ -104,25 +116,34 @@ class Fabric:
 
     # -- construction -------------------------------------------------------------------------
     def _switch_name(self, role, plane, index):
-        prefix = "l" if role == "leaf" else "s"
+        prefix = {"leaf": "l", "spine": "s", "super_spine": "ss"}[role]
         return f"p{plane}{prefix}{index}" if self.spec.kind == "multiplane" else f"{prefix}{index}"
 
     def _build(self):
         spec = self.spec
+        tiers = [("leaf", spec.leaves), ("spine", spec.spines)]
+        if spec.kind == "threetier":
+            tiers.append(("super_spine", spec.super_spines))
         for plane in range(1, spec.planes + 1):
-            for role, count in (("leaf", spec.leaves), ("spine", spec.spines)):
-                for index in range(1, count + 1):
+            for role, per_pod in tiers:
+                pods = 1 if role == "super_spine" else spec.pods
+                for index in range(1, pods * per_pod + 1):
                     name = self._switch_name(role, plane, index)
-                    self.switches[name] = Switch(name, role, plane, index, switch_dpid(role, plane, index))
+                    pod = 0 if role == "super_spine" else (index - 1) // per_pod + 1
+                    self.switches[name] = Switch(name, role, plane, index, switch_dpid(role, plane, index), pod)
 
-        host_ports_per_leaf = spec.hosts_per_leaf * spec.nics_per_host
+        host_ports_per_leaf = spec.host_ports_per_leaf
+        rail = spec.cabling == "rail"
         for h in range(1, spec.hosts + 1):
             name = f"h{h}"
-            leaf_index = (h - 1) // spec.hosts_per_leaf + 1
+            group = (h - 1) // spec.hosts_per_leaf + 1
             in_leaf = (h - 1) % spec.hosts_per_leaf
             ports = []
             for nic in range(spec.nics_per_host):
-                slot = in_leaf * spec.nics_per_host + nic + 1
+                if rail:        # NIC i on rail leaf i of the group, one slot per host there
+                    leaf_index, slot = (group - 1) * spec.nics_per_host + nic + 1, in_leaf + 1
+                else:
+                    leaf_index, slot = group, in_leaf * spec.nics_per_host + nic + 1
                 for plane in range(1, spec.planes + 1):
                     intf = f"{name}-n{nic}p{plane}" if spec.kind == "multiplane" else f"{name}-n{nic}"
                     leaf = self._switch_name("leaf", plane, leaf_index)
@@ -132,19 +153,38 @@ class Fabric:
                     ports.append(port)
                     self.links.append(Link(name, -1, intf, leaf, slot, f"{leaf}-eth{slot}",
                                            spec.host_rate_mbps, "host", plane))
-            self.hosts[name] = Host(name, h, leaf_index, tuple(ports))
+            self.hosts[name] = Host(name, h, None if rail else group, tuple(ports), group)
 
-        # Leaf uplinks follow the host ports; spine ports are numbered by leaf then member.
+        # Leaf uplinks follow the host ports; spine ports are numbered by leaf (of its pod) then member.
         for plane in range(1, spec.planes + 1):
-            for li in range(1, spec.leaves + 1):
+            for li in range(1, spec.total_leaves + 1):
                 leaf = self._switch_name("leaf", plane, li)
+                pod, in_pod = divmod(li - 1, spec.leaves)
                 for si in range(1, spec.spines + 1):
-                    spine = self._switch_name("spine", plane, si)
+                    spine = self._switch_name("spine", plane, pod * spec.spines + si)
                     for member in range(spec.parallel_links):
                         lp = host_ports_per_leaf + (si - 1) * spec.parallel_links + member + 1
-                        sp = (li - 1) * spec.parallel_links + member + 1
+                        sp = in_pod * spec.parallel_links + member + 1
                         self.links.append(Link(leaf, lp, f"{leaf}-eth{lp}", spine, sp, f"{spine}-eth{sp}",
                                                spec.fabric_rate_mbps, "fabric", plane, member))
+        if spec.kind == "threetier":
+            self._build_core()
+
+    def _build_core(self):
+        """threetier: spine k of every pod joins super-spines (k-1)g+1..kg, g = super_spines /
+        spines (model/graph.py's fat tree, so both count the same paths). A spine's uplinks follow
+        its leaf ports; a super-spine's port p faces pod p."""
+        spec = self.spec
+        group = spec.super_spines // spec.spines
+        downlinks = spec.leaves * spec.parallel_links
+        for pod in range(1, spec.pods + 1):
+            for k in range(1, spec.spines + 1):
+                spine = self._switch_name("spine", 1, (pod - 1) * spec.spines + k)
+                for m in range(1, group + 1):
+                    top = self._switch_name("super_spine", 1, (k - 1) * group + m)
+                    sp = downlinks + m
+                    self.links.append(Link(spine, sp, f"{spine}-eth{sp}", top, pod, f"{top}-eth{pod}",
+                                           spec.core_rate_mbps, "fabric", 1))
 
     # -- queries --------------------------------------------------------------------------------
     @property
@@ -187,6 +227,17 @@ class Fabric:
                     return port
         return None
 
+    def pod_of(self, node):
+        """The AI zone (1-based pod) of a host or switch; 0 for a super-spine."""
+        if node in self.hosts:
+            node = self.hosts[node].ports[0].leaf
+        return self.switches[node].pod
+
+    @property
+    def core_links(self):
+        """threetier: the spine <-> super-spine cables, which every cross-zone byte crosses."""
+        return [link for link in self.fabric_links if self.switches[link.b].role == "super_spine"]
+
     def buffer_bytes(self, node):
         role = "host" if node in self.hosts else self.switches[node].role
         return getattr(self.spec.buffers, role)
@@ -197,6 +248,7 @@ class Fabric:
         return {
             "name": spec.name,
             "kind": spec.kind,
+            "cabling": spec.cabling,
             "planes": spec.planes,
             "switches": len(self.switches),
             "hosts": len(self.hosts),
@@ -206,7 +258,12 @@ class Fabric:
             "fabric_rate_mbps": spec.fabric_rate_mbps,
             "mtu": spec.mtu,
             "oversubscription": round(spec.oversubscription, 3),
-            "buffers_bytes": asdict(spec.buffers),
+            **({"pods": spec.pods, "super_spines": spec.super_spines,
+                "super_spine_rate_mbps": spec.core_rate_mbps,
+                "cross_zone_oversubscription": round(spec.cross_zone_oversubscription, 3)}
+               if spec.kind == "threetier" else {}),
+            "buffers_bytes": {role: size for role, size in asdict(spec.buffers).items()
+                              if role in {s.role for s in self.switches.values()} | {"host"}},
             "time_scale": spec.time_scale,
             "lab_delay_ms": {kind: spec.lab_delay_ms(kind) for kind in ("host", "fabric")},
         }

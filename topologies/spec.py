@@ -20,13 +20,21 @@ from fabriclab.units import parse_size_bytes
 from fabriclab.queues.config import QueueSpec, check_against_fabric, queues_from_dict
 from fabriclab.loading import clip, excerpt, is_file, load_yaml
 
-KINDS = ("leafspine", "multiplane")
+KINDS = ("leafspine", "multiplane", "threetier")
+# How a host's NICs reach the leaves. rack: every NIC to the host's one leaf (a ToR per rack).
+# rail: leaves form rail groups of nics_per_host leaves and NIC i of every host in a group goes
+# to leaf i of the group, as GPU clusters are cabled (seed 002 Figure 2's rails).
+CABLINGS = ("rack", "rail")
 MIN_MTU, MAX_MTU = 1500, 9216
 
 # Addresses are 10.<plane>.<leaf>.<slot>: one octet each for planes and leaves, slots 1..253.
+# A threetier fabric numbers its leaves across pods, so pods x leaves shares the one octet.
 MAX_PLANES = 254
 MAX_LEAVES = 254
 MAX_PORTS_PER_LEAF = 253
+MAX_SPINES = 64
+MAX_PODS = 64
+MAX_SUPER_SPINES = 256
 
 # Rates are in bits: '20Mbit', '20Mbit/s', '400G'. 'B' and 'bps' are refused because tc reads them
 # as bytes, and a rate off by 8x is worse than an error.
@@ -37,7 +45,7 @@ _TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
 # Lab links are software: below 0.1 Mbit/s tc's rates round toward 0 kbit and a jumbo frame
 # takes seconds; above 100 Gbit/s no veth keeps up. The hardware a spec stands for may be faster.
 RATE_BOUNDS_MBPS = {"host_rate_mbps": (0.1, 1e5), "fabric_rate_mbps": (0.1, 1e5),
-                    "real_host_rate_mbps": (0.1, 1e7)}
+                    "super_spine_rate_mbps": (0.1, 1e5), "real_host_rate_mbps": (0.1, 1e7)}
 MAX_BUFFER_BYTES = 1 << 30
 # A lab delay beyond this stalls everything that waits on a round trip (ARP, the controller's
 # checks, ACK timeouts); real fabrics' microseconds at the lab's time scales stay far below it.
@@ -100,6 +108,8 @@ class Buffers:
     host: int = 64 * 1024
     leaf: int = 64 * 1024
     spine: int = 256 * 1024
+    # threetier only (the ATSW tier); other kinds have no such switch and leave it unused
+    super_spine: int = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,11 @@ class FabricSpec:
 
     kind 'leafspine' is a 2-tier Clos; 'multiplane' is `planes` independent leaf/spine fabrics with
     every host NIC owning one port per plane (Spectrum-X style). `leaves`, `spines` and
-    `hosts_per_leaf` are per plane. A later 3-tier kind adds an aggregation tier to the same graph.
+    `hosts_per_leaf` are per plane. 'threetier' is `pods` leaf/spine fabrics (AI zones; `leaves`
+    and `spines` per pod) joined by `super_spines` (seed 000's ATSW tier): spine k of every pod
+    connects to the super-spines of group k, super_spines / spines of them.
+    `cabling` 'rail' puts NIC i of each host on leaf i of its rail group (CABLINGS); then
+    `hosts_per_leaf` is the hosts of a group, each with one NIC on every leaf of the group.
     """
 
     name: str
@@ -118,6 +132,7 @@ class FabricSpec:
     hosts_per_leaf: int = 2
     nics_per_host: int = 1
     planes: int = 1
+    cabling: str = "rack"
     host_rate_mbps: float = 10.0
     fabric_rate_mbps: float = 10.0
     parallel_links: int = 1
@@ -133,6 +148,10 @@ class FabricSpec:
     queues: QueueSpec | None = None
     # Propagation delay per cable kind, in real time (netem, where the kernel has it).
     delay: LinkDelay = field(default_factory=LinkDelay)
+    # threetier: pods (AI zones) and the aggregation tier joining them
+    pods: int = 1
+    super_spines: int = 0
+    super_spine_rate_mbps: float | None = None     # spine <-> super-spine links; None: fabric_rate
 
     def __post_init__(self):
         problems = validate(self)
@@ -141,13 +160,38 @@ class FabricSpec:
                             f"{len(problems)} problems: " + "; ".join(problems))
 
     @property
+    def total_leaves(self):
+        """Leaves per plane over all pods (threetier numbers them across pods)."""
+        return self.pods * self.leaves
+
+    @property
     def hosts(self):
-        return self.leaves * self.hosts_per_leaf
+        return host_count(self)
+
+    @property
+    def host_ports_per_leaf(self):
+        return host_ports_per_leaf(self)
+
+    @property
+    def core_rate_mbps(self):
+        """The spine <-> super-spine link rate (threetier)."""
+        return self.super_spine_rate_mbps or self.fabric_rate_mbps
+
+    @property
+    def cross_zone_oversubscription(self):
+        """threetier: a spine's downlink over its uplink capacity (leaves x parallel_links x
+        fabric_rate over super_spines / spines x super_spine_rate); None for other kinds. Above 1
+        the cross-zone tier is oversubscribed, as seed 000's ATSW layer is by design."""
+        if self.kind != "threetier":
+            return None
+        down = self.leaves * self.parallel_links * self.fabric_rate_mbps
+        up = (self.super_spines // self.spines) * self.core_rate_mbps
+        return down / up
 
     @property
     def oversubscription(self):
         """Downlink over uplink capacity at a leaf: > 1 means the leaf is oversubscribed."""
-        down = self.hosts_per_leaf * self.nics_per_host * self.host_rate_mbps
+        down = self.host_ports_per_leaf * self.host_rate_mbps
         up = self.spines * self.parallel_links * self.fabric_rate_mbps
         return down / up
 
@@ -170,14 +214,54 @@ class FabricSpec:
         return real_us * self.time_scale / 1000.0
 
     # what to_dict adds to the fields: computed, so a spec read back leaves them out
-    DERIVED = ("oversubscription", "time_scale", "lab_delay_ms")
+    DERIVED = ("oversubscription", "cross_zone_oversubscription", "time_scale", "lab_delay_ms")
 
     def to_dict(self):
         data = dataclasses.asdict(self)
         data["oversubscription"] = round(self.oversubscription, 4)
+        if self.kind == "threetier":
+            data["cross_zone_oversubscription"] = round(self.cross_zone_oversubscription, 4)
+        else:
+            del data["buffers"]["super_spine"]      # no such switch; a spec read back gets the default
         data["time_scale"] = self.time_scale
         data["lab_delay_ms"] = {kind: self.lab_delay_ms(kind) for kind in LINK_KINDS}
         return data
+
+
+def host_ports_per_leaf(spec):
+    """Host cables on one leaf (per plane): a rack leaf takes every NIC of its hosts, a rail leaf
+    one NIC of each host of its group. Works on a draft (any object with the fields)."""
+    if spec.cabling == "rail":
+        return spec.hosts_per_leaf
+    return spec.hosts_per_leaf * spec.nics_per_host
+
+
+def host_count(spec):
+    """Hosts of a spec: hosts_per_leaf under each leaf (rack) or in each rail group (rail)."""
+    leaves = spec.pods * spec.leaves                # threetier numbers leaves across pods
+    if spec.cabling == "rail":
+        return leaves // spec.nics_per_host * spec.hosts_per_leaf
+    return leaves * spec.hosts_per_leaf
+
+
+def _cabling_problems(spec, where):
+    """Rail cabling needs whole rail groups: at least 2 NICs (one NIC is rack cabling) and
+    leaves a multiple of nics_per_host."""
+    cabling = getattr(spec, "cabling", "rack")
+    if cabling not in CABLINGS:
+        return [f"{where}: cabling must be one of {', '.join(CABLINGS)}, got {excerpt(cabling)}"]
+    if cabling != "rail":
+        return []
+    nics, leaves = spec.nics_per_host, spec.leaves
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (nics, leaves)):
+        return []                       # the counts' own problems say what is wrong
+    if nics < 2:
+        return [f"{where}: cabling rail needs nics_per_host >= 2 (NIC i of each host goes to rail "
+                f"leaf i of its group), got {nics}"]
+    if leaves % nics:
+        return [f"{where}: cabling rail groups leaves by nics_per_host ({nics}): leaves must be a "
+                f"multiple of it, got {leaves}"]
+    return []
 
 
 def validate(spec):
@@ -199,20 +283,24 @@ def validate(spec):
             problems.append(f"{where}: {fname} must be <= {maximum}, got {value}")
 
     count("leaves", 1, MAX_LEAVES)
-    count("spines", 1, 64)
+    count("spines", 1, MAX_SPINES)
     count("hosts_per_leaf", 1)
     count("nics_per_host", 1, 16)
     count("parallel_links", 1, 16)
     count("planes", 1, MAX_PLANES)
     count("mtu", MIN_MTU, MAX_MTU)
+    count("pods", 1, MAX_PODS)
+    count("super_spines", 0, MAX_SUPER_SPINES)
+    problems += _tier_problems(spec, where)
     if spec.kind == "leafspine" and spec.planes != 1:
         problems.append(f"{where}: planes must be 1 for kind leafspine (use kind multiplane), got {excerpt(spec.planes)}")
     if spec.kind == "multiplane" and isinstance(spec.planes, int) and spec.planes < 2:
         problems.append(f"{where}: planes must be >= 2 for kind multiplane, got {excerpt(spec.planes)}")
+    problems += _cabling_problems(spec, where)
     for fname, label in (("host_rate_mbps", "host_rate_mbps"), ("fabric_rate_mbps", "fabric_rate_mbps"),
-                         ("real_host_rate_mbps", "real_host_rate")):
+                         ("super_spine_rate_mbps", "super_spine_rate"), ("real_host_rate_mbps", "real_host_rate")):
         value = getattr(spec, fname)
-        if value is None and fname == "real_host_rate_mbps":
+        if value is None and fname in ("real_host_rate_mbps", "super_spine_rate_mbps"):
             continue
         low, high = RATE_BOUNDS_MBPS[fname]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -234,6 +322,11 @@ def validate(spec):
         frame = spec.mtu + 14 if mtu_ok else 0     # a bad MTU is its own problem, not the buffers'
 
         for role, size in dataclasses.asdict(spec.buffers).items():
+            if role == "super_spine" and spec.kind != "threetier":
+                if size != Buffers().super_spine:
+                    problems.append(f"{where}: buffers.super_spine is for kind threetier (its super-spines), "
+                                    f"got it for kind {excerpt(spec.kind)}")
+                continue
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 problems.append(f"{where}: buffers.{role} must be > 0 bytes, got {excerpt(size)}")
             elif size > MAX_BUFFER_BYTES:
@@ -243,9 +336,10 @@ def validate(spec):
                 problems.append(f"{where}: buffers.{role} must hold two {spec.mtu}-byte-MTU frames "
                                 f"({2 * frame} bytes), got {size}")
     if not problems:
-        ports = spec.hosts_per_leaf * spec.nics_per_host
+        ports = host_ports_per_leaf(spec)
         if ports > MAX_PORTS_PER_LEAF:
-            problems.append(f"{where}: hosts_per_leaf x nics_per_host is {ports}, at most "
+            what = "hosts_per_leaf" if spec.cabling == "rail" else "hosts_per_leaf x nics_per_host"
+            problems.append(f"{where}: {what} is {ports}, at most "
                             f"{MAX_PORTS_PER_LEAF} host ports fit a leaf's /24")
         longest = max(_longest_interface_names(spec), key=len)
         if len(longest) > MAX_INTERFACE_NAME:
@@ -261,9 +355,46 @@ def validate(spec):
             # a cable's delay needs headroom for its round trip (a FabricSpec knows its lab delay)
             delay = getattr(spec, "lab_delay_ms", lambda kind: 0.0)
             delays = {"leaf": max(delay("host"), delay("fabric")), "spine": delay("fabric")}
+            if spec.kind == "threetier":
+                core = spec.super_spine_rate_mbps or spec.fabric_rate_mbps
+                rates.update(spine=max(spec.fabric_rate_mbps, core), super_spine=core)
+                delays["super_spine"] = delay("fabric")
             problems += check_against_fabric(queues, dataclasses.asdict(spec.buffers), rates, spec.mtu,
                                              f"{where}: queues", delays)
     return problems
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tier_problems(spec, where):
+    """The threetier fields: pods and super-spines only with kind threetier, and sizes that wire."""
+    kind, pods, supers = spec.kind, spec.pods, spec.super_spines
+    if kind != "threetier":
+        out = []
+        if _whole(pods) and pods != 1:
+            out.append(f"{where}: pods must be 1 for kind {excerpt(kind)} (use kind threetier), got {pods}")
+        if _whole(supers) and supers != 0:
+            out.append(f"{where}: super_spines is for kind threetier, got {supers} for kind {excerpt(kind)}")
+        if spec.super_spine_rate_mbps is not None:
+            out.append(f"{where}: super_spine_rate is for kind threetier, got it for kind {excerpt(kind)}")
+        return out
+    out = []
+    if _whole(spec.planes) and spec.planes != 1:
+        out.append(f"{where}: planes must be 1 for kind threetier, got {spec.planes}")
+    if _whole(pods) and pods < 2:
+        out.append(f"{where}: pods must be >= 2 for kind threetier (one pod is a leafspine), got {pods}")
+    if _whole(supers) and supers < 1:
+        out.append(f"{where}: super_spines must be >= 1 for kind threetier, got {supers}")
+    elif _whole(supers) and _whole(spec.spines) and spec.spines >= 1 and supers % spec.spines:
+        out.append(f"{where}: super_spines ({supers}) must be a multiple of spines ({spec.spines}): "
+                   f"spine k of every pod joins the super-spines of group k")
+    if _whole(pods) and _whole(spec.leaves) and pods >= 1 and spec.leaves >= 1 \
+            and pods * spec.leaves > MAX_LEAVES:
+        out.append(f"{where}: pods x leaves is {pods * spec.leaves}, at most {MAX_LEAVES}: leaves are "
+                   f"numbered across pods in the address's one octet (10.1.<leaf>.<slot>)")
+    return out
 
 
 def _delay_problems(spec, where):
@@ -300,11 +431,18 @@ MAX_INTERFACE_NAME = 15
 
 def _longest_interface_names(spec):
     """The longest names fabric.py will give (it owns the convention; this only measures it)."""
+    if spec.kind == "threetier":
+        leaves, spines = spec.pods * spec.leaves, spec.pods * spec.spines
+        leaf_ports = spec.hosts_per_leaf * spec.nics_per_host + spec.spines * spec.parallel_links
+        spine_ports = spec.leaves * spec.parallel_links + spec.super_spines // spec.spines
+        host = f"h{leaves * spec.hosts_per_leaf}-n{spec.nics_per_host - 1}"
+        return [f"l{leaves}-eth{leaf_ports}", f"s{spines}-eth{spine_ports}",
+                f"ss{spec.super_spines}-eth{spec.pods}", host]
     multi = spec.kind == "multiplane"
     plane = f"p{spec.planes}" if multi else ""
-    leaf_ports = spec.hosts_per_leaf * spec.nics_per_host + spec.spines * spec.parallel_links
+    leaf_ports = host_ports_per_leaf(spec) + spec.spines * spec.parallel_links
     spine_ports = spec.leaves * spec.parallel_links
-    host = f"h{spec.leaves * spec.hosts_per_leaf}-n{spec.nics_per_host - 1}" + plane
+    host = f"h{host_count(spec)}-n{spec.nics_per_host - 1}" + plane
     return [f"{plane}l{spec.leaves}-eth{leaf_ports}", f"{plane}s{spec.spines}-eth{spine_ports}", host]
 
 
@@ -318,6 +456,7 @@ _YAML_FIELDS = {
     "hosts_per_leaf": ("hosts_per_leaf", None),
     "nics_per_host": ("nics_per_host", None),
     "planes": ("planes", None),
+    "cabling": ("cabling", None),
     "host_rate": ("host_rate_mbps", parse_rate_mbps),
     "fabric_rate": ("fabric_rate_mbps", parse_rate_mbps),
     "parallel_links": ("parallel_links", None),
@@ -326,6 +465,9 @@ _YAML_FIELDS = {
     "mtu": ("mtu", None),
     "queues": ("queues", queues_from_dict),
     "delay": ("delay", None),
+    "pods": ("pods", None),
+    "super_spines": ("super_spines", None),
+    "super_spine_rate": ("super_spine_rate_mbps", parse_rate_mbps),
 }
 
 
@@ -352,6 +494,9 @@ def spec_from_dict(data, source="spec"):
             problems.append(str(exc))
     if "name" not in data:
         problems.append(f"{source}: missing required key 'name'")
+    if data.get("kind") != "threetier" and isinstance(data.get("buffers"), dict) and "super_spine" in data["buffers"]:
+        problems.append(f"{source}: buffers.super_spine is for kind threetier (its super-spines), "
+                        f"got it for kind {excerpt(data.get('kind', 'leafspine'))}")
     if problems:
         # Report the values' problems too, so one run shows everything to fix.
         defaults = {f.name: f.default for f in dataclasses.fields(FabricSpec)
@@ -366,7 +511,7 @@ def spec_from_dict(data, source="spec"):
 
 def _buffers_from_dict(value, where):
     if not isinstance(value, dict):
-        raise SpecError(f"{where}: must map host/leaf/spine to sizes, got {excerpt(value)}")
+        raise SpecError(f"{where}: must map host/leaf/spine/super_spine to sizes, got {excerpt(value)}")
     roles = {f.name for f in dataclasses.fields(Buffers)}
     sizes = {}
     problems = []

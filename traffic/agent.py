@@ -55,13 +55,14 @@ class Plane:
     """One NIC port: its raw socket port, the pacer over its lanes, its IPv4 ID counter, whether
     it is up (as this NIC sees its own port) and what data it sent."""
 
-    def __init__(self, index, config, send_buffer, room_bytes, frame_s):
+    def __init__(self, index, config, send_buffer, room_bytes, frame_s, listen=True):
         self.index = index
         self.rate_mbps = config["rate_mbps"]
         self.intf = config.get("intf")
         self.port = RawPort(config["address"], f"port {config['address']}", self.rate_mbps,
                             send_buffer)
-        self.port.listen()
+        if listen:
+            self.port.listen()
         self.pacer = Pacer(self.port)
         self.ip_ids = IpIds()
         self.up = True
@@ -169,7 +170,10 @@ class QueuePair:
         self.cnp_sent = 0
         self.ce_seen = 0
         self.lanes = [None] * len(rnic.planes)
-        for plane in rnic.planes:
+        # A peer on this host is reached through the host (the scale-up domain), not the NIC:
+        # its lanes take the scale-up senders, so they do not queue behind the NIC's pace.
+        planes = rnic.scale_up if spec.get("local") and rnic.scale_up else rnic.planes
+        for plane in planes:
             rule = self._rule(plane.index)
             if rule is not None:
                 pace = dest.contexts[plane.index].pace if dest.contexts else self.pace
@@ -295,6 +299,7 @@ class UdpRnic:
         if self.transport.get("reorder_timeout_s"):
             self.timer_period = min(self.timer_period, self.transport["reorder_timeout_s"] / 4)
         self.jsq = self.mode in ("per-plane", "global")
+        self.scale_up = []                # per plane: the sender towards ranks on this host
         self.cc_idle_s = self.plb.get("cc_idle_s")
         self.control_ip = {"dscp": self.transport["control_dscp"], "ecn": roce.ECN_NOT_ECT}
         self.probe_ip = {"dscp": self.transport["cnp_dscp"], "ecn": roce.ECN_NOT_ECT}
@@ -307,6 +312,13 @@ class UdpRnic:
         for index, port in enumerate(config["ports"]):
             self.planes.append(Plane(index, port, transport.get("nic_queue_bytes"), room,
                                      frame * 8 / (port["rate_mbps"] * 1e6)))
+        scale_up = transport.get("scale_up_rate_mbps")
+        if scale_up and any(spec.get("local") for spec in config["qps"]):
+            # Ranks of one host reach each other through its loopback: paced at the scale-up
+            # rate, on their own senders (the NIC's listener hears them, and answers them).
+            for index, port in enumerate(config["ports"]):
+                self.scale_up.append(Plane(index, {**port, "rate_mbps": scale_up}, None, room,
+                                           frame * 8 / (scale_up * 1e6), listen=False))
         if any(plane.intf for plane in self.planes) and self.mode in plb.MULTIPATH:
             self.link_watch = sockets.open_link_watch()
             for plane in self.planes:
@@ -356,7 +368,7 @@ class UdpRnic:
         pass
 
     def close(self):
-        for plane in self.planes:
+        for plane in self.planes + self.scale_up:
             plane.close()
         if self.link_watch is not None:
             self.link_watch.close()
@@ -379,10 +391,10 @@ class UdpRnic:
             if lane is not None and not lane.queued and lane.has_packet():
                 lane.plane.pacer.activate(lane, now)
 
-    def send_control(self, plane, qp, packet, dst, now):
+    def send_control(self, plane, qp, packet, dst, now, hold_as=None):
         """ACK/NAK/CNP/CTS/probe: sent at once (they are small), counted against the port's
-        pace."""
-        refusal = plane.port.transmit_out_of_turn(packet, dst, now)
+        pace; `hold_as`: kept until a full queue has room (ports.RawPort.transmit_out_of_turn)."""
+        refusal = plane.port.transmit_out_of_turn(packet, dst, now, hold_as)
         if refusal is not None:
             detail = send_policy.failure_detail(refusal.error, len(packet), dst)
             raise LabError(f"{plane.port.address} towards {qp.peer_name}: {detail}")
@@ -396,6 +408,13 @@ class UdpRnic:
             self.send_cts(now)
         wake = self.next_timer
         ahead = now + SEND_AHEAD_S
+        for plane in self.planes:
+            if plane.port.held and not plane.port.send_held(now):
+                wake = min(wake, now + send_policy.BUSY_BACKOFF_S)
+        for plane in self.scale_up:
+            due = plane.pacer.pump(now)
+            if due is not None and due < wake:
+                wake = due
         for plane in self.planes:
             pacer = plane.pacer
             if (self.jsq and pacer.heap and plane.up and plane.port.pace.due <= ahead
@@ -668,9 +687,12 @@ class UdpRnic:
         """An ACK or NAK, (psn, syndrome), to the QP's peer on `plane`."""
         psn, syndrome = reply
         peer = qp.peer_addresses[plane.index]
+        # Held, not lost, while a PFC pause fills the port's queue: a lost ACK costs its QP a
+        # whole ACK timeout on a fabric that dropped nothing. The latest per QP stands for all.
         self.send_control(plane, qp, roce.build_ack_packet(
             plane.port.address, peer, qp.sport, qp.peer_qpn, psn, syndrome,
-            qp.responder.msn, ip_id=plane.ip_ids.take(), **self.control_ip), peer, now)
+            qp.responder.msn, ip_id=plane.ip_ids.take(), **self.control_ip), peer, now,
+            hold_as=("ack", qp.qpn))
 
     def control_message(self, qp, data, plane, now):
         """A UC SEND: a CTS grant, a plane probe (echo it on the plane it came by) or an echo."""
@@ -715,6 +737,7 @@ class UdpRnic:
             for key in TOTAL_KEYS:
                 total[key] += c[key]
         total["enobufs"] = sum(p.port.enobufs for p in self.planes)
+        total["acks_held"] = sum(p.port.held_packets for p in self.planes)
         total["send_errors"] = sum(p.port.send_errors for p in self.planes)
         return total
 

@@ -4,13 +4,26 @@ it fails, its last line on stderr."""
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
 
 def start(lab, host, module, args, role):
-    """`python -m module args...` in `host`'s namespace; stdout discarded, stderr kept."""
-    proc = lab.net.get(host).popen([sys.executable, "-m", module, *map(str, args)],
+    """`python -m module args...` in `host`'s namespace; stdout discarded, stderr kept.
+
+    A host on another machine of a cluster runs it there, through the lab's SSH connection (the
+    process here is that session; its exit code and stderr are the agent's): a file among the
+    arguments (its input, in the run's folder) is copied to the same path there first."""
+    python = sys.executable
+    cluster = getattr(lab, "cluster", None)
+    machine = cluster.machine_of_name(host) if cluster is not None else None
+    if machine is not None and not machine.local:
+        for arg in args:
+            if isinstance(arg, pathlib.Path):
+                cluster.push(machine, arg, arg.read_text())
+        python = machine.python
+    proc = lab.net.get(host).popen([python, "-m", module, *map(str, args)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     lab.run.add_process(proc.pid, role, module)
     return proc

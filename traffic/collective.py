@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from fabriclab.errors import LabError
 from fabriclab.loading import boolean, excerpt, number, whole
-from fabriclab.measure import cpuload, telemetry
+from fabriclab.measure import cpuload, telemetry, zones
 from fabriclab.system import patience
 from fabriclab.units import human_size
 from fabriclab.traffic import agent_process, rank_channel, roce, schedules, softroce
@@ -34,7 +34,7 @@ from fabriclab.traffic.rank_driver import QP_METHODS
 
 AGENT_MODULE = "fabriclab.traffic.agent"
 AGENT_MODULES = {softroce.UDP: AGENT_MODULE, softroce.RXE: "fabriclab.traffic.verbs_agent"}
-PLACEMENTS = ("order", "topology", "random")
+PLACEMENTS = ("order", "topology", "scatter", "random", "rail")
 FIRST_QPN = 0x100
 REORDER_MODES = ("go-back-n", "place")
 START_MARGIN_S = 0.05        # "run" reaches every agent before its start time
@@ -47,7 +47,15 @@ AGENT_LATENCY_S = 0.01
 (the two cores are shared by every agent and the switches)."""
 
 
+SCALE_UP_FACTOR = 8
+"""On a rail-cabled fabric, ranks of one host reach each other (a ring's change of rail, PXN's
+first hop) through the host at this multiple of the NIC's rate, standing for the scale-up domain
+(NVLink 4's 900 GB/s per GPU is 18 x a 400G NIC; the lab's two cores carry less than that over
+loopback beside everything else). Rack fabrics keep such hops at the NIC's rate, as before."""
+
 MAX_SIZE = 1 << 32                  # 4 GiB: hours at the lab's Mbit/s, beyond any useful run
+MAX_PROGRAM = 4096                  # steps of a program: a replayed trace's collectives
+MAX_GAP_S = 3600.0
 # Whole-number fields and their physical bounds (inclusive).
 WHOLE_BOUNDS = {"channels": (1, 64), "qps": (1, 64), "spray": (1, 256), "chunk_bytes": (4, 16 << 20),
                 "piece_bytes": (4, 16 << 20), "iterations": (1, 1_000_000), "warmup": (0, 1000),
@@ -111,6 +119,14 @@ class CollectiveSpec:
     reorder: str | None = None
     reorder_timeout_s: float | None = None  # place: a hole older than this is NAKed (default: a
                                             # path's buffers draining, the most reordering costs)
+    # PXN: a transfer between two hosts' different NIC indexes (rails) is relayed through the
+    # sender's host to its rank on the receiver's rail (schedules.relay_across_rails). None: on
+    # where the fabric is rail-cabled and the backend keeps intra-host hops in the host (udp).
+    pxn: bool | None = None
+    # A program instead of `collective` x `sizes`: ((collective, size, gap_s), ...) run once each,
+    # in order, step k starting at least gap_s after step k-1 ended (a replayed trace's compute
+    # gaps). Needs iterations 1 and warmup 0: a program is one pass of a job, not a sweep.
+    program: tuple | None = None
 
     def check(self):
         """Raise LabError naming the first bad field."""
@@ -130,6 +146,8 @@ class CollectiveSpec:
             whole(getattr(self, name), f"collective: {name}", low, high)
         if self.chunk_bytes % 4:
             bad("chunk_bytes", "must be a multiple of 4")
+        if self.program is not None:
+            self._check_program(bad)
         if self.placement not in PLACEMENTS:
             bad("placement", f"must be one of {', '.join(PLACEMENTS)}")
         if self.qp_method not in QP_METHODS:
@@ -150,6 +168,8 @@ class CollectiveSpec:
         number(self.timeout_factor, "collective: timeout_factor", 1, 1000, low_open=True)
         for name in ("verify", "in_place", "cts"):
             boolean(getattr(self, name), f"collective: {name}")
+        if self.pxn is not None:
+            boolean(self.pxn, "collective: pxn")
         if self.dcqcn is not None:
             if not isinstance(self.dcqcn, dict) or not all(isinstance(k, str) for k in self.dcqcn):
                 bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
@@ -168,11 +188,38 @@ class CollectiveSpec:
             bad("reorder", f"must be place with plb {self.plb}: its QPs send on every plane, so "
                            "their packets arrive out of order")
 
+    def _check_program(self, bad):
+        if not isinstance(self.program, (tuple, list)) or not 1 <= len(self.program) <= MAX_PROGRAM:
+            bad("program", f"must be a list of 1 to {MAX_PROGRAM} (collective, size, gap_s) steps")
+        if self.iterations != 1 or self.warmup != 0 or self.in_place:
+            raise LabError("collective: a program runs once: iterations 1, warmup 0, not in place")
+        for k, step in enumerate(self.program):
+            if not isinstance(step, (tuple, list)) or len(step) != 3:
+                raise LabError(f"collective: program step {k} must be (collective, size, gap_s), "
+                               f"got {excerpt(step)}")
+            collective, size, gap = step
+            if collective not in schedules.COLLECTIVES:
+                raise LabError(f"collective: program step {k}: collective must be one of "
+                               f"{', '.join(schedules.COLLECTIVES)}, got {excerpt(collective)}")
+            whole(size, f"collective: program step {k} size", 4, MAX_SIZE)
+            number(gap, f"collective: program step {k} gap_s", 0, MAX_GAP_S)
+
+    def steps(self):
+        """What runs, in order: (collective, size, gap_s before it or None for the usual gap)."""
+        if self.program is not None:
+            return [tuple(step) for step in self.program]
+        return [(self.collective, size, None) for size in self.sizes]
+
     def reorder_mode(self):
         """The receiver's way with out-of-order packets: `reorder`, or the plb mode's default."""
         if self.reorder is not None:
             return self.reorder
         return "place" if self.plb in lb.MULTIPATH else "go-back-n"
+
+
+def step_algorithm(spec, collective):
+    """The spec's algorithm where `collective` has that choice, else its only one."""
+    return spec.algorithm if spec.algorithm in schedules.ALGORITHMS.get(collective, ()) else None
 
 
 def _not_int(value):
@@ -190,10 +237,17 @@ class Rank:
 def place_ranks(fabric, spec):
     """Ranks on (host, NIC) in the chosen order.
 
-    order: host by host, NIC by NIC, as a launcher fills nodes. topology: grouped by leaf so that
-    ring neighbours share a leaf wherever they can (the same as `order` when hosts are numbered
-    leaf by leaf, as the lab's are; it differs for a host list given out of order). random: a
-    seeded shuffle, the worst case for a ring.
+    order: host by host, NIC by NIC, as a launcher fills nodes. topology: grouped by zone (a
+    threetier fabric's pod), then by leaf (a rail group's hosts on a rail fabric), so that ring
+    neighbours share a zone and a leaf wherever they can: a ring crosses between zones once per
+    zone it spans, the minimum cut (seed 000 3.2). It is the same as `order` when hosts are
+    numbered leaf by leaf, as the lab's are; it differs for a host list given out of order.
+    scatter: hosts dealt round-robin over the zones (over the leaves, or rail groups, where there
+    is one zone), so every ring neighbour sits in another one: what a scheduler blind to the
+    topology can do. random: a seeded shuffle of (host, NIC) slots. rail: rail by rail, hosts
+    grouped as `topology`, every other rail in reverse (a snake), so a ring's neighbours on two
+    hosts share a NIC index (a rail) and the ring changes rail inside a host, as NCCL's
+    rail-aligned rings do.
     """
     names = list(spec.hosts) if spec.hosts else list(fabric.hosts)
     unknown = [h for h in names if h not in fabric.hosts]
@@ -207,9 +261,14 @@ def place_ranks(fabric, spec):
         raise LabError(f"collective: nics must be 1..{fabric.spec.nics_per_host} on this fabric, "
                        f"got {excerpt(nics)}")
     hosts = [fabric.hosts[h] for h in names]
-    if spec.placement == "topology":
-        hosts.sort(key=lambda h: (h.leaf_index, h.index))
-    slots = [(h, nic) for h in hosts for nic in range(nics)]
+    if spec.placement in ("topology", "rail"):
+        hosts.sort(key=lambda h: (fabric.pod_of(h.name), h.group, h.index))
+    if spec.placement == "scatter":
+        hosts = _deal(hosts, lambda h: fabric.pod_of(h.name) if fabric.spec.kind == "threetier" else h.group)
+    if spec.placement == "rail":
+        slots = [(h, nic) for nic in range(nics) for h in (hosts if nic % 2 == 0 else hosts[::-1])]
+    else:
+        slots = [(h, nic) for h in hosts for nic in range(nics)]
     if spec.placement == "random":
         random.Random(spec.seed).shuffle(slots)
     ranks = []
@@ -219,6 +278,20 @@ def place_ranks(fabric, spec):
     if len(ranks) < 2:
         raise LabError(f"collective: {len(ranks)} rank; a collective needs at least 2")
     return ranks
+
+
+def _deal(hosts, group_of):
+    """Hosts one per group in turn (groups in order, hosts within a group in order)."""
+    groups = {}
+    for h in sorted(hosts, key=lambda h: h.index):
+        groups.setdefault(group_of(h), []).append(h)
+    queues = [groups[g] for g in sorted(groups)]
+    out = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                out.append(queue.pop(0))
+    return out
 
 
 def registered_regions(schedules_, rank):
@@ -261,7 +334,9 @@ def plan_qps(ranks, schedules_, spec, rng):
                                     "channel": channel, "port": plane if bound else k % planes,
                                     "index": k, "peer_address": peer_port.ip,
                                     "peer_addresses": [p.ip for p in ranks[peer].ports],
-                                    "sport": sport, "send_psn": send, "recv_psn": recv})
+                                    "sport": sport, "send_psn": send, "recv_psn": recv,
+                                    # a rank on the same host: reached through the host
+                                    "local": ranks[a].host == ranks[b].host})
     return out
 
 
@@ -288,12 +363,24 @@ def path_rtt_s(lab):
     return 4 * (lab_delay_ms(lab, "host") + lab_delay_ms(lab, "fabric")) / 1000
 
 
+def path_drain_s(fabric):
+    """How long the buffers of a fabric's longest path take to drain: host, two leaves and a
+    spine at the host rate; a threetier fabric's cross-zone path adds a second spine and a
+    super-spine, and drains at the slower of the host and super-spine rates (an oversubscribed
+    tier queues there, and the 2-tier figure would undercount that path's wait)."""
+    spec = fabric.spec
+    b = spec.buffers
+    if spec.kind == "threetier":
+        return ((b.host + 2 * b.leaf + 2 * b.spine + b.super_spine) * 8
+                / (min(spec.host_rate_mbps, spec.core_rate_mbps) * 1e6))
+    return (b.host + 2 * b.leaf + b.spine) * 8 / (spec.host_rate_mbps * 1e6)
+
+
 def default_ack_timeout(fabric, rtt_s=0.0):
     """Long enough for a packet to wait behind full buffers on every hop of a path and its ACK
-    to come back: 2 x (host + 2 leaf + spine buffers) at the host rate, plus 50 ms (with PFC on,
+    to come back: 2 x the longest path's drain time (path_drain_s), plus 50 ms (with PFC on,
     4 times the buffers' drain time), plus the round trip of the links' delay."""
-    b = fabric.spec.buffers
-    drain_s = (b.host + 2 * b.leaf + b.spine) * 8 / (fabric.spec.host_rate_mbps * 1e6)
+    drain_s = path_drain_s(fabric)
     if fabric.spec.queues is not None and fabric.spec.queues.pfc.enabled:
         # Lossless: nothing is dropped, but a flow sharing a paused path waits behind the others'
         # bytes and the pauses themselves; a premature timeout would only add duplicates.
@@ -303,11 +390,10 @@ def default_ack_timeout(fabric, rtt_s=0.0):
 
 def default_reorder_timeout(fabric, rtt_s=0.0):
     """How long a placing receiver waits for a hole before it NAKs it as lost: the time every
-    buffer of a path (host, two leaves, a spine) takes to drain at the host rate, the most a
-    packet can fall behind another of its QP on a lossless path, plus the links' delay. A hole
-    NAKed too early costs one duplicate packet; one found only by the ACK timeout, go-back-N."""
-    b = fabric.spec.buffers
-    return round((b.host + 2 * b.leaf + b.spine) * 8 / (fabric.spec.host_rate_mbps * 1e6) + rtt_s / 2, 4)
+    buffer of a path takes to drain (path_drain_s), the most a packet can fall behind another of
+    its QP on a lossless path, plus the links' delay. A hole NAKed too early costs one duplicate
+    packet; one found only by the ACK timeout, go-back-N."""
+    return round(path_drain_s(fabric) + rtt_s / 2, 4)
 
 
 def roce_frame_bytes(payload_bytes):
@@ -371,6 +457,8 @@ class CollectiveRun:
     plb: dict | None = None                          # the plane load balancer's settings
     reorder: str = "go-back-n"                       # the receivers' way with reordering
     reorder_timeout_s: float | None = None           # place: a hole's wait before its NAK
+    pxn: bool = False                                # cross-rail transfers relayed in the host
+    scale_up_rate_mbps: float | None = None          # same-host hops' pace (None: the NIC's)
 
 
 class _AgentLink:
@@ -404,13 +492,19 @@ class Launcher:
         self.ranks = place_ranks(fabric, spec)
         n = len(self.ranks)
         modes = (False, True) if spec.in_place else (False,)
+        self.backend = softroce.backend_for(spec)
+        self.pxn = pxn_enabled(fabric, spec, self.backend)
+        locality = [(r.host, r.nic) for r in self.ranks] if self.pxn else None
         try:
-            # What runs, in order: (index of the size, its schedule), out of place then in place.
-            self.cases = [(index, schedules.build(spec.collective, n, size, algorithm=spec.algorithm,
+            # What runs, in order: (index of the size or step, its schedule), out of place then
+            # in place.
+            self.cases = [(index, schedules.build(collective, n, size,
+                                                  algorithm=step_algorithm(spec, collective),
                                                   channels=spec.channels, piece_bytes=spec.piece_bytes,
                                                   imbalance=spec.imbalance, seed=spec.seed,
-                                                  root=spec.root, in_place=in_place))
-                          for index, size in enumerate(spec.sizes) for in_place in modes]
+                                                  root=spec.root, in_place=in_place, pxn=locality))
+                          for index, (collective, size, _gap) in enumerate(spec.steps()) for in_place in modes]
+            self.gaps = [gap for _c, _s, gap in spec.steps()]
         except ValueError as exc:
             raise LabError(f"collective: {exc}") from None
         # One per size: both modes move the same bytes between the same ranks.
@@ -419,6 +513,8 @@ class Launcher:
         self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
         self.reorder_timeout = spec.reorder_timeout_s or default_reorder_timeout(fabric, path_rtt_s(lab))
         self.rate_mbps = fabric.spec.host_rate_mbps
+        self.scale_up_rate = (self.rate_mbps * SCALE_UP_FACTOR if fabric.spec.cabling == "rail"
+                              else None)
         self.plb = {"mode": spec.plb,
                     "probe_interval_s": spec.probe_interval_s or default_probe_interval(
                         fabric, spec.cnp_dscp, self.payload_bytes, path_rtt_s(lab)),
@@ -431,11 +527,11 @@ class Launcher:
         self.plb["cc_idle_s"] = (self.plb["probe_interval_s"] if spec.cc_idle_s is None
                                  else spec.cc_idle_s)
         self.iteration_gap_s = iteration_gap(spec.plb, self.plb["cc_idle_s"])
-        self.backend = softroce.backend_for(spec)
         self.softroce = None                 # the job's rxe devices while they exist
         self.links = {}
         self.selector = selectors.DefaultSelector()
         self.server = None
+        self.forwarded = []          # machines whose agents reach control.sock over SSH
         self.folder = None
 
     def describe(self, rank):
@@ -474,16 +570,21 @@ class Launcher:
                      "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric,
                                                         lab_delay_ms(self.lab, "host")),
                      "plb": {**self.plb, "cc": cc}, "reorder": spec.reorder_mode(),
-                     "reorder_timeout_s": self.reorder_timeout}
+                     "reorder_timeout_s": self.reorder_timeout,
+                     "scale_up_rate_mbps": self.scale_up_rate}
         collective = {"collective": spec.collective, "algorithm": self.schedules[0].algorithm,
                       "channels": spec.channels, "piece_bytes": spec.piece_bytes,
-                      "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root}
+                      "imbalance": spec.imbalance, "seed": spec.seed, "root": spec.root,
+                      "pxn": self.pxn}
+        if spec.program is not None:
+            # per step: its collective and algorithm (the agents build the same schedules)
+            collective["program"] = [[s.collective, s.algorithm] for s in self.schedules]
         for r in self.ranks:
             config = {"rank": r.rank, "ranks": rank_table, "qps": qps[r.rank],
                       "ports": [{"address": p.ip, "rate_mbps": self.rate_mbps, "intf": p.intf}
                                 for p in r.ports],
                       "transport": transport, "collective": collective,
-                      "sizes": list(spec.sizes), "verify": spec.verify, "data_seed": spec.seed,
+                      "sizes": [size for _c, size, _g in spec.steps()], "verify": spec.verify, "data_seed": spec.seed,
                       "control": str(self.folder / "control.sock")}
             if self.backend == softroce.RXE:
                 config["rdma"] = {"devices": self.softroce.devices(r.rank),
@@ -500,6 +601,11 @@ class Launcher:
         self.server.listen(len(self.ranks) + 4)
         self.server.setblocking(False)
         self.selector.register(self.server, selectors.EVENT_READ, None)
+        cluster = getattr(self.lab, "cluster", None)
+        if cluster is not None:       # ranks on other machines report through the lab's SSH
+            for machine in cluster.remote_machines({r.host for r in self.ranks}):
+                cluster.forward(machine, control)
+                self.forwarded.append(machine)
         if self.backend == softroce.RXE:
             peers = {}
             for schedule in self.schedules:
@@ -537,8 +643,8 @@ class Launcher:
         totals = {}
         for schedule in self.schedules:
             for t in schedule.transfers:
-                if t.src == t.dst:
-                    continue
+                if self.ranks[t.src].host == self.ranks[t.dst].host:
+                    continue            # the host delivers it itself: it never meets the fabric
                 for plane in range(planes):
                     key = (self.ranks[t.src].ports[plane].ip, self.ranks[t.dst].ports[plane].ip)
                     totals[key] = totals.get(key, 0) + t.nbytes / planes
@@ -684,6 +790,9 @@ class Launcher:
             # After the agents: a device in use by a live process cannot go.
             self.softroce.detach()
             self.softroce = None
+        for machine in self.forwarded:
+            self.lab.cluster.unforward(machine, self.folder / "control.sock")
+        self.forwarded = []
         if self.server:
             self.server.close()
         self.selector.close()
@@ -702,7 +811,8 @@ class Launcher:
         spec = self.spec
         result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps,
                                backend=self.backend, plb=self.plb, reorder=spec.reorder_mode(),
-                               reorder_timeout_s=self.reorder_timeout)
+                               reorder_timeout_s=self.reorder_timeout, pxn=self.pxn,
+                               scale_up_rate_mbps=self.scale_up_rate)
         t0 = time.monotonic()
         total_steps = len(self.cases) * (spec.iterations + spec.warmup)
         done_steps = 0
@@ -710,8 +820,9 @@ class Launcher:
             self.start_agents()
             result.pids = {rank: link.hello.get("pid") for rank, link in self.links.items()}
             everyone = list(self.links)
+            last_end = None
             for index, schedule in self.cases:
-                label = f"{spec.collective} {human_size(schedule.size)}" + (" in place" * schedule.in_place)
+                label = f"{schedule.collective} {human_size(schedule.size)}" + (" in place" * schedule.in_place)
                 for link in self.links.values():
                     link.send({"prepare": index, "in_place": schedule.in_place})
                 self._gather("ready", everyone, patience.scaled(READY_TIMEOUT_S), f"preparing {label}")
@@ -726,6 +837,10 @@ class Launcher:
                         before = telemetry.snapshot(self.lab.fabric)
                     marks = self.softroce.counters() if self.softroce is not None else None
                     start_at = time.time() + self.iteration_gap_s
+                    gap = self.gaps[index]
+                    if gap is not None and last_end is not None:
+                        # a program's compute gap, from the previous step's end (the barrier)
+                        start_at = max(start_at, last_end + gap)
                     for link in self.links.values():
                         link.send({"run": it, "start_at": start_at})
                     done = self._gather("done", everyone, timeout + START_MARGIN_S,
@@ -739,9 +854,14 @@ class Launcher:
                         self.progress(done_steps / total_steps, label)
                 window = (before, telemetry.snapshot(self.lab.fabric))
                 first, last = iterations[0][0], max(m["end"] for m in iterations[-1][1].values())
+                idle = None if last_end is None else round(first - last_end, 6)
+                last_end = last
                 old = result.traffic_window
                 result.traffic_window = (min(first, old[0]), max(last, old[1])) if old else (first, last)
-                result.sizes.append(self._summarise(schedule, ideal, iterations, window))
+                row = self._summarise(schedule, ideal, iterations, window)
+                if spec.program is not None:
+                    row["gap_s"] = idle           # the idle time before it, as it ran
+                result.sizes.append(row)
             finals = self.stop_agents()
             if self.softroce is not None:
                 self.softroce.add_final_counters(finals)
@@ -805,18 +925,63 @@ class Launcher:
             # included): the plane load balancer's split.
             "planes": {"tx_bytes": plane_bytes,
                        "share": [round(b / sent, 4) if sent else None for b in plane_bytes]},
+            "rails": rail_traffic(schedule, self.ranks, self.lab.fabric),
             "flows": _flow_summary(iterations),
             "verify": verify,
             # The window spans the measured iterations and the launcher's pauses between them,
             # so utilizations are averages over it; the balance (max/mean) is what compares.
             "window_s": round(window[1]["time"] - window[0]["time"], 4),
             "links": links,
+            # threetier: what crossed between zones, from the schedule and the super-spines' counters
+            "cross_zone": zones.record(self.lab.fabric, [r.host for r in self.ranks], schedule.transfers,
+                                       len(times), window),
             "buffer_drops": telemetry.buffer_drops(self.lab.fabric, *window),
             "balance": {"up": telemetry.balance(links, "up"),
                         "down": telemetry.balance(links, "down")},
             "cpu": cpu,
             "valid": cpuload.valid(cpu),
         }
+
+
+def pxn_enabled(fabric, spec, backend):
+    """Whether the job relays cross-rail transfers through the sender's host (PXN). Asked for,
+    it needs a rail-cabled fabric and the udp backend (whose ranks on one host reach each other
+    through the host, as GPUs over NVLink; rxe devices reach each other through the fabric).
+    Left to the lab: on exactly there."""
+    rail = fabric.spec.cabling == "rail"
+    if spec.pxn and not rail:
+        raise LabError(f"collective: pxn relays across rails; fabric {excerpt(fabric.spec.name)} is "
+                       f"cabled by rack (set cabling: rail in its spec)")
+    if spec.pxn and backend != softroce.UDP:
+        raise LabError("collective: pxn needs the udp backend (rxe devices reach each other through "
+                       "the fabric); use --backend udp")
+    return bool(spec.pxn) if spec.pxn is not None else rail and backend == softroce.UDP
+
+
+def rail_traffic(schedule, ranks, fabric):
+    """Where one iteration's bytes go, by the NICs (rails) and leaves of their two ends:
+    scale_up_bytes between ranks of one host (they never reach the fabric: the lab's host
+    delivers them itself, as NVLink would), of which pxn_bytes are PXN's first hops (pxn_hops of
+    them); and between hosts: rail_local_bytes (same NIC index, one leaf: a single switch hop),
+    cross_group_bytes (same NIC index, different leaves: up through the spines on the rail) and
+    cross_rail_bytes (different NIC indexes: through the spines onto another rail, what PXN
+    avoids). From the schedule: what the job asked the fabric to carry, per iteration."""
+    out = dict.fromkeys(("scale_up_bytes", "pxn_bytes", "pxn_hops", "rail_local_bytes",
+                         "cross_group_bytes", "cross_rail_bytes"), 0)
+    for t in schedule.transfers:
+        a, b = ranks[t.src], ranks[t.dst]
+        if a.host == b.host:
+            out["scale_up_bytes"] += t.nbytes
+            if t.tag in schedule.relays:
+                out["pxn_bytes"] += t.nbytes
+                out["pxn_hops"] += 1
+        elif a.nic != b.nic:
+            out["cross_rail_bytes"] += t.nbytes
+        elif a.ports[0].leaf == b.ports[0].leaf:
+            out["rail_local_bytes"] += t.nbytes
+        else:
+            out["cross_group_bytes"] += t.nbytes
+    return out
 
 
 def _flow_summary(iterations):

@@ -109,6 +109,7 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
         settle_s = 0.0
     for host in plan:
         lab.host(host)       # a LabError naming any host the fabric does not have
+    lab.one_machine_only("all-pairs traffic")     # its agents write their results into files here
     if payload_bytes is None:
         payload_bytes = roce.path_mtu_for(lab.fabric.spec.mtu)
     if warm_up:

@@ -58,6 +58,10 @@ class RawPort:
         self.tx_bytes = 0
         self.enobufs = 0          # sends refused by a full queue
         self.send_errors = 0      # sends refused for want of a route
+        # Out-of-turn packets a full queue refused, kept to go first when it has room again:
+        # key -> (packet, dst), oldest first (see transmit_out_of_turn).
+        self.held = {}
+        self.held_packets = 0     # how many were held so (a PFC pause on this port, mostly)
 
     def listen(self):
         """Receive RoCEv2 datagrams addressed to this port (non-blocking: see `receive`)."""
@@ -85,15 +89,45 @@ class RawPort:
         self.tx_bytes += len(packet) + roce.ETH_HEADER_LEN
         return None
 
-    def transmit_out_of_turn(self, packet, dst, now):
+    def transmit_out_of_turn(self, packet, dst, now, hold_as=None):
         """Send a packet that cannot wait for its turn (an ACK, a CNP, a CTS) and charge it to
-        the port's pace. A busy or unreachable refusal loses it, as a dropped packet is lost
-        (the transport's timers recover); a fatal one is returned."""
+        the port's pace. A fatal refusal is returned. A busy one (the port's queue is full: on a
+        lossless fabric, a PFC pause holds it) keeps a packet given a key `hold_as` until the
+        queue has room (`send_held`), as an RNIC keeps the ACKs it generates while its port is
+        paused instead of dropping them; a later packet of the same key replaces it (a QP's
+        cumulative ACK says all an earlier one did). Without a key, a busy or unreachable
+        refusal loses the packet, as a dropped packet is lost (the transport's timers recover)."""
+        if hold_as is not None and self.held and not self.send_held(now):
+            self._hold(hold_as, packet, dst)          # the queue is still full: wait behind them
+            return None
         refusal = self.transmit(packet, dst)
         if refusal is None:
             self.pace.charge_out_of_turn(len(packet) + roce.ETH_HEADER_LEN, now)
             return None
+        if refusal.kind is send_policy.BUSY and hold_as is not None:
+            self._hold(hold_as, packet, dst)
+            return None
         return refusal if refusal.kind is send_policy.FATAL else None
+
+    def _hold(self, key, packet, dst):
+        self.held.pop(key, None)                      # the newer one goes last, in order
+        self.held[key] = (packet, dst)
+        self.held_packets += 1
+
+    def send_held(self, now):
+        """Send the held out-of-turn packets, oldest first; False when the queue is still full
+        (what is left stays held). A packet refused for another reason is dropped."""
+        held = self.held
+        while held:
+            key = next(iter(held))
+            packet, dst = held[key]
+            refusal = self.transmit(packet, dst)
+            if refusal is not None and refusal.kind is send_policy.BUSY:
+                return False
+            del held[key]
+            if refusal is None:
+                self.pace.charge_out_of_turn(len(packet) + roce.ETH_HEADER_LEN, now)
+        return True
 
     def queued_bytes(self):
         """Bytes of this port's packets waiting in its qdisc: the local egress queue."""
@@ -113,4 +147,4 @@ class RawPort:
 
     def report(self):
         return {"address": self.address, "tx_packets": self.tx_packets, "tx_bytes": self.tx_bytes,
-                "enobufs": self.enobufs, "send_errors": self.send_errors}
+                "enobufs": self.enobufs, "send_errors": self.send_errors, "held_packets": self.held_packets}

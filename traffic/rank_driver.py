@@ -73,6 +73,11 @@ QP_METHODS = ("round-robin", "split")
 MAX_IDLE_WAIT_S = 0.05
 """The longest the event loop sleeps when nothing is due: bounds how late a start time is seen
 (a run's start_at comes with 50 ms of margin) at 20 idle wake-ups a second."""
+def pxn_locality(ranks):
+    """Per rank its (host, NIC index), from the launcher's rank table: what PXN relays by."""
+    return [(r["host"], r["nic"]) for r in ranks]
+
+
 OUTPUT_REGIONS = ("output", "work", "scratch")
 """What a collective writes: zeroed before each iteration in verify mode (the input is put back
 after, since in place it lives in one of them)."""
@@ -258,10 +263,12 @@ class RankDriver:
 
     def prepare(self, size_index, in_place=False):
         c = self.collective
-        self.schedule = schedules.build(c["collective"], len(self.ranks), self.sizes[size_index],
-                                        algorithm=c["algorithm"], channels=c["channels"],
+        name, algorithm = c["program"][size_index] if c.get("program") else (c["collective"], c["algorithm"])
+        self.schedule = schedules.build(name, len(self.ranks), self.sizes[size_index],
+                                        algorithm=algorithm, channels=c["channels"],
                                         piece_bytes=c["piece_bytes"], imbalance=c["imbalance"],
-                                        seed=c["seed"], root=c["root"], in_place=in_place)
+                                        seed=c["seed"], root=c["root"], in_place=in_place,
+                                        pxn=pxn_locality(self.ranks) if c.get("pxn") else None)
         self.rnic.check_schedule(self.schedule)
         self.memory = self.input = self.reference = None
         if self.verify:

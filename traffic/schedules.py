@@ -28,6 +28,13 @@ AllGather and Gather, the total input of ReduceScatter and Scatter, the bytes ea
 AlltoAll(v) (its own block included), and the bytes each rank sends to its partner in the
 bisection test.
 Elements are 4 bytes (float32); buffers are split into blocks on element boundaries.
+
+PXN (NCCL's "PCI x NVLink"): on a rail-optimized fabric NIC i of every host sits on rail i, and
+a rank reaches a peer on another rail only through the spines. With `pxn` (each rank's host and
+NIC index) every transfer between two hosts on different NIC indexes is relayed instead: first to
+the sender's local rank on the receiver's rail (an intra-host hop, the scale-up domain), which
+writes it to the receiver on that rail. The relay lands in the proxy's `scratch` and is sent on
+from there; `relays` records each such pair of transfers.
 """
 
 from __future__ import annotations
@@ -109,6 +116,7 @@ class Schedule:
     root: int = 0
     in_place: bool = False
     buffers: list = field(default_factory=list)   # per rank: {"input"|"output": Buffer or None}
+    relays: dict = field(default_factory=dict)    # PXN: first hop's tag -> second hop's tag
 
     @property
     def defined(self):
@@ -482,9 +490,10 @@ def effective_size(collective, ranks, size):
 
 
 def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65536,
-          imbalance=4.0, seed=0, root=0, in_place=False):
-    """The Schedule of one collective, out of place or in place. Raises ValueError on
-    impossible parameters."""
+          imbalance=4.0, seed=0, root=0, in_place=False, pxn=None):
+    """The Schedule of one collective, out of place or in place; `pxn`: per rank its (host, NIC
+    index), to relay cross-rail transfers through the sender's host (see the module's doc).
+    Raises ValueError on impossible parameters."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {excerpt(collective)} (known: {', '.join(COLLECTIVES)})")
     algorithm = algorithm or ALGORITHMS.get(collective, ("ring",))[0]
@@ -525,7 +534,52 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
         _rooted(b, elems, root, to_root=collective == "gather")
     else:
         _bisection(b, elems)
-    return b.schedule(root, _in_place_aliases(b, elems) if in_place else None)
+    schedule = b.schedule(root, _in_place_aliases(b, elems) if in_place else None)
+    if pxn is not None:
+        relay_across_rails(schedule, pxn)
+    return schedule
+
+
+def relay_across_rails(schedule, locality):
+    """Rewrite `schedule` in place so that no transfer goes between two hosts on different NIC
+    indexes: each goes first to the sender host's rank on the receiver's NIC index (the intra-
+    host hop), which sends it on to the receiver. A transfer whose host has no rank on that NIC
+    stays as it is (there is no local GPU to relay through). `locality`: per rank (host, nic)."""
+    if len(locality) != schedule.ranks:
+        raise ValueError(f"pxn needs the host and NIC of each of the {schedule.ranks} ranks, "
+                         f"got {len(locality)}")
+    rank_at = {tuple(where): rank for rank, where in enumerate(locality)}
+    moved = {}          # tag -> (original, first hop, second hop)
+    for t in list(schedule.transfers):
+        (src_host, src_nic), (dst_host, dst_nic) = locality[t.src], locality[t.dst]
+        proxy = rank_at.get((src_host, dst_nic))
+        if src_host == dst_host or src_nic == dst_nic or proxy is None:
+            continue
+        regions = schedule.regions[proxy]
+        landing = regions.get("scratch", 0)
+        regions["scratch"] = landing + t.nbytes
+        first = Transfer(t.tag, t.src, proxy, t.channel, t.nbytes, t.src_region, t.src_off,
+                         "scratch", landing)
+        second = Transfer(len(schedule.transfers), proxy, t.dst, t.channel, t.nbytes, "scratch",
+                          landing, t.dst_region, t.dst_off)
+        schedule.transfers[t.tag] = first
+        schedule.transfers.append(second)
+        program = schedule.programs[proxy]
+        arrive = Step(rank=proxy, id=len(program), channel=t.channel, recvs=[first])
+        program.append(arrive)
+        program.append(Step(rank=proxy, id=len(program), channel=t.channel, deps=(arrive.id,),
+                            sends=[second]))
+        schedule.relays[first.tag] = second.tag
+        moved[t.tag] = (t, first, second)
+    # The original steps name the original transfer: the sender now sends the first hop, the
+    # receiver waits for the second (the proxy's new steps hold the other ends).
+    for program in schedule.programs:
+        for step in program:
+            step.sends = [moved[t.tag][1] if t.tag in moved and t is moved[t.tag][0] else t
+                          for t in step.sends]
+            step.recvs = [moved[t.tag][2] if t.tag in moved and t is moved[t.tag][0] else t
+                          for t in step.recvs]
+    return schedule
 
 
 def _in_place_aliases(b, elems):
@@ -598,11 +652,14 @@ def reference_outputs(schedule, inputs):
 
 
 def _row(schedule, src):
-    """Bytes `src` sends to each rank in an AlltoAll(v) (its own block included)."""
+    """Bytes `src` sends to each rank in an AlltoAll(v) (its own block included); a relayed
+    transfer counts for its final receiver, not its proxy."""
     row = [0] * schedule.ranks
+    onward = set(schedule.relays.values())         # a proxy's second hops: not its own bytes
     for t in schedule.transfers:
-        if t.src == src:
-            row[t.dst] += t.nbytes
+        if t.src == src and t.tag not in onward:
+            final = schedule.transfers[schedule.relays[t.tag]] if t.tag in schedule.relays else t
+            row[final.dst] += t.nbytes
     own = schedule.buffers[src]["input"].nbytes - sum(row)
     row[src] = own
     return row

@@ -88,6 +88,9 @@ def udp_only_features(spec):
         out.append(("spray", "rdma_rxe derives one UDP source port per QP"))
     if spec.sport_mode != "qp":
         out.append(("sport_mode", "rdma_rxe derives the UDP source port from the QP number"))
+    if spec.pxn:
+        out.append(("pxn", "rxe devices reach each other through the fabric, so PXN's intra-host "
+                           "hop would cross it"))
     if spec.plb != "static":
         out.append(("plb", "an rxe device is one port: its QPs cannot choose a plane"))
     elif spec.reorder_mode() == "place":

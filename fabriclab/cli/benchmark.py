@@ -6,6 +6,7 @@ import json
 
 from fabriclab.errors import LabError
 from fabriclab.table import format_table
+from fabriclab.topologies.spec import load_spec
 from fabriclab.units import human_size
 from fabriclab.workflows import benchmark
 
@@ -13,7 +14,11 @@ from fabriclab.workflows import benchmark
 def register(subparsers):
     p = subparsers.add_parser("benchmark", help="bring-up/teardown times and single-pair throughput")
     p.add_argument("--sizes", default=benchmark.DEFAULT_SIZES,
-                   help=f"fabrics as LEAVESxSPINESxHOSTS_PER_LEAF, comma separated (default {benchmark.DEFAULT_SIZES})")
+                   help=f"fabrics as LEAVESxSPINESxHOSTS_PER_LEAF, comma separated (default {benchmark.DEFAULT_SIZES}; "
+                        "'' for none)")
+    p.add_argument("--specs", default="",
+                   help="also time the bring-up of these specs (names or paths, comma separated), "
+                        "e.g. meta_dc")
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per throughput measurement")
     p.add_argument("--skip-pair", action="store_true", help="leave out the host-pair throughput")
     p.add_argument("--skip-collective", action="store_true", help="leave out the AllReduce busbw")
@@ -24,10 +29,11 @@ def register(subparsers):
 
 
 def run_benchmark(args):
-    sizes = benchmark.parse_fabric_sizes(args.sizes)
+    sizes = benchmark.parse_fabric_sizes(args.sizes) if args.sizes else []
+    specs = [load_spec(ref.strip()) for ref in args.specs.split(",") if ref.strip()]
     if args.seconds <= 0:
         raise LabError(f"--seconds must be > 0, got {args.seconds}")
-    bring = benchmark.bench_bringup(sizes)
+    bring = benchmark.bench_bringup(benchmark.size_specs(sizes) + specs)
     pair = [] if args.skip_pair else benchmark.bench_pair(args.seconds)
     coll = [] if args.skip_collective else benchmark.bench_collective()
     rc_pair = [] if args.skip_collective else [benchmark.bench_collective_pair()]

@@ -36,7 +36,12 @@ def add_collective_args(p):
     p.add_argument("--hosts", help="comma-separated hosts taking part (default: all)")
     p.add_argument("--nics", type=int, help="NICs per host used as ranks (default: all)")
     p.add_argument("--placement", choices=PLACEMENTS, default="order",
-                   help="rank order: order, topology (grouped by leaf) or random")
+                   help="rank order: order, topology (grouped by zone, then leaf: the minimum cut), "
+                        "scatter (hosts dealt round-robin over zones), random, or rail (rail by rail, "
+                        "so ring neighbours on two hosts share a rail)")
+    p.add_argument("--pxn", action=argparse.BooleanOptionalAction, default=None,
+                   help="relay a transfer between two hosts' different rails through the sender's "
+                        "host (NCCL's PXN); default: on for rail-cabled fabrics with the udp backend")
     p.add_argument("--channels", type=int, default=1, help="independent rings/trees (default 1)")
     p.add_argument("--qps", type=int, default=1, help="QPs per connection and plane (QP scaling)")
     p.add_argument("--qp-method", choices=QP_METHODS, default="round-robin",
@@ -118,7 +123,7 @@ def spec_from_args(args):
         cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
         seed=args.seed, backend=args.backend, plb=args.plb, probe_interval_s=args.probe_interval,
         probe_timeouts=args.probe_timeouts, sw_timeout_s=args.sw_timeout, reorder=args.reorder,
-        reorder_timeout_s=args.reorder_timeout, cc_idle_s=args.cc_idle)
+        reorder_timeout_s=args.reorder_timeout, cc_idle_s=args.cc_idle, pxn=args.pxn)
     if args.control_dscp is not None:
         spec.control_dscp = args.control_dscp
     spec.check()

@@ -12,6 +12,7 @@ from fabriclab.lab.controller import check_app
 from fabriclab.table import format_table
 from fabriclab.topologies.fabric import Fabric, beyond_one_machine
 from fabriclab.topologies.spec import load_spec, shipped_specs
+from fabriclab.topologies.split import Split, parse_split
 from fabriclab.view import DEFAULT_ADDRESS
 
 DEFAULT_SPEC = "default"
@@ -21,6 +22,9 @@ def register(subparsers):
     p = subparsers.add_parser("check", help="validate spec files offline (nothing is built)")
     p.add_argument("specs", nargs="+", metavar="SPEC", help="spec file or shipped spec name")
     p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--split", metavar="BY:N|FILE",
+                   help="also show the fabric spread over N machines by leaf, plane or pod (leaf:2), or as "
+                        "an explicit split file: what each machine forwards and which cables cross")
     p.set_defaults(func=cmd_check)
 
     p = subparsers.add_parser("specs", help="list the specs shipped in topologies/")
@@ -34,6 +38,12 @@ def register(subparsers):
     p.add_argument("--web", nargs="?", const=DEFAULT_ADDRESS, metavar="ADDR:PORT",
                    help=f"serve the live fabric view (default {DEFAULT_ADDRESS}; port 0: any free one); "
                         "the URL it prints carries the page's token")
+    p.add_argument("--split", metavar="BY:N|FILE",
+                   help="spread the fabric over the machines of --inventory (leaf:2, plane:2, pod:2 or a "
+                        "split file; see `check --split`): one fabric, cables between machines as tunnels")
+    p.add_argument("--inventory", metavar="FILE",
+                   help="the machines for --split (an ansible inventory; this machine the one with "
+                        "ansible_connection=local, each with fabriclab_private_ip)")
     p.set_defaults(func=cmd_up)
 
     p = subparsers.add_parser("run", help="bring a fabric up, run all-pairs RoCEv2 traffic, "
@@ -74,19 +84,36 @@ def _traffic_args(p):
 def cmd_check(args):
     fabrics = [Fabric(load_spec(ref)) for ref in args.specs]    # SpecError (one line) on any problem
     docs = [fabric.summary() for fabric in fabrics]
+    if args.split is not None:
+        split = parse_split(args.split)
+        for fabric, doc in zip(fabrics, docs):
+            doc["split"] = Split(fabric, split).summary()
     if args.format == "json":
         print(json.dumps(docs, indent=1))
     else:
-        rows = [(d["name"], d["kind"], d["planes"], d["switches"], d["hosts"], d["host_ports"],
-                 d["links"], d["oversubscription"], d["time_scale"]) for d in docs]
-        print(format_table(("spec", "kind", "planes", "switches", "hosts", "host ports", "links",
-                            "oversub", "time scale"), rows))
+        rows = [(d["name"], d["kind"], d["cabling"], d["planes"], d["switches"], d["hosts"],
+                 d["host_ports"], d["links"], d["oversubscription"], d.get("cross_zone_oversubscription", "-"),
+                 d["time_scale"]) for d in docs]
+        print(format_table(("spec", "kind", "cabling", "planes", "switches", "hosts", "host ports",
+                            "links", "oversub", "cross-zone", "time scale"), rows))
+        for d in docs:
+            if "split" in d:
+                print(split_table(d["name"], d["split"]))
         print("ok: " + ", ".join(d["name"] for d in docs))
     for fabric in fabrics:
         too_big = beyond_one_machine(fabric)
         if too_big:
             print(f"note: {too_big}", file=sys.stderr)
     return 0
+
+
+def split_table(name, split):
+    rows = [(m["machine"], m["switches"], m["hosts"], m["switch_ports"], f"{m['forwarding_mbps']:g}",
+             m["boundary_links"], f"{m['boundary_mbps']:g}") for m in split["machines"]]
+    title = (f"{name} split by {split['by']} over {len(split['machines'])} machines: {split['boundary_links']} "
+             f"cables cross ({split['boundary_host_links']} of them host cables), {split['boundary_mbps']:g} Mbit/s")
+    return format_table(("machine", "switches", "hosts", "switch ports", "forwards Mbit/s",
+                         "crossing cables", "crossing Mbit/s"), rows, title=title)
 
 
 def cmd_specs(_args):
@@ -109,15 +136,18 @@ def cmd_up(args):
     check_app(args.routing)
     if args.script and not os.path.isfile(args.script):
         raise LabError(f"no script file {args.script!r}")
-    lab = Lab(spec, routing=args.routing, verbose=args.verbose)
+    lab = Lab(spec, routing=args.routing, verbose=args.verbose, **cluster_args(args))
     session = Session(lab)
     if args.web:                      # the address is taken before anything is built
         session.web = WebServer(lab, session, args.web).bind()
-    print(f"bringing up {spec.name} with {args.routing} ...", flush=True)
+    where = f" over {', '.join(m.name for m in lab.machines)}" if lab.machines else ""
+    print(f"bringing up {spec.name} with {args.routing}{where} ...", flush=True)
     try:
         with lab:
             print(f"fabric up in {lab.timings['up_s']:.1f} s: {len(lab.fabric.switches)} switches, "
                   f"{len(lab.fabric.hosts)} hosts, datapath {lab.datapath}. Type `help` for lab commands.")
+            if lab.split is not None:
+                print(split_table(spec.name, lab.split.summary()))
             if session.web:
                 print(session.web.serve().banner(), flush=True)
             try:
@@ -128,6 +158,17 @@ def cmd_up(args):
         session.close()               # a fabric that failed to come up: free the address
     print("fabric torn down")
     return 0
+
+
+def cluster_args(args):
+    """Lab's split and machines from --split and --inventory (both or neither)."""
+    if args.split is None and args.inventory is None:
+        return {}
+    if args.split is None or args.inventory is None:
+        raise LabError("--split and --inventory go together: how to spread the fabric, and over which machines")
+    from fabriclab.lab.cluster import machines_from_inventory
+
+    return {"split": parse_split(args.split), "machines": machines_from_inventory(args.inventory)}
 
 
 def allpairs_plan(args, kind="run"):

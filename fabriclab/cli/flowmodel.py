@@ -17,7 +17,7 @@ import time
 
 from fabriclab import __version__
 from fabriclab.errors import LabError
-from fabriclab.model import bench, evaluate, failures, flows
+from fabriclab.model import bench, evaluate, failures, flows, placement
 from fabriclab.workflows.benchmark import parse_fabric_sizes
 from fabriclab.units import parse_sizes
 from fabriclab.model.graph import ClosGraph
@@ -27,7 +27,7 @@ from fabriclab.topologies.spec import load_spec, parse_rate_mbps
 from fabriclab.loading import excerpt
 
 DEFAULT_SIZE = "64M"
-ALL_SCHEMES = "ecmp,eecmp,te,spray,ideal"
+ALL_SCHEMES = ",".join(placement.SCHEMES)
 MAX_LINK_ROWS = 2048
 
 
@@ -35,8 +35,9 @@ def register(sub):
     q = sub.add_parser("fabric", help="flow model: rates, CCT and link balance of a collective on a spec")
     _fabric_args(q)
     _workload_args(q)
-    q.add_argument("--routing", default=ALL_SCHEMES,
-                   help=f"comma-separated schemes (default {ALL_SCHEMES})")
+    q.add_argument("--routing", default=None,
+                   help=f"comma-separated schemes (default {ALL_SCHEMES}; optimal is left out, with a "
+                        "note, when its LP is past its size limit)")
     q.add_argument("--links", type=int, default=0, metavar="N",
                    help="also print the N busiest fabric links of each scheme")
     _output_args(q)
@@ -52,7 +53,7 @@ def register(sub):
     _output_args(q)
     q.set_defaults(func=cmd_failures)
 
-    q = sub.add_parser("benchmark", help="flow model: time taken against fabric size (up to 32K endpoints)")
+    q = sub.add_parser("benchmark", help="flow model: time and memory against fabric size (up to 256K endpoints)")
     q.add_argument("--sizes", default=bench.DEFAULT_SIZES,
                    help=f"LEAVESxSPINESxHOSTS_PER_LEAF list (default {bench.DEFAULT_SIZES})")
     q.add_argument("--routing", default=bench.DEFAULT_SCHEMES, help=f"default {bench.DEFAULT_SCHEMES}")
@@ -210,15 +211,21 @@ def _plain(value):
 def cmd_fabric(args):
     if args.links < 0:
         raise LabError(f"--links must be >= 0, got {args.links}")
-    schemes = bench.parse_schemes(args.routing)
+    schemes = bench.parse_schemes(args.routing or ALL_SCHEMES)
     graph = build_graph(args)
     collective = collective_of(graph, args)
     routes = Routes(graph)
     nic_mbps = graph.params.host_rate_mbps * graph.params.rails
     scale = graph.spec.time_scale if graph.spec else None
-    results, tables = [], []
+    results, tables, notes = [], [], []
     for scheme in schemes:
-        outcome = evaluate.run(graph, routes, collective, scheme, args.hash_seed)
+        try:
+            outcome = evaluate.run(graph, routes, collective, scheme, args.hash_seed)
+        except LabError as err:
+            if scheme != "optimal" or args.routing:
+                raise
+            notes.append(f"optimal left out: {err}")     # asked for by default only: say why
+            continue
         bal = evaluate.balance(graph, routes, outcome.loads)
         busbw_mbps = outcome.busbw_Bps * 8 / 1e6
         rows = evaluate.link_rows(graph, outcome.loads)
@@ -234,6 +241,7 @@ def cmd_fabric(args):
             "unsatisfied_flows": outcome.unsatisfied,
             "steps": outcome.steps,
             "balance": bal,
+            "lp_max_utilization": outcome.bound,
             "links": rows if graph.n_cables <= MAX_LINK_ROWS else rows[:100],
         })
         if args.links:
@@ -245,7 +253,17 @@ def cmd_fabric(args):
                 "qps": args.qps, "sport_mode": args.sport_mode, "order": args.order, "seed": args.seed,
                 "hash_seed": args.hash_seed, "flows_per_step": len(collective.steps[0].flows),
                 "rails": graph.params.rails}
-    doc = result_doc(graph, "fabric", overrides_of(args), workload=workload, results=results)
+    by = {r["routing"]: r for r in results}
+    versus = None
+    if "te" in by and "optimal" in by:
+        te, best = by["te"]["cct_s"], by["optimal"]["cct_s"]
+        versus = {"te_cct_over_optimal": te / best if 0 < best < math.inf and te < math.inf else None,
+                  "optimal_max_utilization": by["optimal"]["lp_max_utilization"]}
+        if versus["te_cct_over_optimal"] is not None:
+            notes.append(f"TE's CCT is {versus['te_cct_over_optimal']:.3f} x the optimal placement's "
+                         f"(LP: max fabric-link utilisation {versus['optimal_max_utilization']:.3f} at the demands)")
+    doc = result_doc(graph, "fabric", overrides_of(args), workload=workload, results=results,
+                     te_vs_optimal=versus, notes=notes)
     ring = f", {args.order} ring" if collective.name == "allreduce" else ""
     title = (f"{collective.name} {args.size} on {graph.params.name} ({graph.params.tiers}-tier, "
              f"{collective.ranks} hosts x {graph.params.rails} rail(s), {args.qps} QP(s) per connection, "
@@ -259,7 +277,7 @@ def cmd_fabric(args):
         _cell(r["balance"]["up"]["max_mean"], 2), _cell(r["balance"]["down"]["max_mean"], 2),
         _cell(100 * max(r["balance"]["up"]["max_utilization"], r["balance"]["down"]["max_utilization"]), 1),
         r["unroutable_flows"], r["unsatisfied_flows"]) for r in results], title=title)
-    return emit(doc, args, "\n\n".join([table, *tables]))
+    return emit(doc, args, "\n\n".join([table + "".join(f"\n{n}" for n in notes), *tables]))
 
 
 def _cell(value, digits):
@@ -316,19 +334,21 @@ def cmd_benchmark(args):
     schemes = bench.parse_schemes(args.routing)
     rows = []
     for leaves, spines, hosts in sizes:
-        row = bench.run_size(leaves, spines, hosts, schemes)
+        row = bench.run_size_alone(leaves, spines, hosts, schemes)
         rows.append(row)
         if args.format == "table":
-            print(f"  {leaves}x{spines}x{hosts}: {row['total_s']:.1f} s", file=sys.stderr, flush=True)
+            print(f"  {leaves}x{spines}x{hosts}: {row['total_s']:.1f} s, {row['peak_rss_mb']:.0f} MB",
+                  file=sys.stderr, flush=True)
     doc = {"fabriclab": __version__, "kind": "model", "model": "benchmark",
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": {"python": platform.python_version(), "processor": platform.machine()},
            "workload": "ring allreduce 64M, shuffled ranks, 1 QP; 1% failure trial", "rows": rows}
     header = ("endpoints", "LxSxH", "switches", "flows", "leaf pairs", "build s", "routes s",
-              *(f"{s} s" for s in schemes), "max-flow s", "1% fail s", "total s")
+              *(f"{s} s" for s in schemes), "max-flow s", "1% fail s", "total s", "peak MB")
     table = format_table(header, [(
         r["endpoints"], f"{r['leaves']}x{r['spines']}x{r['hosts_per_leaf']}", r["switches"], r["flows"],
         r["leaf_pairs"], f"{r['build_s']:.2f}", f"{r['routes_s']:.2f}", *(f"{r[f'{s}_s']:.2f}" for s in schemes),
-        f"{r['maxflow_s']:.2f}", f"{r['failure_trial_s']:.2f}", f"{r['total_s']:.1f}") for r in rows],
-        title="Flow model time against fabric size (one process, one core)")
+        f"{r['maxflow_s']:.2f}", f"{r['failure_trial_s']:.2f}", f"{r['total_s']:.1f}",
+        f"{r['peak_rss_mb']:.0f}") for r in rows],
+        title="Flow model time and peak memory against fabric size (one core; each size in its own process)")
     return emit(doc, args, table)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import signal
 import sys
+import threading
 
+from fabriclab.errors import LabError
 from fabriclab.lab import clean as lab_clean
-from fabriclab.system import doctor, fullkernel, provision
+from fabriclab.loading import clip
+from fabriclab.system import doctor, fleet, fullkernel, provision
 
 
 def register(subparsers):
@@ -55,16 +60,22 @@ def register_doctor(subparsers):
                     "required is missing.")
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="output format (default: table)")
+    parser.add_argument("--inventory", metavar="FILE",
+                        help="check every lab machine of this ansible inventory instead: reachable, "
+                             "the same lab version, nothing required missing (exits 1 if one is not)")
     parser.set_defaults(func=run_doctor)
 
 
 def run_doctor(args):
+    if getattr(args, "inventory", None):
+        return _doctor_machines(args)
     caps = doctor.probe()
     mechs = doctor.mechanisms(caps)
     tier = fullkernel.probe()
     if args.format == "json":
         doc = json.loads(doctor.render_json(caps, mechs))
         doc["fullkernel_tier"] = dataclasses.asdict(tier)
+        doc["lab"] = fleet.lab_identity()
         print(json.dumps(doc, indent=2))
     else:
         print(f"kernel {caps.kernel}; OVS bridges will use datapath_type="
@@ -79,13 +90,28 @@ def run_doctor(args):
     return 0
 
 
+def _doctor_machines(args):
+    checks = fleet.check_machines(args.inventory)
+    if args.format == "json":
+        print(json.dumps([{**dataclasses.asdict(c), "ready": c.ready} for c in checks], indent=2))
+    else:
+        print(fleet.render_checks(checks))
+    not_ready = [c.machine for c in checks if not c.ready]
+    if not_ready:
+        print(f"fabriclab doctor: {len(not_ready)} of {len(checks)} machine(s) not ready: "
+              f"{', '.join(not_ready)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 # -- fullkernel ---------------------------------------------------------------------------------
 def register_fullkernel(subparsers):
     p = subparsers.add_parser(
         "fullkernel", help="the full-kernel test tier: run tests on a kernel with OVS, RED, netem and "
                            "rdma_rxe (a virtme-ng guest when this kernel lacks them)")
-    p.add_argument("action", choices=("status", "test"),
-                   help="status: how the tier would run here; test: run pytest on it")
+    p.add_argument("action", choices=("status", "test", "machine"),
+                   help="status: how the tier would run here; test: run pytest on it; machine: boot its "
+                        "guest as a second lab machine (SSH over a virtual wire) until Ctrl-C")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS",
                    help="after `test`, everything is pytest's (so fabriclab's options go before the "
                         "action); default: -m fullkernel tests/lab -rs")
@@ -96,6 +122,9 @@ def register_fullkernel(subparsers):
                    help="boot a guest even when the running kernel is complete")
     p.add_argument("--kvm", action="store_true",
                    help="run the guest with KVM instead of software emulation (where nested KVM works)")
+    p.add_argument("--inventory", metavar="FILE", default="guest-inventory.ini",
+                   help="machine: where to write the ansible inventory of this machine and the guest "
+                        "(default guest-inventory.ini)")
     p.set_defaults(func=cmd_fullkernel)
 
 
@@ -108,6 +137,12 @@ def cmd_fullkernel(args):
         state = f"available ({tier.how}, kernel {tier.kernel})" if tier.available else "unavailable"
         print(f"full-kernel tier: {state}: {tier.note}")
         return 0 if tier.available else 1
+    if args.action == "machine":
+        # after the action argparse hands everything to pytest_args: read --inventory there too
+        tail = argparse.ArgumentParser(prog="fabriclab fullkernel machine")
+        tail.add_argument("--inventory", default=args.inventory)
+        args.inventory = tail.parse_args(args.pytest_args or []).inventory
+        return run_guest_machine(args)
     pytest_args = list(args.pytest_args or DEFAULT_SELECTION)
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]
@@ -118,15 +153,54 @@ def cmd_fullkernel(args):
     return result.exit_code
 
 
+def run_guest_machine(args):
+    from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
+
+    # before a half-minute boot, not after it
+    folder = os.path.dirname(os.path.abspath(args.inventory))
+    if os.path.isdir(args.inventory) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise LabError(f"--inventory {clip(args.inventory)}: cannot write a file there")
+    doctor.require_environment()
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with GuestMachine(args.kernel, kvm=args.kvm) as guest:
+            path = guest.inventory(args.inventory, project_dir=str(provision.PROJECT_DIR))
+            print(f"guest machine: {guest.tier.kernel} at {WIRE_GUEST}, up in {guest.boot_s:.0f} s; "
+                  f"inventory: {path}", flush=True)
+            print(f"  e.g. sudo .venv/bin/fabriclab doctor --inventory {path}; Ctrl-C stops it", flush=True)
+            try:
+                while not stop.wait(1.0) and guest.proc.poll() is None:
+                    pass
+            except KeyboardInterrupt:
+                pass
+            if guest.proc is not None and guest.proc.poll() is not None:
+                print(f"guest machine: qemu exited ({guest.proc.returncode})", file=sys.stderr)
+                return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print("guest machine: stopped, its wire removed")
+    return 0
+
+
 # -- clean --------------------------------------------------------------------------------------
 def register_clean(subparsers):
     p = subparsers.add_parser("clean", help="remove what killed runs left (bridges, veths, "
                                             "namespaces, controller and agent processes)")
     p.add_argument("--all", action="store_true", help="also tear down runs that are still live")
+    p.add_argument("--inventory", metavar="FILE",
+                   help="clean every lab machine of this ansible inventory instead (exits 1 if one "
+                        "cannot be reached or cleaned)")
     p.set_defaults(func=run_clean)
 
 
 def run_clean(args):
+    if getattr(args, "inventory", None):
+        failed = 0
+        for machine, ok, lines in fleet.clean_machines(args.inventory, args.all):
+            failed += not ok
+            print("\n".join(f"{machine}: {line}" for line in lines))
+        return 1 if failed else 0
     doctor.require_environment()
     report = lab_clean.clean(all_runs=args.all)
     print("\n".join(report) if report else "nothing to clean")

@@ -13,6 +13,7 @@ COMMAND_MODULES = [
     "fabriclab.cli.machine",      # provision, doctor, fullkernel, clean
     "fabriclab.cli.fabric",       # check, specs, up, run, demo
     "fabriclab.cli.collective",
+    "fabriclab.cli.replay",
     "fabriclab.cli.benchmark",
     "fabriclab.cli.model",
     "fabriclab.cli.experiment",

@@ -16,32 +16,35 @@ alone unless --all is given.
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 from fabriclab.system.doctor import cleanup_stale_probes
 from fabriclab.queues.datapath import pinned_runs, remove_pins
 from fabriclab.lab.runstate import RUN_ROOT, RunState, is_lab_link_group
 from fabriclab.lab.teardown import delete_bridges, delete_link_group, interfaces_in_group, tagged_bridges
-from fabriclab.system.procs import pid_alive, pid_cmdline, pid_runs, with_argument_under
+from fabriclab.system.procs import pid_alive, stop_recorded, with_argument_under
 from fabriclab.traffic import softroce
 
 
-def _stop_process(proc):
-    pid, match = proc["pid"], proc["match"]
-    if not pid_runs(pid, match):
-        return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and pid_alive(pid) and pid_cmdline(pid):
-            time.sleep(0.05)
-        if not pid_alive(pid) or not pid_cmdline(pid):
-            return True
-    return True
+def remove_run(run):
+    """Remove what `run`'s record names (its owner is gone); one line saying what."""
+    stopped = len(stop_recorded(run.data.get("processes", [])))
+    # Only what carries the run's marks: its bridges by their OVS tag, its interfaces by the
+    # link group it allocated. An object that merely has a recorded name (a user's own `s1`
+    # after a killed run) is left alone, and so is a group outside the lab's range.
+    group = run.data.get("link_group")
+    ours = is_lab_link_group(group)
+    intfs = interfaces_in_group(group, run.data.get("interfaces", [])) if ours else []
+    if ours:
+        delete_link_group(group)
+    tagged = tagged_bridges()
+    bridges = [b for b in run.data.get("bridges", []) if tagged.get(b, (None,))[0] == run.id]
+    delete_bridges(bridges)
+    remove_pins(run.id)
+    run.remove()
+    return (f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
+            f"and {len(intfs)} interfaces"
+            + ("" if ours or group is None else f" (link group {group} is not the lab's: "
+                                                "its interfaces were left alone)"))
 
 
 def clean(all_runs=False):
@@ -55,30 +58,13 @@ def clean(all_runs=False):
             live_interfaces.update(run.data.get("interfaces", []))
             report.append(f"run {run.id} is live (pid {run.data['pid']}): left alone (use --all)")
             continue
-        stopped = sum(_stop_process(p) for p in run.data.get("processes", []))
-        # Only what carries the run's marks: its bridges by their OVS tag, its interfaces by the
-        # link group it allocated. An object that merely has a recorded name (a user's own `s1`
-        # after a killed run) is left alone, and so is a group outside the lab's range.
-        group = run.data.get("link_group")
-        ours = is_lab_link_group(group)
-        intfs = interfaces_in_group(group, run.data.get("interfaces", [])) if ours else []
-        if ours:
-            delete_link_group(group)
-        tagged = tagged_bridges()
-        bridges = [b for b in run.data.get("bridges", []) if tagged.get(b, (None,))[0] == run.id]
-        delete_bridges(bridges)
-        remove_pins(run.id)
-        run.remove()
-        report.append(f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
-                      f"and {len(intfs)} interfaces"
-                      + ("" if ours or group is None else f" (link group {group} is not the lab's: "
-                                                          "its interfaces were left alone)"))
+        report.append(remove_run(run))
     # Agents started just before a kill may never have reached the record; they were started
     # with their run's folder in their arguments, which marks them as that run's.
     runs_dir = f"{RUN_ROOT / 'runs'}/"
     for pid, arg in with_argument_under(runs_dir):
         run_id = arg[len(runs_dir):].split("/", 1)[0]
-        if run_id not in live_ids and pid != os.getpid() and _stop_process({"pid": pid, "match": arg}):
+        if run_id not in live_ids and pid != os.getpid() and stop_recorded([{"pid": pid, "match": arg}]):
             report.append(f"process {pid} of vanished run {run_id}: stopped")
     for bridge, (run_id, pid) in sorted(tagged_bridges().items()):
         if run_id in live_ids:

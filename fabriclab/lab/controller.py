@@ -7,7 +7,9 @@ what it needs, such as the fabric being programmed.
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,15 +36,29 @@ def check_app(routing):
         raise LabError(str(exc)) from None
 
 
-def free_port():
+def free_port(address="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
+def summarize_stacks(text, limit=900):
+    """faulthandler's dump of all threads, one line: per thread its three innermost frames
+    (file:line function), identical threads counted once."""
+    threads = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
+        if frames:
+            threads.append(" < ".join(f"{os.path.basename(path)}:{line} {func}" for path, line, func in frames[:3]))
+    counts = collections.Counter(threads)
+    return "; ".join(t + (f" (x{n})" if n > 1 else "") for t, n in counts.items())[:limit]
+
+
 class Controller:
-    def __init__(self, routing, fabric, run):
+    def __init__(self, routing, fabric, run, listen="127.0.0.1"):
+        """`listen`: the one address OpenFlow is served on (a cluster's private address)."""
         self.app, self.options = check_app(routing)
+        self.listen = listen
         self.routing = routing
         self.fabric = fabric
         self.run = run
@@ -54,12 +70,12 @@ class Controller:
     def start(self, timeout=20.0):
         timeout = patience.scaled(timeout)
         control.write_text(self.files.fabric, self.fabric.to_json())
-        self.port = self.port or free_port()      # a restart keeps the port the switches know
+        self.port = self.port or free_port(self.listen)      # a restart keeps the port the switches know
         log = open(self.log_path, "a")
         env = dict(os.environ, OSKEN_HUB_TYPE="native")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", RUNNER_MODULE,
-             *control.command_line(self.app, self.options, self.run.dir, self.port, self.run.id)],
+             *control.command_line(self.app, self.options, self.run.dir, self.port, self.run.id, self.listen)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True)   # Ctrl-C at the prompt must not reach the controller
         log.close()
@@ -70,7 +86,7 @@ class Controller:
                 raise LabError(f"controller app {excerpt(self.app)} exited with code {self.proc.returncode}: "
                                f"{self.last_log_line()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.listen, self.port), timeout=0.5):
                     pass
             except OSError:
                 time.sleep(0.1)
@@ -78,9 +94,9 @@ class Controller:
             # The port was free when chosen; whatever answers on it now must be the controller.
             if listens(self.proc.pid, self.port):
                 return
-            raise LabError(f"127.0.0.1:{self.port} answers, but not from the controller (pid "
+            raise LabError(f"{self.listen}:{self.port} answers, but not from the controller (pid "
                            f"{self.proc.pid}): another program took the port; run again")
-        raise LabError(f"controller app {excerpt(self.app)} did not listen on 127.0.0.1:{self.port} "
+        raise LabError(f"controller app {excerpt(self.app)} did not listen on {self.listen}:{self.port} "
                        f"within {timeout:.0f} s (log: {self.log_path})")
 
     def last_log_line(self):
@@ -101,9 +117,9 @@ class Controller:
         """The same as its JSON document, for display (the prompt's `ctl`)."""
         return self.snapshot().to_json()
 
-    def wait(self, predicate, timeout, what):
+    def wait(self, predicate, timeout, what, explain=None):
         """Re-read the status until predicate(control.Status) holds and return that Status;
-        LabError naming `what` otherwise."""
+        LabError naming `what` otherwise, with `explain(missing switches)` appended."""
         timeout = patience.scaled(timeout)
         deadline = time.monotonic() + timeout
         status = control.Status()
@@ -116,11 +132,35 @@ class Controller:
             time.sleep(POLL_S)
         missing = sorted(set(self.fabric.switches) - set(status.connected))
         detail = f"; switches not connected: {', '.join(missing[:5])}" if missing else ""
-        raise LabError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        if status.time:
+            detail += f"; its last status is {max(0.0, time.time() - status.time):.0f} s old"
+        if missing and explain is not None:
+            detail += explain(missing[:5])
+        stacks = self.thread_stacks()
+        if stacks:
+            detail += f"; its threads wait in: {stacks}"
+        raise LabError(f"timed out after {timeout:.0f} s waiting for {what}{detail} (log: {self.log_path})")
 
-    def wait_programmed(self, timeout=30.0, after_generation=-1):
+    def thread_stacks(self):
+        """Where the controller's threads are, in one line: a SIGUSR1 makes it write their stacks to
+        its log (apps/runner.py); "" when it cannot be asked."""
+        try:
+            start = self.log_path.stat().st_size
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except OSError:
+            return ""
+        time.sleep(1.0)
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(start)
+                text = log.read(1 << 20).decode(errors="replace")
+        except OSError:
+            return ""
+        return summarize_stacks(text)
+
+    def wait_programmed(self, timeout=30.0, after_generation=-1, explain=None):
         return self.wait(lambda s: s.programmed and s.generation > after_generation,
-                         timeout, "the controller to program the fabric")
+                         timeout, "the controller to program the fabric", explain)
 
     def stop(self, timeout=5.0):
         if self.proc is None:

@@ -12,6 +12,7 @@ record for `fabriclab clean`.
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import threading
@@ -29,22 +30,55 @@ from fabriclab.errors import LabError, Terminated
 from fabriclab.queues.datapath import remove_pins
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
+from fabriclab.system.procs import stop_recorded
 from fabriclab.lab import network as mininet_net
-from fabriclab.topologies.fabric import Fabric, beyond_one_machine
+from fabriclab.lab.cluster import Cluster
+from fabriclab.topologies.fabric import MAX_LAB_NODES, Fabric, beyond_one_machine
+from fabriclab.topologies.split import Split
 from fabriclab.topologies.spec import FabricSpec
+
+# Processes of a run that its own teardown steps end (the controller, Mininet's shells, the SSH
+# connections of a cluster, which its members' reports come back on); every
+# other recorded one was started by a job inside a host.
+_FABRIC_ROLES = frozenset({"controller", "controller-shell", "host-shell", "switch-shell", "ssh-master"})
+
+
+def _one_at_a_time(method):
+    """Run a method that changes the fabric under the lab's fault lock: the prompt, the web view's
+    buttons and a fault timeline act from their own threads, and two changes interleaved (a link
+    reshaped while a restore walks the same table) would leave the lab's record and the fabric
+    disagreeing."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._fault_lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+def _ovs_view(switches):
+    """What Open vSwitch says of the switches that never reached the controller."""
+    view = mininet_net.controller_connections(switches)
+    return "; Open vSwitch: " + ", ".join(f"{name} {state}" for name, state in view.items()) if view else ""
 
 
 class Lab:
-    def __init__(self, spec, routing="ecmp", verbose=False, datapath=None):
+    def __init__(self, spec, routing="ecmp", verbose=False, datapath=None, split=None, machines=None):
+        """`split` (a SplitSpec) and `machines` (fabriclab.lab.cluster.Machine, this one first)
+        spread the fabric over several machines (Mininet's cluster edition)."""
         if not isinstance(spec, FabricSpec):
             raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
         check_app(routing)
         self.fabric = Fabric(spec)
-        too_big = beyond_one_machine(self.fabric)
-        if too_big:
-            raise LabError(too_big)
+        self.split = self.machines = self.cluster = None
+        if split is not None or machines is not None:
+            self._plan_cluster(split, machines)
+        else:
+            too_big = beyond_one_machine(self.fabric)
+            if too_big:
+                raise LabError(too_big)
         self.jobs = {}               # announced to the controller (jobs.json): name -> placement
         self._jobs_lock = threading.Lock()   # concurrent launchers announce and retract jobs
+        self._fault_lock = threading.RLock()  # one change to the fabric at a time (_one_at_a_time)
         self.routing = routing
         self.verbose = verbose
         self.datapath = datapath
@@ -64,6 +98,25 @@ class Lab:
         self._reshaped = {}          # (link key, nodes) -> (Link, nodes, Mbit/s) shaped off the spec's rate
         self._old_sigterm = None
 
+    def _plan_cluster(self, split, machines):
+        """Check a spread over machines before anything is built: one machine per part of the
+        split, what runs across machines today, and each machine's share within one lab's bounds."""
+        spec = self.fabric.spec
+        if split is None or not machines:
+            raise LabError("a fabric over several machines needs both a split and the machines (an inventory)")
+        self.split = Split(self.fabric, split)
+        if len(machines) != split.machines:
+            raise LabError(f"the split has {split.machines} machines and the inventory {len(machines)}; "
+                           f"give one machine per part")
+        if spec.queues is not None:
+            raise LabError(f"spec {excerpt(spec.name)} has a queue model (queues:); across machines the lab "
+                           f"runs without one so far: drop that section or run on one machine")
+        for row in self.split.machines():
+            if row["switches"] + row["hosts"] > MAX_LAB_NODES:
+                raise LabError(f"machine {row['machine']} of the split would hold {row['switches'] + row['hosts']} "
+                               f"switches and hosts; one machine's lab builds at most {MAX_LAB_NODES}")
+        self.machines = list(machines)
+
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, timeout=60.0):
         require_environment()
@@ -78,16 +131,23 @@ class Lab:
         try:
             self.run = RunState.create(self.fabric.spec.name)
             self.run.plan(*mininet_net.planned_resources(self.fabric))
-            self.controller = Controller(self.routing, self.fabric, self.run)
+            listen = "127.0.0.1"
+            if self.machines is not None:
+                self.cluster = Cluster(self.machines, self.run)
+                self.cluster.connect()
+                self.cluster.check_mtu(spec.mtu)
+                listen = self.machines[0].private_ip      # the private network only
+            self.controller = Controller(self.routing, self.fabric, self.run, listen=listen)
             self.controller.start()
-            self.net = mininet_net.new_network(self.controller.port, self.verbose)
+            self.net = mininet_net.new_network(self.controller.port, self.verbose, controller_ip=listen)
             mininet_net.populate(self.net, self.fabric, self.run, self.datapath,
-                                 delay=self.delay_mechanism == "netem")
+                                 delay=self.delay_mechanism == "netem", cluster=self.cluster,
+                                 placement=self.split.machine_of if self.split else None)
             if self.fabric.spec.queues is not None:
                 self.queues = QueueModel(self.fabric, self.net, self.run.id,
                                          ecn_mechanism=self.ecn_mechanism).start()
             self.timings["build_s"] = time.monotonic() - t0
-            self.controller.wait_programmed(timeout=timeout)
+            self.controller.wait_programmed(timeout=timeout, explain=self._explain)
             if self.queues is not None and self.datapath == "user":
                 # Only the userspace datapath transmits through one shared packet socket.
                 self.queues.ensure_ovs_buffers()
@@ -96,6 +156,15 @@ class Lab:
             self.stop()
             raise
         return self
+
+    def _explain(self, switches):
+        """What Open vSwitch here says of switches that never reached the controller; a switch on
+        another machine is named with its machine."""
+        if self.cluster is None:
+            return _ovs_view(switches)
+        here = [s for s in switches if self.cluster.machine_of_name(s).local]
+        there = [f"{s} ({self.cluster.machine_of_name(s).name})" for s in switches if s not in here]
+        return (_ovs_view(here) if here else "") + (f"; on other machines: {', '.join(there)}" if there else "")
 
     def _choose_kernel_mechanisms(self, mechs):
         """ECN marking and link delay for this spec on this kernel (doctor's choices); a spec that
@@ -133,6 +202,11 @@ class Lab:
     def stop(self):
         t0 = time.monotonic()
         try:
+            if self.run is not None:
+                # The jobs' agents first: a job thread that a Ctrl-C left behind (sleeping, or in a
+                # telemetry read) may not reach its own kill before this process exits, and an
+                # agent outlives its host's shell and keeps the namespace.
+                stop_recorded([p for p in self.run.data["processes"] if p["role"] not in _FABRIC_ROLES])
             if self.queues is not None:
                 self.queues.stop()
                 self.queues = None
@@ -140,6 +214,9 @@ class Lab:
                 mininet_net.stop(self.net, self.run.data["link_group"])
                 self.net = None
             linkloss.close(self)             # the loss programs (their filters left with the veths)
+            if self.cluster is not None:
+                self.cluster.close()             # each other machine's member removes its part
+                self.cluster = None
             if self.controller is not None:
                 self.controller.stop()
                 self.controller = None
@@ -154,6 +231,7 @@ class Lab:
         self.timings["down_s"] = time.monotonic() - t0
 
     # -- routing --------------------------------------------------------------------------------------
+    @_one_at_a_time
     def set_routing(self, routing, timeout=30.0):
         """Replace the controller with another routing app (or the same with other options) on
         the live fabric. The switches keep forwarding on the old entries until the new app
@@ -163,11 +241,11 @@ class Lab:
         old.stop()
         select_stage.detach(self.fabric)
         remove_pins(target=select_stage.pins_for(self.run.id))
-        self.controller = Controller(routing, self.fabric, self.run)
+        self.controller = Controller(routing, self.fabric, self.run, listen=old.listen)
         self.controller.port = old.port
         self.controller.start()
         self.routing = routing
-        self.controller.wait_programmed(timeout=timeout)
+        self.controller.wait_programmed(timeout=timeout, explain=self._explain)
         with self._jobs_lock:
             self._write_jobs()
         return self.controller.status()
@@ -210,6 +288,13 @@ class Lab:
         return False
 
     # -- nodes and links --------------------------------------------------------------------------
+    def one_machine_only(self, what):
+        """Refuse, in one line, what does not run across machines yet (anything that starts
+        processes in the hosts: their files live in this machine's run folder)."""
+        if self.cluster is not None:
+            raise LabError(f"{what} runs on one machine so far; this fabric is spread over "
+                           f"{len(self.machines)} machines, where bring-up, routing, pings and link faults work")
+
     def host(self, name):
         if name not in self.fabric.hosts:
             raise LabError(f"no host {excerpt(name)} in fabric {excerpt(self.fabric.spec.name)} "
@@ -232,6 +317,7 @@ class Lab:
         self.set_links(links, up, wait, timeout, f"{node1}-{node2}")
         return links
 
+    @_one_at_a_time
     def set_links(self, links, up, wait=True, timeout=10.0, what="the links", event=None):
         """Take resolved Link objects down or up (logged); wait for the controller when asked."""
         before = self.controller.snapshot().generation
@@ -262,6 +348,7 @@ class Lab:
         spec's rate. Routing does not change: a degraded link stays up, as a flaky optic does."""
         return self.reshape_links(self.resolve_link(node1, node2, member), rate_mbps)
 
+    @_one_at_a_time
     def reshape_links(self, links, rate_mbps):
         """Shape resolved Link objects to rate_mbps (None: the spec's rate), logged."""
         if rate_mbps is not None and (isinstance(rate_mbps, bool) or not rate_mbps > 0):
@@ -280,6 +367,7 @@ class Lab:
         else:
             self._reshaped.pop(key, None)
 
+    @_one_at_a_time
     def set_loss(self, links, fraction):
         """Drop `fraction` of the packets at random in both directions of resolved Link objects
         (a BPF drop on each sending port, fabriclab.lab.linkloss); 0 ends it. Logged; `restore` ends it."""
@@ -295,6 +383,7 @@ class Lab:
                   fraction=fraction or None)
         return links
 
+    @_one_at_a_time
     def slow_receiver(self, host, fraction):
         """Limit what a host's NICs receive to `fraction` of their rate (a slow receiver: the leaf
         port towards each NIC is shaped down); None or 1 restores it."""
@@ -307,6 +396,7 @@ class Lab:
             self._reshape(link, None if restore else link.rate_mbps * fraction, nodes=(link.b,))
         self._log("restore_receiver" if restore else "slow_receiver", host, fraction=fraction)
 
+    @_one_at_a_time
     def set_switch(self, name, up, wait=True, timeout=10.0):
         """Fail a switch (every cable on it goes down at once, as a power loss would) or bring it
         back. A failed leaf cuts its hosts off."""
@@ -316,6 +406,7 @@ class Lab:
         self.set_links(links, up, wait, timeout, f"switch {name}", ("switch_up" if up else "switch_down", name))
         return links
 
+    @_one_at_a_time
     def restart_controller(self, timeout=30.0):
         """Stop the controller app and start it again (a controller crash and restart). The
         switches keep forwarding on their entries meanwhile (fail mode secure). Returns the
@@ -329,8 +420,10 @@ class Lab:
 
     def fault_state(self):
         """The faults in place now, for restore(to=...): links down, links reshaped, lossy links."""
-        return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy)}
+        with self._fault_lock:
+            return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy)}
 
+    @_one_at_a_time
     def restore(self, wait=True, timeout=10.0, to=None):
         """Undo the faults made through the lab: every one (links up, rates back to the spec, no
         loss), or, given `to` (a fault_state()), only what changed since that state was taken,
@@ -357,10 +450,13 @@ class Lab:
 
     def injected(self):
         """What the lab's faults changed and has not yet repaired: links down, links reshaped."""
-        return {"links_down": sorted(link.label for link in self._down.values()),
+        # Read without the fault lock (the live view asks twice a second, and a change may wait
+        # seconds for the controller): copies taken in one step each, never a table mid-walk.
+        down, reshaped, lossy = list(self._down.values()), list(self._reshaped.values()), list(self._lossy.values())
+        return {"links_down": sorted(link.label for link in down),
                 "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
-                                   for link, nodes, _rate in self._reshaped.values()),
-                "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in self._lossy.values())}
+                                   for link, nodes, _rate in reshaped),
+                "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in lossy)}
 
     def _log(self, event, target, **detail):
         self.events.append({"time": time.time(), "event": event, "target": target,

@@ -7,6 +7,7 @@ the lab itself (not Mininet's TCLink, which silently ignores qdiscs the kernel l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import LabError
+from fabriclab.lab.cluster import ClusterHost, VxlanLink, cluster_switch_class
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
 from fabriclab.system.shaping import as_script, queued_commands, rate_command, shaping_commands
 from fabriclab.lab.teardown import delete_bridges, delete_link_group
@@ -25,13 +27,14 @@ from fabriclab.lab.teardown import delete_bridges, delete_link_group
 class LabSwitch(OVSSwitch):
     """An OVS bridge tagged with the run that owns it (so `clean` never touches anyone else's)."""
 
-    def __init__(self, name, run_id=None, **params):
+    def __init__(self, name, run_id=None, owner_pid=None, **params):
         self.run_id = run_id
+        self.owner_pid = owner_pid or os.getpid()    # on another machine: the run's member there
         super().__init__(name, **params)
 
     def bridgeOpts(self):
         return (super().bridgeOpts() + f" external_ids:{OVS_RUN_KEY}={self.run_id}"
-                f" external_ids:{OVS_PID_KEY}={os.getpid()}")
+                f" external_ids:{OVS_PID_KEY}={self.owner_pid}")
 
 
 class LabLink(Link):
@@ -47,16 +50,21 @@ class LabLink(Link):
 
     def makeIntfPair(self, intfname1, intfname2, addr1=None, addr2=None, node1=None, node2=None,
                      deleteIntfs=True):
-        # Mininet's contract (mininet.util.makeIntfPair): the first end is made by node1's shell
-        # (in its namespace), the peer goes to node2's; nothing of the same name is deleted first
-        # (check_free refused the build if a name was taken).
-        run = node1.cmd if node1 else _quiet
-        mac1 = f" address {addr1}" if addr1 else ""
-        mac2 = f" address {addr2}" if addr2 else ""
-        out = run(f"ip link add name {intfname1}{mac1} group {self.group} type veth peer name "
-                  f"{intfname2}{mac2} group {self.group} netns {node2.pid if node2 else 1}")
-        if out.strip():
-            raise LabError(f"cannot create the veth pair {intfname1}/{intfname2}: {out.strip()[:200]}")
+        make_veth(self.group, intfname1, intfname2, addr1, addr2, node1, node2)
+
+
+def make_veth(group, intfname1, intfname2, addr1=None, addr2=None, node1=None, node2=None):
+    """A veth pair in link group `group`, made in one `ip link add`. Mininet's contract
+    (mininet.util.makeIntfPair): the first end is made by node1's shell (in its namespace, on its
+    machine), the peer goes to node2's; nothing of the same name is deleted first (check_free
+    refused the build if a name was taken)."""
+    run = node1.cmd if node1 else _quiet
+    mac1 = f" address {addr1}" if addr1 else ""
+    mac2 = f" address {addr2}" if addr2 else ""
+    out = run(f"ip link add name {intfname1}{mac1} group {group} type veth peer name "
+              f"{intfname2}{mac2} group {group} netns {node2.pid if node2 else 1}")
+    if out.strip():
+        raise LabError(f"cannot create the veth pair {intfname1}/{intfname2}: {out.strip()[:200]}")
 
 
 def _quiet(command):
@@ -84,6 +92,32 @@ def check_free(fabric, run_records):
         owner = f" (owned by run {', '.join(owners)})" if owners else ""
         raise LabError(f"{len(taken)} names this fabric needs already exist, e.g. {taken[0]}{owner}; "
                        f"stop that fabric or run `fabriclab clean`")
+
+
+def controller_connections(bridges):
+    """Open vSwitch's side of each bridge's controller connection, for an error that says why a
+    switch never reached the controller: {bridge: 'connected' or 'state=BACKOFF, last_error=...'}.
+    Empty where OVS cannot be asked."""
+    def listing(*args):
+        proc = subprocess.run(["ovs-vsctl", "--timeout=5", "--format=json", *args],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ValueError("ovs-vsctl failed")        # not "no such bridge": OVS was not asked
+        return json.loads(proc.stdout)["data"]
+    try:
+        rows = [(name, c) for name, c in listing("--columns=name,controller", "list", "bridge") if name in bridges]
+        owner = {c[1]: name for name, c in rows if c[0] == "uuid"}
+        found = {name: "no controller set" for name, _ in rows}
+        for uuid, connected, status in listing("--columns=_uuid,is_connected,status", "list", "controller"):
+            name = owner.get(uuid[1])
+            if name is not None:
+                pairs = dict(status[1]) if status[0] == "map" else {}
+                found[name] = "connected" if connected else ", ".join(
+                    f"{k}={pairs[k]}" for k in ("state", "last_error", "sec_since_disconnect")
+                    if k in pairs) or "not connected"
+    except (OSError, ValueError, IndexError, TypeError, subprocess.SubprocessError):
+        return {}
+    return {name: found.get(name, "no such bridge") for name in bridges}
 
 
 def host_setup_script(host, mtu):
@@ -134,37 +168,71 @@ class LabController(RemoteController):
         pass
 
 
-def new_network(controller_port, verbose=False):
-    """An empty Mininet network whose switches will connect to the lab's controller."""
+def new_network(controller_port, verbose=False, controller_ip="127.0.0.1"):
+    """An empty Mininet network whose switches will connect to the lab's controller (at
+    `controller_ip`: loopback on one machine, this machine's private address in a cluster)."""
     setLogLevel("info" if verbose else "warning")
     net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
                   waitConnected=False)
-    net.addController(LabController("c0", ip="127.0.0.1", port=controller_port))
+    net.addController(LabController("c0", ip=controller_ip, port=controller_port))
     return net
 
 
-def populate(net, fabric, run, datapath="user", delay=False):
+def populate(net, fabric, run, datapath="user", delay=False, cluster=None, placement=None):
     """Create and start every node and link of `fabric` in `net`, shaped and addressed.
 
     `datapath` is Mininet's OVS mode: 'user' (datapath_type=netdev) or 'kernel'. `delay`: put the
-    spec's link delays on every port (netem; the caller checked the kernel has it). The caller owns
-    teardown (`stop(net)`), including when this raises half way.
+    spec's link delays on every port (netem; the caller checked the kernel has it). With `cluster`
+    (fabriclab.lab.cluster.Cluster, connected) and `placement` ({node: machine 1..N}, a Split's
+    machine_of) the nodes run on their machines and cables between machines are tunnels. The
+    caller owns teardown (`stop(net)`, and the cluster's `close`), including when this raises.
     """
+    machine_of = (lambda name: cluster.machines[placement[name] - 1]) if cluster else (lambda name: None)
+    remote_switch = cluster_switch_class(LabSwitch) if cluster else None
     for controller in net.controllers:
         run.add_process(controller.pid, "controller-shell", f"mininet:{controller.name}")
     for host in fabric.hosts.values():
-        node = net.addHost(host.name, cls=Host, ip=None)
-        run.add_process(node.pid, "host-shell", f"mininet:{host.name}")
+        machine = machine_of(host.name)
+        if machine is None or machine.local:
+            node = net.addHost(host.name, cls=Host, ip=None)
+        else:
+            node = net.addHost(host.name, cls=ClusterHost, machine=machine, ip=None)
+            cluster.record(machine, process={"pid": node.pid, "role": "host-shell", "match": f"mininet:{host.name}"})
+        if cluster:
+            cluster.place(host.name, machine)
+        # Here, the shell or the SSH session that carries it: both end with the run.
+        run.add_process(node.shell.pid, "host-shell", f"mininet:{host.name}")
     for switch in fabric.switches.values():
-        node = net.addSwitch(switch.name, cls=LabSwitch, run_id=run.id, dpid=f"{switch.dpid:016x}",
-                             datapath=datapath, protocols="OpenFlow13,OpenFlow15", failMode="secure",
-                             reconnectms=1000)
-        run.add_process(node.pid, "switch-shell", f"mininet:{switch.name}")
+        machine = machine_of(switch.name)
+        params = dict(run_id=run.id, dpid=f"{switch.dpid:016x}", datapath=datapath,
+                      protocols="OpenFlow13,OpenFlow15", failMode="secure", reconnectms=1000)
+        if machine is None or machine.local:
+            node = net.addSwitch(switch.name, cls=LabSwitch, **params)
+        else:
+            cluster.record(machine, bridges=[switch.name],
+                           interfaces=sorted(fabric.switch_ports(switch.name).values()))
+            params["datapath"] = machine.datapath
+            node = net.addSwitch(switch.name, cls=remote_switch, machine=machine,
+                                 owner_pid=cluster.members[machine.name].pid, **params)
+            cluster.record(machine, process={"pid": node.pid, "role": "switch-shell",
+                                             "match": f"mininet:{switch.name}"})
+        if cluster:
+            cluster.place(switch.name, machine)
+        run.add_process(node.shell.pid, "switch-shell", f"mininet:{switch.name}")
+    group = run.data["link_group"]
+    crossing = 0
     for link in fabric.links:
         params = dict(intfName1=link.a_intf, intfName2=link.b_intf, port2=link.b_port)
         if link.kind == "fabric":
             params["port1"] = link.a_port
-        net.addLink(link.a, link.b, cls=LabLink, group=run.data["link_group"], **params)
+        if cluster:
+            vni = None
+            if placement[link.a] != placement[link.b]:
+                vni, crossing = vxlan_id(group, crossing), crossing + 1
+            net.addLink(link.a, link.b, cls=VxlanLink, group=group, vni=vni,
+                        cluster=cluster, make_veth=make_veth, **params)
+        else:
+            net.addLink(link.a, link.b, cls=LabLink, group=group, **params)
     net.build()
     net.start()
 
@@ -172,9 +240,13 @@ def populate(net, fabric, run, datapath="user", delay=False):
     # partial checksum would reach the far end unfinished), the MTU, and shaping on every port.
     # One `ip` and one `tc` process for all ports (-batch); the ethtool calls run in parallel.
     # With the queue model on, every port gets its class tree with a pause gate instead.
+    # In a cluster, each machine does its own switches' ports.
     shape = queued_commands if fabric.spec.queues is not None else shaping_commands
-    ip_lines, tc_lines, intfs = [], [], []
+    ports = {}                # machine (None: this one) -> (ip lines, tc lines, interfaces)
     for switch in fabric.switches:
+        machine = machine_of(switch)
+        ip_lines, tc_lines, intfs = ports.setdefault(None if machine is None or machine.local else machine,
+                                                     ([], [], []))
         for intf in fabric.switch_ports(switch).values():
             intfs.append(intf)
             link = _link_of(fabric, intf)
@@ -182,11 +254,17 @@ def populate(net, fabric, run, datapath="user", delay=False):
             tc_lines += [" ".join(cmd[1:]) for cmd in shape(
                 intf, link.rate_mbps, fabric.buffer_bytes(switch), fabric.spec.mtu,
                 delay_ms=fabric.spec.lab_delay_ms(link.kind) if delay else 0.0)]
-    _batch(["ip", "-batch", "-"], ip_lines, "switch port MTU")
-    _batch(["tc", "-batch", "-"], tc_lines, "switch port shaping")
-    offload = "\n".join(f"ethtool -K {i} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 &"
-                        for i in intfs)
-    _root_script(offload + "\nwait", "switch port offloads")
+    for machine, (ip_lines, tc_lines, intfs) in ports.items():
+        offload = "\n".join(f"ethtool -K {i} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 &"
+                            for i in intfs) + "\nwait"
+        if machine is None:
+            _batch(["ip", "-batch", "-"], ip_lines, "switch port MTU")
+            _batch(["tc", "-batch", "-"], tc_lines, "switch port shaping")
+            _root_script(offload, "switch port offloads")
+        else:
+            cluster.root_run(machine, "ip -batch -", "switch port MTU", stdin_text="\n".join(ip_lines) + "\n")
+            cluster.root_run(machine, "tc -batch -", "switch port shaping", stdin_text="\n".join(tc_lines) + "\n")
+            cluster.root_run(machine, offload, "switch port offloads")
 
     # Every host configures itself at once (send to all shells, then collect).
     started = []
@@ -206,6 +284,17 @@ def populate(net, fabric, run, datapath="user", delay=False):
         for port in host.ports:
             intf = node.nameToIntf[port.intf]
             intf.ip, intf.prefixLen, intf.mac = port.ip, 32, port.mac
+
+
+MAX_CROSSING = 0xFFF
+
+
+def vxlan_id(group, index):
+    """The VXLAN network id of a run's `index`th cable between machines: from its link group, so
+    two runs between the same machines rarely meet (the kernel refuses a duplicate if they do)."""
+    if index >= MAX_CROSSING:
+        raise LabError(f"more than {MAX_CROSSING} cables cross machines; split the fabric another way")
+    return (group & 0xFFF) << 12 | (index + 1)
 
 
 def _link_of(fabric, intf):

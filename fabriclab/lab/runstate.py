@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import threading
@@ -65,6 +66,11 @@ class RunState:
         state.data["spec"] = spec_name
         state.save()
         return state
+
+    @staticmethod
+    def valid_id(run_id):
+        """Whether `run_id` has the form `create` gives (a folder name, never a path)."""
+        return isinstance(run_id, str) and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id) is not None
 
     @classmethod
     def load(cls, run_dir):

@@ -1,4 +1,4 @@
-"""How long the flow model takes as fabrics grow, up to 32K endpoints (one Python process, one core).
+"""How long the flow model takes, and how much memory, as fabrics grow to 256K endpoints.
 
 Each size is a 1:1 leaf/spine (hosts_per_leaf x host rate = spines x fabric rate when the spine
 count equals hosts per leaf). The workload is a ring AllReduce with ranks shuffled over the
@@ -6,11 +6,14 @@ fabric, so nearly every flow crosses the spines (a linear ring would keep most o
 leaf and measure little). Timed separately: building the graph, the shortest-path tables of every
 destination leaf, each routing scheme (placement + max-min rates + CCT), the up-down max-flow of
 every leaf pair, and one trial of 1% random link failures (new routes, capacities, the first
-scheme again).
+scheme again). Each size runs in a child process of its own, so its peak resident memory
+(ru_maxrss) is its own and not the largest so far.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import resource
 import time
 
 from fabriclab.errors import LabError
@@ -21,7 +24,9 @@ from fabriclab.model.maxflow import leaf_pair_capacity
 from fabriclab.model.placement import SCHEMES
 from fabriclab.model.routes import Routes
 
-DEFAULT_SIZES = "8x4x4,32x16x16,128x32x32,512x64x64"
+# The last size is 262,144 endpoints: 2048 leaves x 128 hosts, 128 spines (1:1). 4096x64x64 has
+# as many endpoints but needs 4096 x 4160 distance entries, past graph.MAX_ROUTE_ENTRIES.
+DEFAULT_SIZES = "8x4x4,32x16x16,128x32x32,512x64x64,2048x128x128"
 DEFAULT_SCHEMES = "ecmp,te,ideal"
 
 
@@ -31,6 +36,18 @@ def parse_schemes(text):
     if bad or not schemes:
         raise LabError(f"unknown routing {bad[0] if bad else text!r} (known: {', '.join(SCHEMES)})")
     return schemes
+
+
+def run_size_alone(leaves, spines, hosts_per_leaf, schemes, size=2**26, seed=0):
+    """run_size in a forked child process; the row gains the child's peak_rss_mb."""
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        return pool.apply(_measured, (leaves, spines, hosts_per_leaf, tuple(schemes), size, seed))
+
+
+def _measured(*args):
+    row = run_size(*args)
+    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
+    return row
 
 
 def run_size(leaves, spines, hosts_per_leaf, schemes, size=2**26, seed=0):

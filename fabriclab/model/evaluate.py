@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fabriclab.model.collectives import bus_factor
 from fabriclab.model.graph import HOST
 from fabriclab.model.maxmin import link_loads, max_min_rates
-from fabriclab.model.placement import place
+from fabriclab.model.placement import group_capacity, place, spread_loads
 
 _INF = float("inf")
 
@@ -32,6 +32,7 @@ class Outcome:
     unsatisfied: int = 0
     loads: dict = field(default_factory=dict)    # link -> Mbit/s in the longest step
     rates: list = field(default_factory=list)    # Mbit/s per flow of the longest step
+    bound: float | None = None           # optimal: the LP's least max fabric-link utilisation (longest step)
 
     @property
     def algbw_Bps(self):
@@ -52,7 +53,8 @@ def run(graph, routes, collective, scheme, hash_seed=0):
     longest = -1.0
     for step in collective.steps:
         placed = place(graph, routes, step.flows, scheme, hash_seed)
-        rates = max_min_rates(graph.link_cap, placed.routes)
+        capacity = graph.link_cap + group_capacity(graph, placed.groups) if placed.groups else graph.link_cap
+        rates = max_min_rates(capacity, placed.routes)
         time = max((transfer_time(f.nbytes, r) for f, r in zip(step.flows, rates)), default=0.0)
         out.cct_s += time * step.repeat
         out.unroutable += placed.unroutable
@@ -62,8 +64,9 @@ def run(graph, routes, collective, scheme, hash_seed=0):
                           "unsatisfied": placed.unsatisfied, "rates_mbps": rate_summary(rates)})
         if time * step.repeat > longest:
             longest = time * step.repeat
-            out.loads = link_loads(placed.routes, rates)
+            out.loads = spread_loads(graph, placed.groups, link_loads(placed.routes, rates))
             out.rates = rates
+            out.bound = getattr(placed, "congestion", None)
     return out
 
 

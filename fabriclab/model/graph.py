@@ -11,8 +11,8 @@ Beyond what a FabricSpec can say, the builder takes:
   model does not need): then addresses are numbered flat in 10.0.0.0/8;
 - a 3-tier fat tree: `pods` copies of the leaf/spine tiers, joined by a super-spine tier. Spine k
   of every pod connects to the `superspines` super-spines of group k (the spine "planes" of a
-  fat tree; seed 002 Figure 2 keeps rail separation the same way). spec.py has no 3-tier kind
-  yet, so this lives here as a parameter of the model only.
+  fat tree; seed 002 Figure 2 keeps rail separation the same way). A threetier spec maps onto
+  it (`ClosParams.from_spec`), with the same names, ports and paths as fabric.py.
 
 Node ids: switches 0..S-1, then host ports S..S+P-1. Every cable is two directed links (ids 2c,
 2c+1) that fail together.
@@ -21,6 +21,9 @@ Node ids: switches 0..S-1, then host ports S..S+P-1. Every cable is two directed
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from types import SimpleNamespace
+
+import numpy as np
 
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
@@ -29,8 +32,10 @@ HOST, FABRIC, CORE = 0, 1, 2                   # link kinds: host-leaf, leaf-spi
 ROLES = ("leaf", "spine", "superspine")        # switch tier 0, 1, 2
 MAX_PORTS = 1 << 21                            # host ports: keeps flat addresses inside 10/8
 MAX_LINKS = 1 << 23
-# Routes keep each switch's distance to each leaf: leaves x switches entries, about 100 bytes
-# each, so 8M is under a GiB; 2 spines and 2000 leaves fit, 100,000 leaves would need TBs.
+# Routes keep each switch's distance to each leaf: leaves x switches entries per plane. They are
+# 2-byte integers in one table over all planes (planes x this many: 8M entries, 8 planes, 128 MB),
+# but the cached next hops grow with them too; 2048 leaves x 2176 switches (the 256K-endpoint
+# benchmark) is 4.5M. 100,000 leaves would be 10^10.
 MAX_ROUTE_ENTRIES = 1 << 23
 
 
@@ -44,8 +49,9 @@ class ClosParams:
     leaves: int = 2
     spines: int = 2
     superspines: int = 0            # per spine group; > 0 makes the fabric 3-tier
-    hosts_per_leaf: int = 2
+    hosts_per_leaf: int = 2         # rail cabling: hosts per rail group
     nics_per_host: int = 1
+    cabling: str = "rack"           # rack | rail: NIC i of a group's hosts on the group's leaf i
     parallel_links: int = 1         # per leaf-spine pair
     core_parallel_links: int = 1    # per spine-superspine pair
     host_rate_mbps: float = 10.0
@@ -71,8 +77,13 @@ class ClosParams:
                 if not number or not (0 <= value < float("inf")) \
                         or (value == 0 and f.name != "core_rate_mbps"):
                     out.append(f"{f.name} must be a finite number > 0, got {excerpt(value)}")
+            elif f.type == "str" and f.name == "cabling" and value not in ("rack", "rail"):
+                out.append(f"cabling must be rack or rail, got {excerpt(value)}")
         if out:
             return out
+        if self.cabling == "rail" and self.leaves % self.nics_per_host:
+            out.append(f"rail cabling needs leaves per pod ({self.leaves}) a multiple of nics_per_host "
+                       f"({self.nics_per_host})")
         if self.pods > 1 and self.superspines == 0:
             out.append(f"{self.pods} pods need superspines >= 1 to join them")
         if self.host_ports > MAX_PORTS:
@@ -93,11 +104,16 @@ class ClosParams:
 
     @classmethod
     def from_spec(cls, spec, **overrides):
-        """Parameters of a FabricSpec (leafspine or multiplane), with optional overrides."""
+        """Parameters of a FabricSpec (any kind), with optional overrides. A threetier spec's
+        super_spines count the whole tier; here they are per spine group, as fabric.py wires them."""
+        three = getattr(spec, "kind", None) == "threetier"
         base = cls(name=spec.name, planes=spec.planes, leaves=spec.leaves, spines=spec.spines,
                    hosts_per_leaf=spec.hosts_per_leaf, nics_per_host=spec.nics_per_host,
-                   parallel_links=spec.parallel_links, host_rate_mbps=spec.host_rate_mbps,
-                   fabric_rate_mbps=spec.fabric_rate_mbps)
+                   cabling=spec.cabling, parallel_links=spec.parallel_links, host_rate_mbps=spec.host_rate_mbps,
+                   fabric_rate_mbps=spec.fabric_rate_mbps,
+                   pods=spec.pods if three else 1,
+                   superspines=spec.super_spines // spec.spines if three else 0,
+                   core_rate_mbps=spec.core_rate_mbps if three else 0.0)
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     @property
@@ -106,7 +122,8 @@ class ClosParams:
 
     @property
     def hosts(self):
-        return self.pods * self.leaves * self.hosts_per_leaf
+        groups = self.leaves // self.nics_per_host if self.cabling == "rail" else self.leaves
+        return self.pods * groups * self.hosts_per_leaf
 
     @property
     def rails(self):
@@ -157,11 +174,16 @@ class ClosGraph:
         self.link_src, self.link_dst, self.link_cap, self.link_kind = [], [], [], []
         self.cable_member = []       # parallel member index of each cable
         self.port_host, self.port_nic, self.port_plane, self.port_leaf, self.port_ip = [], [], [], [], []
-        lab_plan = p.pods * p.leaves <= 254 and p.hosts_per_leaf * p.nics_per_host <= 253
+        rail = p.cabling == "rail"
+        per_leaf = p.hosts_per_leaf if rail else p.hosts_per_leaf * p.nics_per_host
+        lab_plan = p.pods * p.leaves <= 254 and per_leaf <= 253
         for h in range(p.hosts):
-            leaf_index, in_leaf = divmod(h, p.hosts_per_leaf)
+            group, in_leaf = divmod(h, p.hosts_per_leaf)
             for nic in range(p.nics_per_host):
-                slot = in_leaf * p.nics_per_host + nic + 1
+                if rail:        # fabric.py's rail groups: NIC i on the group's leaf i
+                    leaf_index, slot = group * p.nics_per_host + nic, in_leaf + 1
+                else:
+                    leaf_index, slot = group, in_leaf * p.nics_per_host + nic + 1
                 for plane in range(1, p.planes + 1):
                     port = self.n_switches + len(self.port_host)
                     leaf = self.leaf_id[plane, leaf_index + 1]
@@ -195,6 +217,22 @@ class ClosGraph:
             self.adj[self.link_src[e]].setdefault(self.link_dst[e], []).append(e)
         self.host_port_ids = [list(range(self.n_switches + h * p.rails, self.n_switches + (h + 1) * p.rails))
                               for h in range(p.hosts)]
+
+    def arrays(self):
+        """numpy views of the links for vectorised code, built once: link_src, link_dst,
+        link_cap, and each switch's outgoing switch-to-switch links in id order
+        (out_links[out_start[x]:out_start[x + 1]])."""
+        found = getattr(self, "_arrays", None)
+        if found is None:
+            src = np.asarray(self.link_src, dtype=np.int64)
+            first = 2 * self.n_ports
+            # int32: link ids stay below MAX_LINKS, and every cached next-hop array is half the size
+            order = (first + np.argsort(src[first:], kind="stable")).astype(np.int32)
+            start = np.searchsorted(src[order], np.arange(self.n_switches + 1))
+            found = self._arrays = SimpleNamespace(
+                link_src=src, link_dst=np.asarray(self.link_dst, dtype=np.int64),
+                link_cap=np.asarray(self.link_cap, dtype=np.float64), out_links=order, out_start=start)
+        return found
 
     def _switch(self, name, tier, plane, pod, local):
         self.sw_name.append(name)

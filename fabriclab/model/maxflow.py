@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 
 def max_flow(n, edges, source, sink):
     """Value of a maximum flow from `source` to `sink`; `edges` are (u, v, capacity), 0 <= u, v < n."""
@@ -87,30 +89,32 @@ def leaf_pair_capacity(graph, down=frozenset()):
     """Up-down max-flow of every unordered leaf pair of each plane, in a fixed pair order.
 
     The order depends on the graph only, so lists for two failure sets compare pair by pair.
+    Each leaf's row of pairs is one numpy expression (2.1M pairs x 128 spines at 262,144
+    endpoints); the spine terms are whole multiples of the link rates, so summing them in
+    another order gives the same value.
     """
     p = graph.params
     caps = cable_capacity(graph, frozenset(down))
     out = []
     for plane in range(1, p.planes + 1):
         n_leaves = p.pods * p.leaves
-        up = []
-        for i in range(n_leaves):
-            leaf = graph.leaf_id[plane, i + 1]
-            pod = i // p.leaves
-            up.append([caps.get((leaf, graph.spine_id[plane, pod, k]), 0.0) for k in range(p.spines)])
+        up = np.array([[caps.get((graph.leaf_id[plane, i + 1], graph.spine_id[plane, i // p.leaves, k]), 0.0)
+                        for k in range(p.spines)] for i in range(n_leaves)], dtype=np.float64)
         mid = {}
         if p.pods > 1:
             for pa in range(p.pods):
                 for pb in range(pa + 1, p.pods):
-                    mid[pa, pb] = [_through_group(graph, caps, plane, pa, pb, k) for k in range(p.spines)]
-        for a in range(n_leaves):
-            ua, pa = up[a], a // p.leaves
-            for b in range(a + 1, n_leaves):
-                pb = b // p.leaves
-                if pa == pb:
-                    out.append(sum(map(min, ua, up[b])))
-                else:
-                    out.append(sum(map(min, ua, up[b], mid[pa, pb])))
+                    mid[pa, pb] = np.array([_through_group(graph, caps, plane, pa, pb, k)
+                                            for k in range(p.spines)], dtype=np.float64)
+        pod = np.arange(n_leaves) // p.leaves
+        for a in range(n_leaves - 1):
+            pa = a // p.leaves
+            pair = np.minimum(up[a], up[a + 1:])
+            for pb in range(pa + 1, p.pods):
+                rows = pod[a + 1:] == pb
+                if rows.any():
+                    pair[rows] = np.minimum(pair[rows], mid[pa, pb])
+            out.extend(pair.sum(axis=1).tolist())
     return out
 
 

@@ -9,13 +9,19 @@
          first, each pinned to the shortest path with the most residual capacity (CSPF); the
          demand is what the flow would get in a non-blocking fabric (its NIC share). A flow that
          no path can carry in full still takes the widest one, and is counted as unsatisfied.
+- flowlet: flowlet switching as the lab's stage does it (docs/routing.md): a flowlet starts on
+         the next hop that carries the least, scanning from the hash's choice so ties spread.
+         See _flowlet for what a flowlet is in a fluid model.
 - spray: per-packet spraying, equal shares over every next hop at every switch, blind to
          failures further on (seed 002, section 2.2: "load-oblivious spraying").
 - ideal: per-packet adaptive routing: at every switch the share of each next hop is
          proportional to the capacity it still has to the destination (its max-flow there), so a
          single flow gets the full leaf-pair max-flow. On a failure-free symmetric fabric it
          splits equally and is the bound; after failures it is the weighted-routing reference,
-         not a global optimum (that is a linear program), and demand-aware TE can beat it.
+         not a global optimum, and demand-aware TE can beat it.
+- optimal: the global optimum (optimal.py): each leaf pair's demand split over its shortest
+         paths to minimise the largest link utilisation, by a linear program; the bound TE is
+         measured against.
 
 The hash is CRC-32 of the header fields mixed with a per-switch seed (a model of a switch's hash,
 not Open vSwitch's exact function): the same flow takes the same path every step, different
@@ -26,12 +32,14 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from fabriclab.errors import LabError
 from fabriclab.traffic.roce import IPPROTO_UDP, ROCEV2_UDP_PORT
 
-SCHEMES = ("ecmp", "eecmp", "te", "spray", "ideal")
+SCHEMES = ("ecmp", "eecmp", "te", "flowlet", "spray", "ideal", "optimal")
 _MASK = 0xFFFFFFFF
 _INF = float("inf")
 
@@ -42,6 +50,9 @@ class Placement:
     routes: list              # per flow: [(link, fraction), ...] or None when unreachable
     unroutable: int = 0
     unsatisfied: int = 0      # te: flows placed on a path narrower than their demand
+    # Links a route may name beyond the graph's: route link graph.n_links + i stands for the
+    # links groups[i] (a numpy array), each carrying an equal share of what crosses it.
+    groups: list = field(default_factory=list)
 
 
 def place(graph, routes, flows, scheme, hash_seed=0):
@@ -52,6 +63,11 @@ def place(graph, routes, flows, scheme, hash_seed=0):
         placed = _split(graph, routes, flows, weighted=scheme == "ideal")
     elif scheme == "te":
         placed = _cspf(graph, routes, flows)
+    elif scheme == "flowlet":
+        placed = _flowlet(graph, routes, flows, hash_seed)
+    elif scheme == "optimal":
+        from fabriclab.model.optimal import place_optimal     # it builds on this module
+        placed = place_optimal(graph, routes, flows)
     else:
         raise LabError(f"routing must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     placed.scheme = scheme
@@ -116,8 +132,8 @@ def _hashed(graph, routes, flows, with_qp, hash_seed):
         h = flow_hash(graph, flow, with_qp)
         hops, x = [], a
         while x != b:
-            opts = routes.options(x, b)
-            e = opts[_mix(h ^ seeds[x]) % len(opts)]
+            opts = routes.options_array(x, b)        # an array: a tuple of 128 ints costs 4.6 KB
+            e = int(opts[_mix(h ^ seeds[x]) % len(opts)])
             hops.append((e, 1.0))
             x = dst_of[e]
         return hops
@@ -125,11 +141,132 @@ def _hashed(graph, routes, flows, with_qp, hash_seed):
     return _per_flow(graph, flows, middle)
 
 
+# -- flowlets --------------------------------------------------------------------------------------
+
+def _flowlet(graph, routes, flows, hash_seed):
+    """Least-loaded choice per flowlet, the lab's flowlet stage in a fluid model.
+
+    The stage sends a new flow, or one idle longer than the flowlet gap (10 ms by default), to
+    the member that sent the fewest bytes lately, scanning from the hash's member. In the model
+    a flow sends a collective step's bytes at a steady rate (an RDMA NIC has no pauses within a
+    message), so each flow of a step is one flowlet; the pause between steps ends it, and the
+    next step, with the same flows on the same loads, chooses the same way, so one placement per
+    step holds at any gap. A step's flowlets start together and are placed in hash order (their
+    first packets arrive in no particular order); the load a member has is the demand (NIC
+    share, as TE's) of the flowlets already on it. Each switch chooses for itself, blind to the
+    links after it: two flowlets that spread over a leaf's uplinks can still meet on one
+    spine-to-leaf link, which TE and the optimum avoid."""
+    seeds = switch_seeds(graph, hash_seed)
+    dst_of = graph.link_dst
+    need = demands(graph, flows)
+    hashes = [flow_hash(graph, f) for f in flows]
+    load = np.zeros(graph.n_links)
+    out = [None] * len(flows)
+    for i in sorted(range(len(flows)), key=lambda i: (_mix(hashes[i] ^ (hash_seed & _MASK)), i)):
+        flow = flows[i]
+        a, b = _leaf(graph, flow.src), _leaf(graph, flow.dst)
+        up, down = _ends(graph, flow)
+        if a == b:
+            out[i] = [up, down]
+            continue
+        if not routes.reachable(a, b):
+            continue
+        hops, x = [], a
+        while x != b:
+            opts = routes.options_array(x, b)
+            start = _mix(hashes[i] ^ seeds[x]) % len(opts)
+            here = load[opts]
+            least = np.flatnonzero(here == here.min())
+            # the first of the least loaded, scanning from the hash's member onwards (cyclically)
+            e = int(opts[least[np.searchsorted(least, start) % len(least)]])
+            load[e] += need[i]
+            hops.append((e, 1.0))
+            x = dst_of[e]
+        out[i] = [up, *hops, down]
+    return Placement("", out)
+
+
 # -- per-packet splitting -------------------------------------------------------------------------
 
 def _split(graph, routes, flows, weighted):
+    if not routes.down:
+        return _uniform_split(graph, flows)
     splitter = Splitter(graph, routes, weighted)
     return _per_flow(graph, flows, lambda _flow, a, b: splitter.pair(a, b))
+
+
+def _uniform_split(graph, flows):
+    """spray and ideal with no link down: both split every flow equally over each tier's links
+    (the tiers of a ClosGraph have one rate each, so every next hop can carry as much onward).
+    So all links of a flow's tier group (its leaf's uplinks; its pod's spine-to-superspine links
+    going up; those into the destination pod coming down; the links into its destination leaf)
+    carry equal loads and fill together: one stand-in link per group with the members' summed
+    capacity gives the same rates as the per-link routes, 2 + 2 x spines links long, did."""
+    a = graph.arrays()
+    tier = np.asarray(graph.sw_tier)
+    pod_of = graph.sw_pod
+    first = 2 * graph.n_ports
+    src, dst = a.link_src[first:], a.link_dst[first:]
+    fabric = np.arange(first, graph.n_links)
+    groups, index = [], {}
+
+    def group(key, members):
+        found = index.get(key)
+        if found is None:
+            found = index[key] = graph.n_links + len(groups)
+            groups.append(members())
+        return found
+
+    def up(leaf):
+        return group(("up", leaf), lambda: a.out_links[a.out_start[leaf]:a.out_start[leaf + 1]])
+
+    def down(leaf):                  # the other direction of each of the leaf's cables up
+        return group(("down", leaf), lambda: np.array(sorted(e ^ 1 for links in graph.adj[leaf].values()
+                                                             for e in links), dtype=np.int64))
+
+    def core(way, plane, pod):
+        def members():
+            spines = (tier == 1) & (np.asarray(graph.sw_plane) == plane) & (np.asarray(pod_of) == pod)
+            ends = src if way == "up" else dst
+            others = dst if way == "up" else src
+            return fabric[spines[ends] & (tier[others] == 2)]
+        return group((way, plane, pod), members)
+
+    out = []
+    for flow in flows:
+        x, y = _leaf(graph, flow.src), _leaf(graph, flow.dst)
+        first_hop, last_hop = _ends(graph, flow)
+        if x == y:
+            out.append([first_hop, last_hop])
+            continue
+        px, py = pod_of[x], pod_of[y]
+        route = [first_hop, (up(x), 1.0)]
+        if px != py:
+            plane = graph.sw_plane[x]
+            route += [(core("up", plane, px), 1.0), (core("down", plane, py), 1.0)]
+        route += [(down(y), 1.0), last_hop]
+        out.append(route)
+    return Placement("", out, groups=groups)
+
+
+def group_capacity(graph, groups):
+    """Capacities of a placement's stand-in links: each group's summed capacity."""
+    cap = graph.arrays().link_cap
+    return [float(cap[members].sum()) for members in groups]
+
+
+def spread_loads(graph, groups, loads):
+    """Per-link loads with each stand-in link's load shared equally by its group's members."""
+    if not groups:
+        return loads
+    out = {e: v for e, v in loads.items() if e < graph.n_links}
+    for i, members in enumerate(groups):
+        load = loads.get(graph.n_links + i)
+        if load:
+            share = load / len(members)
+            for e in members.tolist():
+                out[e] = out.get(e, 0.0) + share
+    return out
 
 
 class Splitter:
@@ -137,9 +274,11 @@ class Splitter:
     proportion to what each next hop can carry on to the destination. Shares at a switch depend
     only on the destination, so they are cached per (switch, destination leaf)."""
 
-    def __init__(self, graph, routes, weighted):
+    def __init__(self, graph, routes, weighted, hops=None):
+        """hops: {(switch, leaf): ((link, next switch, share), ...)} decided elsewhere (the
+        optimal placement's); other switches split as `weighted` says."""
         self.graph, self.routes, self.weighted = graph, routes, weighted
-        self._hops = {}
+        self._hops = dict(hops or {})
         self._pairs = {}
         self._capacity = {}
 
@@ -230,8 +369,13 @@ def demands(graph, flows):
 
 def _cspf(graph, routes, flows):
     residual = list(graph.link_cap)
+    # numpy copy for the two-hop case; both are updated together (the list keeps the general
+    # recursion fast, the array lets one flow's 2 x spines candidates be scored at once)
+    res = np.append(graph.arrays().link_cap, -_INF)          # last entry: padding, never wins
     dst_of = graph.link_dst
+    dst_np = graph.arrays().link_dst
     need = demands(graph, flows)
+    into = {}
     # Largest first; equal demands keep the step's order, so placement is deterministic.
     order = sorted(range(len(flows)), key=lambda i: -need[i])
     out = [None] * len(flows)
@@ -245,39 +389,81 @@ def _cspf(graph, routes, flows):
             continue
         if not routes.reachable(a, b):
             continue
-        memo = {}
-
-        def widest(x):
-            """(width, first link) of the widest shortest path from x to b on residual capacity."""
-            if x == b:
-                return _INF, None
-            got = memo.get(x)
-            if got is None:
-                got = (-_INF, None)
-                for e in routes.options(x, b):
-                    w = min(residual[e], widest(dst_of[e])[0])
-                    if w > got[0] + 1e-9:
-                        got = (w, e)
-                memo[x] = got
-            return got
-
-        width = widest(a)[0]
+        if routes.dist(b)[a] == 2:
+            width, hops = _widest_two_hops(routes, res, dst_np, into, a, b)
+        else:
+            width, hops = _widest(routes, residual, dst_of, a, b)
         if width < need[i] - 1e-9:
             unsatisfied += 1
-        route, x = [up], a
-        while x != b:
-            e = memo[x][1]
-            route.append((e, 1.0))
+        for e in hops:
             residual[e] -= need[i]
-            x = dst_of[e]
-        route.append(down)
-        out[i] = route
+            res[e] -= need[i]
+        out[i] = [up, *((e, 1.0) for e in hops), down]
     placed = Placement("", out)
     placed.unsatisfied = unsatisfied
     return placed
 
 
+def _first_widest(widths):
+    """Index of the first entry within 1e-9 of the widest (a scan keeping the first of ties)."""
+    return int(np.argmax(widths >= widths.max() - 1e-9))
+
+
+def _widest_two_hops(routes, res, dst_np, into, a, b):
+    """Widest leaf -> switch -> leaf path on residual capacity `res`, scored all at once: each
+    first hop's width is the lesser of its own residual and the best link from its far end
+    into b. into[b] holds, per switch, its live links into b (padded with len(res) - 1)."""
+    table = into.get(b)
+    if table is None:
+        table = into[b] = _links_into(routes, b, len(res) - 1)
+    first = routes.options_array(a, b)
+    onward = table[dst_np[first]]                     # (candidates, parallel members)
+    widths = np.minimum(res[first], res[onward].max(axis=1))
+    k = _first_widest(widths)
+    last = onward[k][onward[k] < len(res) - 1]
+    return float(widths[k]), (int(first[k]), int(last[_first_widest(res[last])]))
+
+
+def _links_into(routes, b, pad):
+    """{switch: its live links into leaf b}, as a switches x members array padded with `pad`."""
+    graph = routes.graph
+    lists = {y: [e for e in links if routes.live[e]] for y, links in graph.adj[b].items()}
+    width = max((len(v) for v in lists.values()), default=1) or 1
+    table = np.full((graph.n_switches, width), pad, dtype=np.int64)
+    for y, links in lists.items():
+        back = [e ^ 1 for e in links]          # the cable's other direction: y -> b
+        table[y, :len(back)] = back
+    return table
+
+
+def _widest(routes, residual, dst_of, a, b):
+    """(width, links) of the widest shortest path from a to b on residual capacity."""
+    memo = {}
+
+    def widest(x):
+        if x == b:
+            return _INF, None
+        got = memo.get(x)
+        if got is None:
+            got = (-_INF, None)
+            for e in routes.options(x, b):
+                w = min(residual[e], widest(dst_of[e])[0])
+                if w > got[0] + 1e-9:
+                    got = (w, e)
+            memo[x] = got
+        return got
+
+    width = widest(a)[0]
+    hops, x = [], a
+    while x != b:
+        e = memo[x][1]
+        hops.append(e)
+        x = dst_of[e]
+    return width, hops
+
+
 def fabric_links(route):
-    """The switch-to-switch links of a route (drops the host links at either end)."""
+    """The switch-to-switch links of a route (drops the host links at either end). Ids from
+    graph.n_links up are a placement's stand-in links (Placement.groups)."""
     return [e for e, _ in route[1:-1]] if route else []
 

@@ -32,7 +32,7 @@ ECN_MARKERS = ("auto", "red", "bpf")
 # The data path's ecn_mode for a class whose RED qdisc marks: the program only counts the marks.
 ECN_QDISC = 3
 WATCHDOG_ACTIONS = ("drop", "forward")
-SWITCH_ROLES = ("leaf", "spine")     # the ports that account, mark and pause
+SWITCH_ROLES = ("leaf", "spine", "super_spine")     # the ports that account, mark and pause
 
 # A switch's PFC watchdog catches pauses longer than 200 ms (seed 000 section 6.3.2). The default
 # watchdog stands for that in real time: at a lab time scale of x40000 it is 8000 s of lab time,
@@ -364,11 +364,12 @@ def check_against_fabric(spec, buffers, rates, mtu, where="queues", delays=None)
     """Problems (one line each) with thresholds that cannot work on these buffers and rates.
 
     `buffers` maps role -> bytes, `rates` maps role -> the fastest link rate of that role's ports,
-    `delays` role -> the longest one-way lab delay (ms) of their cables (none: 0).
+    `delays` role -> the longest one-way lab delay (ms) of their cables (none: 0). A role missing
+    from `rates` has no switch in this fabric (super_spine outside a threetier fabric).
     """
     problems = []
     frame = frame_bytes(mtu)
-    for role in SWITCH_ROLES:
+    for role in (r for r in SWITCH_ROLES if r in rates):
         buf, rate = buffers[role], rates[role]
         if spec.pfc.enabled:
             xoff, xon, headroom = pfc_thresholds(buf, rate, mtu, spec.pfc, (delays or {}).get(role, 0.0))

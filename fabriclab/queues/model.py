@@ -264,7 +264,7 @@ class QueueModel:
         to the spec's profile. Returns the ports changed."""
         ports = [p for p in self._ports_of(target) if p.role != "host"]
         if not ports:
-            raise LabError(f"no switch port matches {excerpt(target)} (a role leaf/spine, a switch or an interface)")
+            raise LabError(f"no switch port matches {excerpt(target)} (a role leaf/spine/super_spine, a switch or an interface)")
         if reset:
             for p in ports:
                 self.ecn_override.pop(p.idx, None)

@@ -235,7 +235,7 @@ class QueueSeries:
         return int(values[-1] - values[0]) if len(values) else 0
 
 
-ROLE_NAMES = {"host": "NIC", "leaf": "leaf", "spine": "spine"}
+ROLE_NAMES = {"host": "NIC", "leaf": "leaf", "spine": "spine", "super_spine": "super-spine"}
 
 
 def hop_name(row):

@@ -5,7 +5,8 @@ whatever wrote them (run, collective, experiment, scenario, calibration).
 
 A row per collective size (and mode: a job that also ran in place has a row per size for each,
 its size marked `in-place`); all-pairs jobs report what they delivered (and no size, busbw or
-CCT), SwitchML jobs their tensor aggregation time in the CCT columns (p50 and the slowest).
+CCT), SwitchML jobs their tensor aggregation time in the CCT columns (p50 and the slowest), a
+replayed trace a row per collective in its order, each named (`allreduce 256K`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def rows(doc, label):
 
 
 def _sizes(job):
-    """A collective job's sizes; one row (None) for the other kinds."""
+    """A collective job's sizes, a replayed trace's collectives in order; one row (None) for the
+    other kinds."""
+    if job.get("kind") == "replay":
+        return [size for part in job.get("segments") or [] for size in part.get("sizes") or []] or [None]
     return (job.get("sizes") if job.get("kind") == "collective" else None) or [None]
 
 
@@ -61,7 +65,9 @@ def _measure(job, size):
     """The comparable numbers of one job (and size): NaN-free, None where they do not apply."""
     if size is not None:
         cct, counters = size.get("cct_ms") or {}, size.get("counters") or {}
-        return {"valid": size.get("valid", job.get("valid")), "size": size.get("size"),
+        # a replayed trace mixes collectives: its rows say which
+        named = {"collective": size.get("collective")} if job.get("kind") == "replay" else {}
+        return {**named, "valid": size.get("valid", job.get("valid")), "size": size.get("size"),
                 "in_place": size.get("in_place", False),
                 "busbw_mbps": size.get("busbw_mbps"), "cct_p50_ms": cct.get("p50"), "cct_p99_ms": cct.get("p99"),
                 "delivered_mbps": None,
@@ -108,7 +114,9 @@ def table(folders):
     """One table of every run, job and size of the folders, ready to print."""
     folders = list(folders)
     found = collect(folders)
-    cells = [(r["folder"], r["kind"], r["run"], _job_cell(r), size_label(r["size"], r["in_place"]),
+    cells = [(r["folder"], r["kind"], r["run"], _job_cell(r),
+              (f"{r['collective']} " if r.get("collective") else "") + size_label(r["size"], r["in_place"])
+              if r["size"] is not None else None,
               _num(r["busbw_mbps"]),
               _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["delivered_mbps"]),
               _num(r["uplink_max_mean"]), r["out_of_sequence"], r["retransmitted_packets"],

@@ -108,6 +108,12 @@ def size_row(row):
         "cpu": row["cpu"], "valid": not invalid, "invalid": invalid,
         # data bytes each plane carried over the measured iterations, and their shares
         **({"planes": row["planes"]} if "planes" in row else {}),
+        # one iteration's bytes by rails and leaves (scale-up, PXN, rail-local, cross-group, cross-rail)
+        **({"rails": row["rails"]} if "rails" in row else {}),
+        # threetier: bytes that crossed the super-spine tier (measure/zones.py)
+        **({"cross_zone": row["cross_zone"]} if row.get("cross_zone") is not None else {}),
+        # a program's step (a replayed trace): the idle time before it, as it ran
+        **({"gap_s": row["gap_s"]} if "gap_s" in row else {}),
     }
 
 
@@ -126,6 +132,10 @@ def collective_job(run, role="measured"):
         # NAKed after reorder_timeout_s)
         "transport": {"payload_bytes": run.payload_bytes, "ack_timeout_s": run.ack_timeout_s,
                       "link_rate_mbps": run.link_rate_mbps, "reorder": run.reorder,
+                      # pxn: cross-rail transfers relayed through the sender's host
+                      "pxn": getattr(run, "pxn", False),
+                      # the pace of hops between ranks of one host (None: the NIC's rate)
+                      "scale_up_rate_mbps": getattr(run, "scale_up_rate_mbps", None),
                       "reorder_timeout_s": run.reorder_timeout_s if run.reorder == "place" else None},
         # pid: the rank agent's process (None where it never started); intfs: its NIC's ports
         "ranks": [{"rank": r.rank, "host": r.host, "nic": r.nic, "addresses": [p.ip for p in r.ports],
@@ -136,6 +146,29 @@ def collective_job(run, role="measured"):
         "elapsed_s": round(run.elapsed_s, 3),
         "valid": not invalid, "invalid": invalid,
         **({"plb": plb_record(run)} if run.plb is not None else {}),
+    }
+
+
+def replay_job(runs, spec, segments, fabric, role="measured"):
+    """The record of a replayed trace from its segments' CollectiveRuns: per collective the
+    trace's numbers beside the lab's, the job's communication time both ways, every scaling, and
+    each segment's collective record."""
+    from fabriclab.workflows import replay
+
+    scale = spec.scaling(fabric)
+    rows = replay.op_rows(segments, runs, scale)
+    parts = [collective_job(run, role) for run in runs]
+    invalid = sorted({reason for part in parts for reason in part["invalid"]})
+    return {
+        "kind": "replay", "role": role, "hosts": _hosts({h for part in parts for h in part["hosts"]}),
+        "workload": replay.workload_record(spec, fabric),
+        "trace": spec.trace.summary(),
+        "scaling": scale,
+        "ranks": {str(rank): host for rank, host in enumerate(spec.placed_hosts(fabric))},
+        "ops": rows,
+        "totals": replay.totals(rows, spec.trace, scale),
+        "segments": parts,
+        "valid": not invalid, "invalid": invalid,
     }
 
 

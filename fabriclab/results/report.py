@@ -17,7 +17,7 @@ import statistics
 
 from fabriclab.errors import LabError
 from fabriclab.results import compare, document, plots
-from fabriclab.results.tables import both_modes, mode
+from fabriclab.results.tables import both_modes, mode, rail_split
 from fabriclab.units import human_size
 
 HOST_PORT = re.compile(r"^h\d+-")          # a host's NIC port, e.g. h1-n0
@@ -214,9 +214,9 @@ def _run_section(folder, scale, run, index):
 
 
 def _jobs_table(jobs):
-    """Collective jobs a row per size; all-pairs and SwitchML jobs their own tables."""
+    """Collective jobs a row per size; all-pairs, SwitchML and replayed jobs their own tables."""
     out = ["### Jobs", ""]
-    collectives, streams, aggregations = [], [], []
+    collectives, streams, aggregations, replays = [], [], [], []
     for name, job in jobs.items():
         valid = "yes" if job.get("valid", True) else "NO"
         if job.get("kind") == "all-pairs":
@@ -232,6 +232,16 @@ def _jobs_table(jobs):
                                  _num(1e3 * tat["p50"], 1) if tat.get("p50") is not None else None,
                                  _num(a.get("elements_per_s", 0) / 1e6, 3), a.get("retransmissions"),
                                  "yes" if (a.get("verify") or {}).get("ok") else "NO", valid))
+        elif job.get("kind") == "replay":
+            for op in job.get("ops") or []:
+                replays.append((name, op.get("index"), op.get("collective"), ",".join(map(str, op.get("group") or [])),
+                                _size(op.get("trace_size")), _size(op.get("size")), _num(op.get("trace_ms"), 3),
+                                _num(op.get("gap_ms"), 0), _num(op.get("cct_ms"), 1), _num(op.get("cct_real_ms"), 4),
+                                _num(op.get("busbw_mbps")), "yes" if op.get("valid", True) else "NO"))
+            t = job.get("totals") or {}
+            replays.append((name, "all", f"{t.get('collectives')} collectives", "", "", "",
+                            _num(t.get("trace_comm_ms"), 3), _num(t.get("gaps_ms"), 0), _num(t.get("lab_comm_ms"), 1),
+                            _num(t.get("lab_comm_real_ms"), 4), "", valid))
         for s in job.get("sizes") or []:
             cct, c = s.get("cct_ms") or {}, s.get("counters") or {}
             fraction = s.get("busbw_fraction_of_nic")
@@ -239,12 +249,18 @@ def _jobs_table(jobs):
                                 _size(s.get("size")), mode(s), s.get("ranks"), _num(s.get("busbw_mbps")),
                                 None if fraction is None else f"{100 * fraction:.0f}%", _num(cct.get("p50"), 1),
                                 _num(cct.get("p99"), 1), c.get("out_of_sequence"), c.get("retransmitted_packets"),
-                                c.get("local_ack_timeout_err"), "yes" if s.get("valid", True) else "NO"))
+                                c.get("local_ack_timeout_err"),
+                                # rail-cabled fabrics (the only ones that pace a scale-up hop)
+                                rail_split(s["rails"]) if "rails" in s and (job.get("transport") or {})
+                                .get("scale_up_rate_mbps") else None,
+                                "yes" if s.get("valid", True) else "NO"))
     if collectives:
         header = ("job", "role", "collective", "size", "mode", "ranks", "busbw Mbit/s", "of NIC", "CCT p50 ms",
-                  "p99 ms", "OOS", "retrans", "LAT", "valid")
+                  "p99 ms", "OOS", "retrans", "LAT", "rail-local/cross-group/cross-rail/PXN", "valid")
         if not any(both_modes(job.get("sizes") or []) for job in jobs.values()):
             header, collectives = _without(header, collectives, "mode")
+        if all(row[-2] is None for row in collectives):
+            header, collectives = _without(header, collectives, "rail-local/cross-group/cross-rail/PXN")
         out += _md_table(header, collectives)
     if streams:
         out += _md_table(("job", "role", "flows", "delivered Mbit/s", "loss", "OOS", "uplink max/mean",
@@ -252,7 +268,10 @@ def _jobs_table(jobs):
     if aggregations:
         out += _md_table(("job", "role", "workers", "tensor", "TAT p50 ms", "Melem/s", "retransmissions",
                           "verified", "valid"), aggregations)
-    if not (collectives or streams or aggregations):
+    if replays:
+        out += _md_table(("replayed job", "#", "collective", "group", "trace size", "lab size", "trace ms",
+                          "gap ms", "CCT ms", "real ms", "busbw Mbit/s", "valid"), replays)
+    if not (collectives or streams or aggregations or replays):
         out += ["No jobs recorded.", ""]
     return out
 

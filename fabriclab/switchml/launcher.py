@@ -277,6 +277,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
 
 
 def _start(lab, host, folder, name, cfg):
+    lab.one_machine_only("SwitchML")
     cfg.setdefault("port", PORT)
     path = folder / f"{name}.json"
     path.write_text(json.dumps(cfg))

@@ -36,13 +36,20 @@ def parse_fabric_sizes(text):
     return sizes
 
 
-def bench_bringup(sizes, routing="ecmp"):
+def size_specs(sizes):
+    """A plain leaf/spine spec per (leaves, spines, hosts per leaf)."""
+    return [FabricSpec(name=f"bench-{leaves}x{spines}x{hosts}", leaves=leaves, spines=spines,
+                       hosts_per_leaf=hosts, host_rate_mbps=10, fabric_rate_mbps=10)
+            for leaves, spines, hosts in sizes]
+
+
+def bench_bringup(specs, routing="ecmp"):
+    """Bring-up, programming and teardown times of each FabricSpec (`size_specs`, or any spec
+    as written, queue model and all: `--specs meta_dc`)."""
     from fabriclab.lab.lab import Lab
 
     rows = []
-    for leaves, spines, hosts in sizes:
-        spec = FabricSpec(name=f"bench-{leaves}x{spines}x{hosts}", leaves=leaves, spines=spines,
-                          hosts_per_leaf=hosts, host_rate_mbps=10, fabric_rate_mbps=10)
+    for spec in specs:
         lab = Lab(spec, routing=routing)
         with lab:
             summary = lab.fabric.summary()

@@ -11,13 +11,9 @@ host when there is no such group. Each needs `project_dir` (its fabriclab checko
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 import queue
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
@@ -25,39 +21,13 @@ import time
 
 from fabriclab.errors import LabError
 from fabriclab.loading import clip, excerpt
+from fabriclab.system.inventory import machines
 from fabriclab.system.provision import PROJECT_DIR, failure_message, runner_envvars
 
 PLAYBOOK = PROJECT_DIR / "playbooks" / "sweep_case.yml"
 MAX_ARCHIVE_BYTES = 2 << 30          # a results folder brought back: at most 2 GiB unpacked
 MAX_ARCHIVE_MEMBERS = 10_000
 CASE_TIMEOUT_S = 3 * 3600
-
-
-def machines(inventory):
-    """[(name, hostvars)] of the inventory's lab machines, read by ansible's own parser."""
-    path = pathlib.Path(inventory)
-    if not path.is_file():
-        raise LabError(f"no inventory file {clip(path)}")
-    exe = pathlib.Path(sys.executable).with_name("ansible-inventory")
-    try:
-        proc = subprocess.run([str(exe), "-i", str(path), "--list"], capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, **runner_envvars()})
-        data = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        data = None
-    if not isinstance(data, dict):
-        raise LabError(f"{clip(path)}: ansible cannot read it as an inventory")
-    hostvars = (data.get("_meta") or {}).get("hostvars") or {}
-    group = data.get("lab") or {}
-    names = list(group.get("hosts") or []) or sorted(hostvars)
-    if not names:
-        raise LabError(f"{clip(path)}: no machines in it (a `lab` group, or any host)")
-    for name in names:
-        hv = hostvars.get(name) or {}
-        if "project_dir" not in hv and "venv_dir" not in hv:
-            raise LabError(f"{clip(path)}: machine {excerpt(name)} needs project_dir (its fabriclab checkout) "
-                           f"or venv_dir")
-    return [(name, hostvars.get(name) or {}) for name in names]
 
 
 def unpack(archive, folder):

@@ -4,8 +4,10 @@
     raw = runner.run(stop, on_start)             # blocks; `stop` ends a job that repeats early
     record = runner.record(raw)                  # the results document's job record
 
-Three kinds, one adapter each over the launcher that owns the kind:
+Four kinds, one adapter each over the launcher that owns the kind:
 - collective: traffic.collective.Launcher (RoCEv2 agents per rank, or soft-RoCE verbs);
+- replay:     a trace's collectives (workflows.replay), segment by segment, each a collective
+              program over the same Launcher;
 - all-pairs:  traffic.launcher.run_traffic (every host port streams to its peers);
 - switchml:   switchml.launcher.run_aggregation (in-network aggregation beside the ToRs).
 `on_start(wall_time)` is called when the job's measured traffic is about to begin: the pipeline
@@ -19,7 +21,7 @@ import threading
 
 from fabriclab.errors import LabError
 
-KINDS = ("collective", "all-pairs", "switchml")
+KINDS = ("collective", "all-pairs", "switchml", "replay")
 # "until duration_s": the stop event ends the job first
 DURATION_ITERATIONS = 1_000_000
 
@@ -28,11 +30,13 @@ def kind_of(workload):
     from fabriclab.switchml.launcher import AggregationSpec
     from fabriclab.traffic.allpairs import AllPairsSpec
     from fabriclab.traffic.collective import CollectiveSpec
+    from fabriclab.workflows.replay import ReplaySpec
 
-    for kind, cls in (("collective", CollectiveSpec), ("all-pairs", AllPairsSpec), ("switchml", AggregationSpec)):
+    for kind, cls in (("collective", CollectiveSpec), ("all-pairs", AllPairsSpec), ("switchml", AggregationSpec),
+                      ("replay", ReplaySpec)):
         if isinstance(workload, cls):
             return kind
-    raise LabError(f"a job's workload is a CollectiveSpec, AllPairsSpec or AggregationSpec, "
+    raise LabError(f"a job's workload is a CollectiveSpec, AllPairsSpec, AggregationSpec or ReplaySpec, "
                    f"not {type(workload).__name__}")
 
 
@@ -45,7 +49,8 @@ def check_workload(workload):
 def runner(job, lab, run_plan=None):
     """The adapter that runs `job` on `lab` (not necessarily started yet: everything that can be
     checked against the fabric is checked here, before anything is built)."""
-    cls = {"collective": CollectiveJob, "all-pairs": AllPairsJob, "switchml": SwitchmlJob}[job.kind]
+    cls = {"collective": CollectiveJob, "all-pairs": AllPairsJob, "switchml": SwitchmlJob,
+           "replay": ReplayJob}[job.kind]
     return cls(job, lab, run_plan)
 
 
@@ -129,3 +134,52 @@ class SwitchmlJob:
         from fabriclab.results import document
 
         return document.switchml_job(raw, self.job.workload, self.job.role)
+
+
+class ReplayJob:
+    """A trace replayed: its segments one after another, each a collective program on its own
+    agents (a Launcher). The job's traffic begins with the first segment's; it runs to the end of
+    the trace (a replay is not repeated or cut short by duration_s, but a failed run stops it
+    after the current segment)."""
+
+    def __init__(self, job, lab, run_plan):
+        from fabriclab.traffic.collective import Launcher
+        from fabriclab.workflows import replay
+
+        self.job, self.lab = job, lab
+        spec = job.workload
+        self.segments = replay.plan_segments(spec, lab.fabric)
+        self.specs = [replay.collective_spec(spec, segment) for segment in self.segments]
+        # Every segment's ranks, hosts and schedules are checked here, before anything is built.
+        self.launchers = [Launcher(lab, cspec, name=f"job-{job.name}-{k}") for k, cspec in enumerate(self.specs)]
+        self.hosts = {r.host for launcher in self.launchers for r in launcher.ranks}
+        self.current = None
+
+    def run(self, stop, on_start, progress=None):
+        from fabriclab.traffic.collective import queue_report
+
+        runs = []
+        total = sum(len(s.steps) for s in self.segments)
+        done = 0
+        for k, launcher in enumerate(self.launchers):
+            if k and stop is not None and stop.is_set():
+                raise LabError(f"stopped after {k} of {len(self.launchers)} segments")
+            self.current = launcher
+            launcher.on_ready = on_start if k == 0 else None
+            if progress:
+                base, share = done / total, len(self.segments[k].steps) / total
+                launcher.progress = lambda fraction, label, b=base, s=share: progress(b + fraction * s, label)
+            before = queue_report(self.lab)
+            runs.append(queue_report(self.lab, launcher.run(), before))
+            done += len(self.segments[k].steps)
+        self.current = None
+        return runs
+
+    def cancel(self):
+        for launcher in self.launchers:
+            launcher.cleanup()
+
+    def record(self, raw):
+        from fabriclab.results import document
+
+        return document.replay_job(raw, self.job.workload, self.segments, self.lab.fabric, self.job.role)

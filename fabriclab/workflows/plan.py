@@ -24,7 +24,7 @@ from fabriclab.errors import LabError
 from fabriclab.workflows import faults as faults_mod
 from fabriclab.loading import excerpt
 
-KINDS = ("run", "demo", "collective", "experiment", "scenario", "calibration", "prompt", "python")
+KINDS = ("run", "demo", "collective", "experiment", "scenario", "calibration", "prompt", "python", "replay")
 ROLES = ("measured", "noise")
 CONDITION_KINDS = ("link_down", "degrade", "loss", "slow_receiver", "switch_down")
 MAX_RUNS = 1000
@@ -59,8 +59,8 @@ class Metrics:
 
 @dataclass
 class Job:
-    """One job of a run. `workload` is a CollectiveSpec, an AllPairsSpec or a SwitchML
-    AggregationSpec; its type is the job's kind."""
+    """One job of a run. `workload` is a CollectiveSpec, an AllPairsSpec, a SwitchML
+    AggregationSpec or a ReplaySpec (a trace); its type is the job's kind."""
 
     name: str
     workload: object

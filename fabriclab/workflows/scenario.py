@@ -34,14 +34,17 @@ from fabriclab.loading import clip, excerpt, is_file, load_yaml
 TOP_FIELDS = ("name", "description", "spec", "routing", "repetitions", "duration_s", "jobs", "faults", "metrics")
 METRIC_DEFAULTS = dataclasses.asdict(plan_mod.Metrics())
 ROLES = plan_mod.ROLES
-JOB_KINDS = ("collective", "all-pairs", "switchml")
+JOB_KINDS = ("collective", "all-pairs", "switchml", "replay")
+# A replay job's fields beside ReplaySpec's own (the trace is read from its file, relative to the
+# scenario file): the trace's format (detected without it) and a Chakra trace's rank count.
+REPLAY_FIELDS = ("trace", "format", "ranks")
 
 
 @dataclasses.dataclass
 class ScenarioJob:
     name: str
     role: str
-    spec: object                   # CollectiveSpec | AllPairsSpec | AggregationSpec
+    spec: object                   # CollectiveSpec | AllPairsSpec | AggregationSpec | ReplaySpec
 
     @property
     def noise(self):
@@ -105,7 +108,7 @@ def parse(data, base=pathlib.Path(".")):
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
                                  or not duration > 0):
         raise LabError(f"scenario: duration_s must be > 0 seconds, got {excerpt(duration)}")
-    jobs = _jobs(data["jobs"], duration)
+    jobs = _jobs(data["jobs"], duration, pathlib.Path(base))
     faults = faults_mod.parse(data.get("faults"))
     metrics = _metrics(data.get("metrics"))
     last = max((f.at for f in faults), default=0.0)
@@ -119,7 +122,7 @@ def parse(data, base=pathlib.Path(".")):
                     pathlib.Path(base))
 
 
-def _jobs(entries, duration):
+def _jobs(entries, duration, base=pathlib.Path(".")):
     if not isinstance(entries, list) or not entries:
         raise LabError("scenario: jobs must be a non-empty list of collectives")
     jobs, names = [], set()
@@ -141,13 +144,41 @@ def _jobs(entries, duration):
         if kind not in JOB_KINDS:
             raise LabError(f"{where}.kind must be one of {', '.join(JOB_KINDS)}, got {excerpt(kind)}")
         try:
-            spec = _workload(kind, entry)
+            spec = _replay(entry, base) if kind == "replay" else _workload(kind, entry)
         except LabError as exc:
             raise LabError(f"{where} ({name}): {exc}") from None
         jobs.append(ScenarioJob(name, role, spec))
     if not any(not job.noise for job in jobs):
         raise LabError("scenario: every job is noise; one must be measured")
     return jobs
+
+
+def _replay(entry, base):
+    """A replay job: {trace: path, format, ranks} and ReplaySpec's fields but the trace."""
+    from fabriclab.units import parse_size
+    from fabriclab.workflows import traces
+    from fabriclab.workflows.replay import ReplaySpec
+
+    fields = sorted(({f.name for f in dataclasses.fields(ReplaySpec)} - {"trace"}) | set(REPLAY_FIELDS))
+    unknown = sorted(set(entry) - set(fields))
+    if unknown:
+        raise LabError(f"unknown field {excerpt(unknown[0])} (a replay job takes name, role, kind and: "
+                       f"{', '.join(fields)})")
+    path = entry.pop("trace", None)
+    if not isinstance(path, str) or not path:
+        raise LabError(f"trace must be the path of a trace file, got {excerpt(path)}")
+    candidate = base / path
+    trace = traces.load(candidate if is_file(candidate) else path, entry.pop("format", None), entry.pop("ranks", None))
+    if isinstance(entry.get("chunk_bytes"), str):
+        entry["chunk_bytes"] = parse_size(entry["chunk_bytes"])
+    hosts = entry.get("hosts")
+    if isinstance(hosts, str):
+        entry["hosts"] = tuple(h.strip() for h in hosts.split(",") if h.strip())
+    elif isinstance(hosts, list):
+        entry["hosts"] = tuple(hosts)
+    spec = ReplaySpec(trace, **entry)
+    spec.check()
+    return spec
 
 
 def _workload(kind, entry):

@@ -78,3 +78,12 @@ def port_towards(lab, host):
     """The leaf port cabled to `host`'s first NIC."""
     intf = lab.fabric.hosts[host].ports[0].intf
     return lab.queues.ports[lab.queues.by_name[intf].peer].name
+
+
+def unreachable(lab, same_nic=False):
+    """(pairs tried, [(intf, intf)] that did not answer a ping): every host port to every port of
+    another host (only the same NIC index, a rail's peers, with same_nic)."""
+    ports = [p for host in lab.fabric.hosts.values() for p in host.ports]
+    pairs = [(a, b) for a in ports for b in ports
+             if a.host != b.host and (not same_nic or a.nic == b.nic)]
+    return len(pairs), [(a.intf, b.intf) for a, b in pairs if not lab.ping(a, b)]

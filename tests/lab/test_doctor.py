@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -115,3 +116,39 @@ def test_doctor_command_json():
     assert set(doc["features"]) >= {"ovs", "ovs_datapath", "shaping", "ecn", "delay",
                                      "queue_model", "roce"}
     assert probe_namespaces() == []
+
+
+def test_doctor_and_clean_over_an_inventory_say_which_machine_is_not_ready(tmp_path):
+    """The lab's own machine answers for real over ansible; one that cannot be reached and one
+    without the lab are named with their reason, and make the verbs exit 1."""
+    from tests.lab import labutil
+
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    local = "ansible_connection=local ansible_python_interpreter=/usr/bin/python3"
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        f"[lab]\nlocalhost {local}\n"
+        "gone ansible_host=127.0.0.1 ansible_port=9 ansible_user=nobody\n"       # nothing listens there
+        f"bare {local} venv_dir={tmp_path / 'novenv'}\n"
+        f"[lab:vars]\nproject_dir={repo}\nvenv_dir={sys.prefix}\n")
+    cli = [sys.executable, "-m", "fabriclab.cli.main"]
+    before = labutil.resources()
+    proc = subprocess.run(cli + ["doctor", "--inventory", str(inventory), "--format", "json"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["machine"]: c for c in json.loads(proc.stdout)}
+    assert checks["localhost"]["ready"], checks["localhost"]
+    assert checks["localhost"]["kernel"] == os.uname().release and checks["localhost"]["ovs"][0].isdigit()
+    assert checks["gone"]["problems"][0].startswith("unreachable:") and "port 9" in checks["gone"]["problems"][0]
+    assert checks["bare"]["problems"] == [f"its doctor did not run: no fabriclab at {tmp_path / 'novenv'}/bin/"
+                                          f"fabriclab (run `sudo ./lab.sh bootstrap` in its checkout)"]
+    assert "2 of 3 machine(s) not ready: gone, bare" in proc.stderr
+
+    clean = subprocess.run(cli + ["clean", "--inventory", str(inventory)], capture_output=True, text=True,
+                           timeout=300, stdin=subprocess.DEVNULL)
+    assert clean.returncode == 1, clean.stdout + clean.stderr
+    lines = clean.stdout.splitlines()
+    assert "localhost: nothing to clean" in lines
+    assert any(line.startswith("gone: unreachable:") for line in lines)
+    assert any(line.startswith("bare: clean did not run: no fabriclab at") for line in lines)
+    assert labutil.leaked(before, labutil.resources()) == {}

@@ -18,6 +18,8 @@ from fabriclab.traffic import roce
 from fabriclab.traffic.allpairs import all_pairs_plan
 from fabriclab.traffic.launcher import run_traffic
 
+from tests.lab import labutil
+
 pytestmark = pytest.mark.lab
 
 
@@ -28,10 +30,8 @@ def lab():
 
 
 def test_every_nic_reaches_every_other(lab):
-    ports = [p for host in lab.fabric.hosts.values() for p in host.ports]
-    failed = [(a.intf, b.intf) for a in ports for b in ports
-              if a.host != b.host and not lab.ping(a, b)]
-    assert not failed, f"{len(failed)} of {len(ports) * (len(ports) - 1)} pairs unreachable: {failed[:5]}"
+    tried, failed = labutil.unreachable(lab)
+    assert not failed, f"{len(failed)} of {tried} pairs unreachable: {failed[:5]}"
 
 
 def test_leaves_hold_one_select_group_per_remote_leaf_over_every_spine(lab):

@@ -10,6 +10,7 @@ import pytest
 
 from fabriclab.lab import teardown
 from fabriclab.lab.runstate import LINK_GROUP_BASE, LINK_GROUP_SPAN, RunState, is_lab_link_group
+from fabriclab.system import procs
 from fabriclab.system.procs import pid_runs
 
 
@@ -78,3 +79,34 @@ def test_a_process_started_with_a_file_of_a_run_folder_is_found_by_it(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_recorded_processes_are_stopped_and_a_term_ignorer_is_killed():
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "fl-test-polite"])
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; "
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); "
+                                 "time.sleep(60)", "fl-test-stubborn"], stdout=subprocess.PIPE)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "fl-test-other"])
+    try:
+        stubborn.stdout.readline()                      # its SIGTERM handler is in place
+        records = [{"pid": polite.pid, "match": "fl-test-polite"},
+                   {"pid": stubborn.pid, "match": "fl-test-stubborn"},
+                   {"pid": other.pid, "match": "fl-test-polite"},     # the PID runs something else
+                   {"pid": 2 ** 22 + 12345, "match": "fl-test-polite"}]
+        assert procs.stop_recorded(records, grace_s=0.5) == [polite.pid, stubborn.pid]
+        assert polite.wait(5) == -15 and stubborn.wait(5) == -9
+        assert other.poll() is None
+    finally:
+        for proc in (polite, stubborn, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_process_mid_exec_is_read_again_and_a_zombie_is_not(monkeypatch):
+    reads = iter([[b""], [b""], [b"python", b"-m", b"fabriclab.traffic.agent"]])
+    monkeypatch.setattr(procs, "_arguments", lambda pid: next(reads))
+    monkeypatch.setattr(procs, "_state", lambda pid: "R")
+    assert procs.pid_runs(4242, "fabriclab.traffic.agent")          # the exec finished
+    monkeypatch.setattr(procs, "_arguments", lambda pid: [b""])
+    monkeypatch.setattr(procs, "_state", lambda pid: "Z")
+    assert not procs.pid_runs(4242, "fabriclab.traffic.agent")      # exited, not yet reaped

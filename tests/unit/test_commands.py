@@ -167,12 +167,20 @@ def test_check_prints_a_table_and_exits_0(capsys):
     out, err = capsys.readouterr()
     assert err == ""
     lines = out.rstrip("\n").split("\n")
-    assert lines[0].split()[:3] == ["spec", "kind", "planes"] and lines[0].endswith("time scale")
+    assert lines[0].split()[:4] == ["spec", "kind", "cabling", "planes"] and lines[0].endswith("time scale")
     assert set(lines[1]) == {"-", " "}
     assert lines[2].split()[0] == "default"
-    # tiny: 4 switches, 2 hosts, 2 host ports, 2 host + 4 fabric links, 10/20 oversubscription
-    assert lines[3].split() == ["tiny", "leafspine", "1", "4", "2", "2", "6", "0.500", "40000"]
+    # tiny: 4 switches, 2 hosts, 2 host ports, 2 host + 4 fabric links, 10/20 oversubscription,
+    # one zone (no cross-zone figure)
+    assert lines[3].split() == ["tiny", "leafspine", "rack", "1", "4", "2", "2", "6", "0.500", "-", "40000"]
     assert lines[-1] == "ok: default, tiny"
+
+
+def test_check_reports_a_threetier_specs_cross_zone_oversubscription(capsys):
+    assert cli.main(["check", "meta_dc"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert "cross-zone" in lines[0]
+    assert lines[2].split() == ["meta_dc", "threetier", "rack", "1", "10", "8", "8", "20", "1.000", "4.000", "20000"]
 
 
 def test_check_of_an_unknown_spec_fails_in_one_line(capsys):
@@ -226,3 +234,9 @@ def test_specs_lists_every_shipped_spec(capsys):
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines()[2:]]
     assert listed == shipped_specs()
+
+
+def test_benchmark_refuses_an_unknown_spec_before_building_anything(capsys):
+    assert cli.main(["benchmark", "--sizes", "", "--specs", "meta_dc,no-such"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fabriclab: error: no spec file 'no-such'") and err.count("\n") == 1

@@ -15,7 +15,7 @@ from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 
 
-@pytest.mark.parametrize("spec", ["tiny", "default", "parallel_links", "spectrumx_fig16", "meta_ai_zone"])
+@pytest.mark.parametrize("spec", ["tiny", "default", "parallel_links", "spectrumx_fig16", "meta_ai_zone", "meta_dc"])
 def test_the_topology_is_the_fabric_and_valid_containerlab(spec, tmp_path):
     fabric = Fabric(load_spec(spec))
     path = containerlab.export(fabric, tmp_path, routing="eecmp")

@@ -22,7 +22,16 @@ from fabriclab.topologies.spec import load_spec
 def set_counter(sys_net, intf, counter, value):
     stats = sys_net / intf / "statistics"
     stats.mkdir(parents=True, exist_ok=True)
-    (stats / counter).write_text(f"{value}\n")         # rewritten in place: an open fd sees it
+    # Rewritten in place (an open fd sees it) and never empty: sysfs reads are atomic, and a
+    # sampler thread reading between a truncate and the write would see no number at all.
+    # Write, then cut to length: the tests only ever raise a counter.
+    data = f"{value}\n".encode()
+    fd = os.open(stats / counter, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def set_port(sys_net, intf, base=0):

@@ -54,6 +54,9 @@ PLACEHOLDERS = {
 # Long options quoted on their own (`--flag`) that belong to other programs, not to fabriclab.
 OTHER_TOOLS_FLAGS = {
     "--system-site-packages": "python -m venv, in lab.sh",
+    "--keep-all": "examples/traces/record_trace.py (runs under PyTorch, not fabriclab)",
+    "--et": "examples/traces/record_trace.py",
+    "--chakra": "examples/traces/record_trace.py",
 }
 
 PREFIX = re.compile(r"^(?:sudo\s+)?(?:(?:\./)?\.venv/bin/|/opt/fabriclab/venv/bin/)?fabriclab(?=\s|$)(?!\s*>)")

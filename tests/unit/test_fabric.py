@@ -22,6 +22,9 @@ SPECS = {
     "multiplane": dict(kind="multiplane", planes=3, leaves=2, spines=2, hosts_per_leaf=2),
     "multiplane_full": dict(kind="multiplane", planes=4, leaves=3, spines=2, hosts_per_leaf=2,
                             nics_per_host=2, parallel_links=2),
+    "rail": dict(leaves=4, spines=2, hosts_per_leaf=3, nics_per_host=2, cabling="rail"),
+    "rail_multiplane": dict(kind="multiplane", planes=2, leaves=3, spines=2, hosts_per_leaf=2,
+                            nics_per_host=3, cabling="rail"),
 }
 
 
@@ -76,22 +79,25 @@ def test_counts_by_role_and_plane(any_fabric):
     spec = any_fabric.spec
     roles = Counter((s.role, s.plane) for s in any_fabric.switches.values())
     for plane in range(1, spec.planes + 1):
-        assert roles[("leaf", plane)] == spec.leaves
-        assert roles[("spine", plane)] == spec.spines
-        assert len(any_fabric.leaves(plane)) == spec.leaves
-    assert len(any_fabric.leaves()) == spec.leaves * spec.planes
+        assert roles[("leaf", plane)] == spec.leaves * spec.pods
+        assert roles[("spine", plane)] == spec.spines * spec.pods
+        assert len(any_fabric.leaves(plane)) == spec.leaves * spec.pods
+    assert roles[("super_spine", 1)] == spec.super_spines
+    assert len(any_fabric.leaves()) == spec.leaves * spec.planes * spec.pods
     assert sum(roles.values()) == len(any_fabric.switches)
 
 
 def test_every_leaf_spine_pair_has_parallel_links_members(any_fabric):
     spec = any_fabric.spec
-    pairs = Counter((link.a, link.b) for link in any_fabric.fabric_links)
-    assert len(pairs) == spec.planes * spec.leaves * spec.spines
+    core = set(any_fabric.core_links)
+    pairs = Counter((link.a, link.b) for link in any_fabric.fabric_links if link not in core)
+    assert len(pairs) == spec.planes * spec.pods * spec.leaves * spec.spines
     assert set(pairs.values()) == {spec.parallel_links}
     for link in any_fabric.fabric_links:
-        assert any_fabric.switches[link.a].role == "leaf"
-        assert any_fabric.switches[link.b].role == "spine"
-        assert any_fabric.switches[link.a].plane == any_fabric.switches[link.b].plane == link.plane
+        lower, upper = any_fabric.switches[link.a], any_fabric.switches[link.b]
+        assert (lower.role, upper.role) == (("spine", "super_spine") if link in core else ("leaf", "spine"))
+        assert lower.plane == upper.plane == link.plane
+        assert link in core or lower.pod == upper.pod
 
 
 def test_each_host_has_one_port_per_nic_per_plane(any_fabric):
@@ -101,12 +107,44 @@ def test_each_host_has_one_port_per_nic_per_plane(any_fabric):
             (nic, plane) for nic in range(spec.nics_per_host) for plane in range(1, spec.planes + 1)]
         for port in host.ports:
             leaf = any_fabric.switches[port.leaf]
-            assert (leaf.role, leaf.plane, leaf.index) == ("leaf", port.plane, host.leaf_index)
+            # rack: the host's one leaf; rail: leaf `nic` of its rail group
+            index = (host.leaf_index if spec.cabling == "rack"
+                     else (host.group - 1) * spec.nics_per_host + port.nic + 1)
+            assert (leaf.role, leaf.plane, leaf.index) == ("leaf", port.plane, index)
 
 
 def test_hosts_fill_leaves_in_order():
     fab = fabric(leaves=3, spines=1, hosts_per_leaf=2)
     assert [fab.hosts[f"h{i}"].leaf_index for i in range(1, 7)] == [1, 1, 2, 2, 3, 3]
+
+
+def test_rail_cabling_puts_nic_i_of_a_group_on_its_rail_leaf_i():
+    fab = fabric(leaves=4, spines=2, hosts_per_leaf=3, nics_per_host=2, cabling="rail")
+    assert len(fab.hosts) == 6 and [fab.hosts[f"h{i}"].group for i in range(1, 7)] == [1, 1, 1, 2, 2, 2]
+    assert all(h.leaf_index is None for h in fab.hosts.values())
+    assert [(p.intf, p.leaf, p.leaf_port, p.ip) for p in fab.hosts["h5"].ports] == [
+        ("h5-n0", "l3", 2, "10.1.3.2"), ("h5-n1", "l4", 2, "10.1.4.2")]
+    # each rail leaf holds one NIC of every host of its group, the same NIC index
+    for leaf in fab.leaves():
+        owners = [fab.port_owner[(leaf.name, n)] for n in range(1, 4)]
+        assert {p.nic for p in owners} == {(leaf.index - 1) % 2}
+        assert [p.host for p in owners] == [f"h{(leaf.index - 1) // 2 * 3 + k}" for k in (1, 2, 3)]
+    assert fab.summary()["cabling"] == "rail"
+
+
+def test_rack_cabling_keeps_every_nic_under_the_hosts_leaf():
+    fab = fabric(leaves=2, spines=2, hosts_per_leaf=2, nics_per_host=2)
+    assert {p.leaf for p in fab.hosts["h3"].ports} == {"l2"}
+    assert fab.hosts["h3"].leaf_index == fab.hosts["h3"].group == 2
+
+
+def test_rail_multiplane_keeps_rails_in_every_plane():
+    fab = fabric(kind="multiplane", planes=2, leaves=2, spines=1, hosts_per_leaf=2, nics_per_host=2,
+                 cabling="rail")
+    assert [(p.intf, p.leaf, p.ip) for p in fab.hosts["h2"].ports] == [
+        ("h2-n0p1", "p1l1", "10.1.1.2"), ("h2-n0p2", "p2l1", "10.2.1.2"),
+        ("h2-n1p1", "p1l2", "10.1.2.2"), ("h2-n1p2", "p2l2", "10.2.2.2")]
+    assert [p.intf for p in fab.hosts["h2"].nic_ports(1)] == ["h2-n1p1", "h2-n1p2"]
 
 
 def test_link_rates_follow_the_spec():
@@ -182,7 +220,7 @@ def test_each_leaf_host_ports_fall_in_its_24(any_fabric):
     for leaf in any_fabric.leaves():
         subnet = ipaddress.ip_network(leaf_subnet(leaf.plane, leaf.index))
         ports = [p for host in any_fabric.hosts.values() for p in host.ports if p.leaf == leaf.name]
-        assert len(ports) == any_fabric.spec.hosts_per_leaf * any_fabric.spec.nics_per_host
+        assert len(ports) == any_fabric.spec.host_ports_per_leaf
         for port in ports:
             address = ipaddress.ip_address(port.ip)
             assert address in subnet
@@ -229,15 +267,16 @@ def test_switch_ports_lists_every_cabled_port(any_fabric):
 
 def test_leaf_ports_are_host_ports_then_uplinks(any_fabric):
     spec = any_fabric.spec
-    host_ports = spec.hosts_per_leaf * spec.nics_per_host
+    host_ports = spec.host_ports_per_leaf
     uplinks = spec.spines * spec.parallel_links
     for leaf in any_fabric.leaves():
         ports = any_fabric.switch_ports(leaf.name)
         assert list(ports) == list(range(1, host_ports + uplinks + 1))
         owners = {any_fabric.port_owner[(leaf.name, n)].host for n in range(1, host_ports + 1)}
         assert len(owners) == spec.hosts_per_leaf
+    group = spec.super_spines // spec.spines        # threetier: uplinks after the leaf ports
     for spine in (s for s in any_fabric.switches.values() if s.role == "spine"):
-        assert list(any_fabric.switch_ports(spine.name)) == list(range(1, spec.leaves * spec.parallel_links + 1))
+        assert list(any_fabric.switch_ports(spine.name)) == list(range(1, spec.leaves * spec.parallel_links + group + 1))
 
 
 def test_host_links_have_no_switch_port_on_the_host_side(any_fabric):

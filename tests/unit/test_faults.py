@@ -4,6 +4,7 @@ flaps, and the Timeline thread driving a stand-in lab."""
 
 import random
 import statistics
+import threading
 import time
 import types
 
@@ -458,3 +459,30 @@ def test_timeline_errors_come_back_from_join_checked():
     timeline.join(5)
     with pytest.raises(LabError, match="fault timeline failed: controller would not come back"):
         timeline.join_checked()
+
+
+def test_changes_from_several_threads_reach_the_fabric_one_at_a_time(monkeypatch):
+    """The prompt, the web view and a timeline change the fabric from their own threads: the lab
+    lets one change through at a time, while what it has injected stays readable meanwhile."""
+    from fabriclab.lab import network
+
+    lab = Lab(load_spec("default"))
+    inside, most, reads = [0], [0], []
+
+    def slow_set_rate(net, link, rate, mtu, nodes=None):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        reads.append(lab.injected())            # not blocked by the change in progress
+        time.sleep(0.02)
+        inside[0] -= 1
+
+    monkeypatch.setattr(network, "set_rate", slow_set_rate)
+    links = lab.fabric.fabric_links[:4]
+    threads = [threading.Thread(target=lab.reshape_links, args=([link], 5.0)) for link in links] + \
+              [threading.Thread(target=lab.restore) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert most[0] == 1 and len(reads) >= 4
+    assert all(not t.is_alive() for t in threads)

@@ -174,3 +174,18 @@ def test_benchmark_row_is_complete():
     assert row["endpoints"] == 8 and row["flows"] == 8 and row["leaf_pairs"] == 6
     assert {"build_s", "routes_s", "ecmp_s", "ideal_s", "maxflow_s", "failure_trial_s"} <= set(row)
     assert row["cct_s"]["ecmp"] >= row["cct_s"]["ideal"] > 0
+
+
+def test_benchmark_row_in_its_own_process_has_its_peak_memory():
+    from fabriclab.model.bench import run_size_alone
+
+    row = run_size_alone(4, 2, 2, ["ecmp"])
+    assert row["endpoints"] == 8 and row["cct_s"]["ecmp"] > 0
+    # a Python process with numpy and scipy loaded: tens of MB, far from 0 or terabytes
+    assert 10 < row["peak_rss_mb"] < 2000
+
+
+def test_benchmark_cli_prints_peak_memory(capsys):
+    assert main(["model", "benchmark", "--sizes", "4x2x2", "--routing", "ecmp"]) == 0
+    out = capsys.readouterr().out
+    assert "peak MB" in out and "4x2x2" in out

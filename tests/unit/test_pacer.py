@@ -262,7 +262,7 @@ def test_port_counts_what_went_and_each_refusal_by_kind(raw_port):
                                                        send_policy.UNREACHABLE, send_policy.FATAL,
                                                        None]
     assert port.report() == {"address": "10.0.0.1", "tx_packets": 1, "tx_bytes": 100,
-                             "enobufs": 1, "send_errors": 2}
+                             "enobufs": 1, "send_errors": 2, "held_packets": 0}
 
 
 def test_out_of_turn_packets_are_lost_when_refused_and_charged_when_sent(raw_port):
@@ -274,6 +274,23 @@ def test_out_of_turn_packets_are_lost_when_refused_and_charged_when_sent(raw_por
     assert port.pace.due == 0.0 and not sock.accepted
     assert port.transmit_out_of_turn(b"d" * 986, "10.0.0.2", now=1.0) is None
     assert port.pace.due == pytest.approx(1.001) and len(sock.accepted) == 1
+
+
+def test_a_keyed_out_of_turn_packet_waits_out_a_full_queue_and_the_latest_of_a_key_stands(raw_port):
+    # A PFC pause fills the port's queue: the ACKs of QPs 1 and 2 are held, not lost; QP 1's
+    # newer ACK replaces its older one and goes behind QP 2's, in the order they were made.
+    port, sock = raw_port(rate_mbps=8.0, refuse=[errno.ENOBUFS, errno.ENOBUFS, errno.ENOBUFS,
+                                                   errno.ENOBUFS, None, None])
+    assert port.transmit_out_of_turn(b"1" * 986, "10.0.0.2", now=1.0, hold_as=("ack", 1)) is None
+    assert port.transmit_out_of_turn(b"2" * 986, "10.0.0.3", now=1.0, hold_as=("ack", 2)) is None
+    assert port.transmit_out_of_turn(b"3" * 986, "10.0.0.2", now=1.0, hold_as=("ack", 1)) is None
+    assert list(port.held) == [("ack", 2), ("ack", 1)] and port.held_packets == 3
+    assert not sock.accepted and port.pace.due == 0.0
+    assert port.send_held(now=1.5) is False and len(port.held) == 2       # still full
+    assert port.send_held(now=2.0) is True and not port.held
+    assert [packet[:1] for packet, _dst in sock.accepted] == [b"2", b"3"]
+    assert port.pace.due == pytest.approx(2.002)                            # both charged
+    assert port.report()["held_packets"] == 3
 
 
 def test_ip_ids_wrap_and_skip_zero():

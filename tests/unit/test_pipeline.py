@@ -124,7 +124,7 @@ def test_plan_checks_what_needs_no_fabric():
     restart = faults.Fault(0, "controller_restart", True, 0.0, {})
     with pytest.raises(LabError, match="a condition held for the run is one of"):
         Plan("p", "run", spec, [RunPlan("r", jobs=[job], conditions=[restart])]).check()
-    with pytest.raises(LabError, match="is a CollectiveSpec, AllPairsSpec or AggregationSpec"):
+    with pytest.raises(LabError, match="is a CollectiveSpec, AllPairsSpec, AggregationSpec or ReplaySpec"):
         Plan("p", "run", spec, [RunPlan("r", jobs=[Job("a", {"collective": "allreduce"})])]).check()
 
 

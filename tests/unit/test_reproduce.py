@@ -147,6 +147,23 @@ def test_random_hashing_of_1000_flows_on_16_links_gives_the_papers_1_2():
     assert few > ecmp_balance.expected_max_mean(groups, trials=300) > 1.1
 
 
+@pytest.mark.parametrize("spec", ["rail_optimized", "multiplane_pfc", "default"])
+def test_uplink_groups_count_every_nic_and_plane(spec):
+    """Every host port sends to its peers (same NIC, same plane) on other leaves: on a rail spec
+    each NIC's leaf carries its own rail, on a multiplane spec every plane's leaves carry traffic."""
+    from fabriclab.traffic.allpairs import all_pairs_plan
+
+    fabric = Fabric(load_spec(spec))
+    groups = ecmp_balance.uplink_groups(fabric, 2)
+    leaves = sorted(s for s, sw in fabric.switches.items() if sw.role == "leaf")
+    assert len(groups) == len(leaves) and all(flows > 0 for flows, _ in groups)
+    # the plan's flows whose ends sit under different leaves, counted at their source leaf
+    leaf_of = {p.ip: p.leaf for h in fabric.hosts.values() for p in h.ports}
+    crossing = [f for flows in all_pairs_plan(fabric, flows_per_pair=2).values() for f in flows
+                if leaf_of[f["src"]] != leaf_of[f["dst"]]]
+    assert sum(flows for flows, _ in groups) == len(crossing)
+
+
 # -- lossless conditions -----------------------------------------------------------------------------------
 def test_routing_schemes_runs_lossless_and_says_so_or_lossy_when_asked():
     plan = build_plan("routing-schemes", options=Options(quick=True))

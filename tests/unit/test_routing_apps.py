@@ -249,3 +249,24 @@ def test_te_engine_measures_unannounced_flows_and_places_announced_jobs(wide, tm
     status = engine.status()
     assert (status.jobs, status.reason, status.recomputes, status.placed) == (("ring",), "jobs", 3, 1)
     assert status.placement_file == str(tmp_path / "te-placement.json")
+
+
+def test_a_stuck_controllers_threads_are_summed_up_in_one_line():
+    from fabriclab.lab.controller import summarize_stacks
+
+    dump = ('Thread 0x00007f01 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n'
+            '  File "/x/os_ken/lib/hub.py", line 90 in acquire\n'
+            '  File "/x/os_ken/controller/controller.py", line 411 in send\n'
+            '  File "/x/apps/osken_app.py", line 104 in _call\n\n'
+            'Thread 0x00007f02 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 327 in wait\n'
+            '  File "/x/os_ken/lib/hub.py", line 90 in acquire\n'
+            '  File "/x/os_ken/controller/controller.py", line 411 in send\n\n'
+            'Current thread 0x00007f03 (most recent call first):\n'
+            '  File "/x/os_ken/controller/controller.py", line 320 in _recv_loop\n')
+    line = summarize_stacks(dump)
+    assert "\n" not in line
+    assert line == ("threading.py:327 wait < hub.py:90 acquire < controller.py:411 send (x2); "
+                    "controller.py:320 _recv_loop")
+    assert summarize_stacks("no stacks here") == ""

@@ -56,6 +56,17 @@ def simulate(schedule, seed=0):
     return memories, inputs, order
 
 
+def assert_outputs_match_reference(schedule, seed):
+    """Run the schedule (simulate) and check every rank's output against the reference."""
+    memories, inputs, _ = simulate(schedule, seed=seed)
+    expected = S.reference_outputs(schedule, inputs)
+    for rank, got in enumerate(received(schedule, memories)):
+        if expected[rank] is None:
+            assert got is None
+        else:
+            np.testing.assert_array_equal(got, expected[rank])
+
+
 # The bisection test pairs ranks, so it only runs with an even count.
 CASES = [(c, a, n) for c in S.COLLECTIVES for a in S.ALGORITHMS.get(c, ("ring",))
          for n in (2, 3, 4, 8) if c != "bisection" or n % 2 == 0]
@@ -74,13 +85,7 @@ def test_schedule_computes_what_numpy_computes(collective, algorithm, ranks, cha
                            piece_bytes=1024, seed=ranks, in_place=in_place)
         assert schedule.in_place == in_place and schedule.defined
         for seed in range(3):
-            memories, inputs, _ = simulate(schedule, seed=ranks * channels + seed)
-            expected = S.reference_outputs(schedule, inputs)
-            for rank, got in enumerate(received(schedule, memories)):
-                if expected[rank] is None:
-                    assert got is None
-                else:
-                    np.testing.assert_array_equal(got, expected[rank])
+            assert_outputs_match_reference(schedule, ranks * channels + seed)
 
 
 def test_ring_allreduce_steps_follow_the_ring():

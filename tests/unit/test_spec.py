@@ -25,7 +25,7 @@ from fabriclab.topologies.spec import (
     spec_from_dict,
 )
 
-SHIPPED = ["ar_fabric", "default", "incast", "meta_ai_zone", "multiplane_pfc", "oversubscribed", "parallel_links", "routing", "spectrumx_fig16", "switchml", "tiny"]
+SHIPPED = ["ar_fabric", "default", "incast", "meta_ai_zone", "meta_dc", "multiplane_pfc", "oversubscribed", "parallel_links", "rail_optimized", "routing", "spectrumx_fig16", "switchml", "tiny"]
 
 # The whole fabric shares ~650 Mbit/s of userspace OVS; specs that run traffic stay well below.
 MAX_OFFERED_MBPS = 200
@@ -83,7 +83,7 @@ def test_bad_name(name):
 
 def test_unknown_kind_lists_the_kinds():
     message = rejected_spec(kind="fattree")
-    assert message == "spec 'bad': kind must be one of leafspine, multiplane, got 'fattree'"
+    assert message == "spec 'bad': kind must be one of leafspine, multiplane, threetier, got 'fattree'"
 
 
 @pytest.mark.parametrize("fname", ["leaves", "spines", "nics_per_host", "parallel_links"])
@@ -130,6 +130,41 @@ def test_multiplane_needs_two_planes():
 
 def test_multiplane_with_two_planes_is_valid():
     assert FabricSpec(name="mp", kind="multiplane", planes=2).planes == 2
+
+
+def test_unknown_cabling_lists_the_cablings():
+    message = rejected({"name": "x", "cabling": "tor"})
+    assert message == "spec 'x': cabling must be one of rack, rail, got 'tor'"
+
+
+@pytest.mark.parametrize("fields, expected", [
+    (dict(nics_per_host=1, leaves=2), "cabling rail needs nics_per_host >= 2"),
+    (dict(nics_per_host=2, leaves=3), "leaves must be a multiple of it, got 3"),
+    (dict(nics_per_host=4, leaves=6), "groups leaves by nics_per_host (4)"),
+])
+def test_rail_cabling_needs_whole_rail_groups(fields, expected):
+    assert expected in rejected({"name": "x", "cabling": "rail", **fields})
+
+
+def test_rail_cabling_counts_one_port_per_host_on_a_leaf():
+    spec = FabricSpec(name="x", cabling="rail", leaves=4, spines=2, hosts_per_leaf=5,
+                      nics_per_host=2, host_rate_mbps=10, fabric_rate_mbps=10)
+    assert (spec.hosts, spec.host_ports_per_leaf, spec.oversubscription) == (10, 5, 2.5)
+    # a rack leaf of the same counts takes both NICs of its 5 hosts
+    rack = FabricSpec(name="x", leaves=4, spines=2, hosts_per_leaf=5, nics_per_host=2,
+                      host_rate_mbps=10, fabric_rate_mbps=10)
+    assert (rack.hosts, rack.host_ports_per_leaf, rack.oversubscription) == (20, 10, 5.0)
+
+
+def test_rail_cabling_fits_253_hosts_per_group_on_a_leaf():
+    FabricSpec(name="x", cabling="rail", leaves=2, hosts_per_leaf=253, nics_per_host=2)
+    assert "hosts_per_leaf is 254, at most 253" in rejected(
+        {"name": "x", "cabling": "rail", "leaves": 2, "hosts_per_leaf": 254, "nics_per_host": 2})
+
+
+def test_rail_cabling_is_refused_with_other_problems_reported_too():
+    message = rejected({"name": "x", "cabling": "rail", "nics_per_host": 2, "leaves": 3, "spines": 0})
+    assert message.startswith("2 problems") and "spines" in message and "multiple" in message
 
 
 def test_too_many_host_ports_per_leaf():
@@ -184,9 +219,9 @@ def test_rate_must_be_finite(value):
     ({"spine": "big"}, "spec: buffers.spine: size must be bytes or a string like '64KiB', got 'big'"),
     ({"spine": 1.5}, "spec: buffers.spine: size must be bytes or a string like '64KiB', got 1.5"),
     ({"host": True}, "spec: buffers.host: size must be bytes or a string like '64KiB', got True"),
-    ({"cpu": "1MiB"}, "spec: buffers: unknown role 'cpu' (known: host, leaf, spine)"),
-    (512, "spec: buffers: must map host/leaf/spine to sizes, got 512"),
-    (None, "spec: buffers: must map host/leaf/spine to sizes, got None"),
+    ({"cpu": "1MiB"}, "spec: buffers: unknown role 'cpu' (known: host, leaf, spine, super_spine)"),
+    (512, "spec: buffers: must map host/leaf/spine/super_spine to sizes, got 512"),
+    (None, "spec: buffers: must map host/leaf/spine/super_spine to sizes, got None"),
 ])
 def test_bad_buffers(buffers, expected):
     assert rejected({"name": "x", "buffers": buffers}) == expected

@@ -9,6 +9,7 @@ import tarfile
 import pytest
 
 from fabriclab.errors import LabError
+from fabriclab.system import inventory
 from fabriclab.workflows import fanout, sweep
 
 BASE = {"name": "s", "spec": "tiny", "routing": "ecmp",
@@ -117,14 +118,14 @@ def test_the_inventory_is_read_by_ansible_and_its_lab_group_chosen(tmp_path):
     inv = tmp_path / "inventory.ini"
     inv.write_text("[other]\nweb1\n[lab]\nlocalhost ansible_connection=local\nlab2 ansible_host=192.0.2.7\n"
                    "[lab:vars]\nproject_dir=/vagrant\n")
-    found = fanout.machines(inv)
+    found = inventory.machines(inv)
     assert [name for name, _v in found] == ["localhost", "lab2"]
     assert found[1][1]["ansible_host"] == "192.0.2.7" and found[1][1]["project_dir"] == "/vagrant"
     inv.write_text("[lab]\nlab1 ansible_host=192.0.2.7\n")
     with pytest.raises(LabError, match="needs project_dir"):
-        fanout.machines(inv)
+        inventory.machines(inv)
     with pytest.raises(LabError, match="no inventory file"):
-        fanout.machines(tmp_path / "missing.ini")
+        inventory.machines(tmp_path / "missing.ini")
 
 
 def archive(tmp_path, members):

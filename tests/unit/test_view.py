@@ -18,7 +18,8 @@ def fabric(name):
     return Fabric(load_spec(name))
 
 
-@pytest.mark.parametrize("spec", ["tiny", "default", "routing", "spectrumx_fig16", "multiplane_pfc"])
+@pytest.mark.parametrize("spec", ["tiny", "default", "routing", "spectrumx_fig16", "multiplane_pfc",
+                                  "rail_optimized"])
 def test_every_node_and_cable_is_drawn_once_by_tier(spec):
     fab = fabric(spec)
     lay = layout.layout(fab)
@@ -53,6 +54,15 @@ def test_two_nics_of_a_host_on_one_leaf_are_two_cables():
     host_links = [link for link in lay["links"] if link["kind"] == "host"]
     assert len(host_links) == 4 and len({link["id"] for link in host_links}) == 4
     assert {link["label"] for link in host_links} == {"h1-l1", "h2-l2"}      # what events name
+
+
+def test_a_rail_groups_hosts_sit_under_its_rail_leaves():
+    lay = layout.layout(fabric("rail_optimized"))
+    x = {n["id"]: n["x"] for n in lay["nodes"]}
+    # group 1 (h1-h4) under l1-l2, group 2 (h5-h8) under l3-l4
+    assert max(x[f"h{i}"] for i in range(1, 5)) < min(x[f"h{i}"] for i in range(5, 9))
+    assert max(x["l1"], x["l2"]) < min(x["l3"], x["l4"])
+    assert min(x[f"h{i}"] for i in range(1, 5)) < x["l1"] < x["l2"] < max(x[f"h{i}"] for i in range(1, 5))
 
 
 @pytest.mark.parametrize("spec", ["tiny", "spectrumx_fig16"])

@@ -54,13 +54,18 @@ def runs(fabric, options):
 
 
 def uplink_groups(fabric, flows_per_pair):
-    """[(flows, uplinks)] per leaf: the flows that leave the leaf and the uplinks they hash over."""
+    """[(flows, uplinks)] per leaf: the all-pairs flows that leave the leaf (each host port sends
+    to the same NIC and plane of every other host: traffic.allpairs.peers) and the uplinks they
+    hash over. Counted per port, so every NIC's leaf counts, under rail cabling and in every plane."""
+    from fabriclab.traffic.allpairs import peers
+
+    ports = [p for host in fabric.hosts.values() for p in host.ports]
     groups = []
     for leaf in sorted(s for s, sw in fabric.switches.items() if sw.role == "leaf"):
-        local = [h for h in fabric.hosts.values() if h.ports[0].leaf == leaf]
-        remote = len(fabric.hosts) - len(local)
+        leaving = sum(1 for port in ports if port.leaf == leaf
+                      for dst in peers(fabric, port) if dst.leaf != leaf)
         uplinks = sum(1 for link in fabric.links if link.kind == "fabric" and link.a == leaf)
-        groups.append((len(local) * remote * flows_per_pair, uplinks))
+        groups.append((leaving * flows_per_pair, uplinks))
     return groups
 
 

@@ -28,7 +28,7 @@ def leaf_hosts(fabric):
     """{leaf index: [host names in index order]}."""
     out = {}
     for host in sorted(fabric.hosts.values(), key=lambda h: h.index):
-        out.setdefault(host.leaf_index, []).append(host.name)
+        out.setdefault(host.group, []).append(host.name)
     return out
 
 

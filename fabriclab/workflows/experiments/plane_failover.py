@@ -52,7 +52,7 @@ def pair(fabric):
     spines of every plane."""
     by_leaf = {}
     for host in sorted(fabric.hosts.values(), key=lambda h: h.index):
-        by_leaf.setdefault(host.leaf_index, host.name)
+        by_leaf.setdefault(host.group, host.name)
     if len(by_leaf) < 2:
         raise LabError(f"plane-failover needs hosts under two leaves; {fabric.spec.name!r} has one")
     first, second = sorted(by_leaf)[:2]

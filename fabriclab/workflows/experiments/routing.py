@@ -53,7 +53,7 @@ def ring_order(fabric):
     """Hosts leaf-major interleaved: h1 (l1), h5 (l2), h9 (l3), ..., then the second host of each."""
     by_leaf = {}
     for host in fabric.hosts.values():
-        by_leaf.setdefault(host.leaf_index, []).append(host.name)
+        by_leaf.setdefault(host.group, []).append(host.name)
     rows = [by_leaf[k] for k in sorted(by_leaf)]
     return tuple(name for i in range(max(map(len, rows))) for row in rows if i < len(row) for name in [row[i]])
 

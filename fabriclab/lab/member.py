@@ -1,0 +1,86 @@
+"""A run's member on another machine of a cluster: `python -m fabriclab.lab.member --run-id ID
+--link-group N`, started by the lab over its SSH connection (fabriclab.lab.cluster.Member).
+
+It writes a run record here under the run's id, owned by itself, so this machine's `clean` knows
+the run is live and, once the member is gone, what to remove. The lab sends it one JSON object per
+line as it builds ({"bridges": [...], "interfaces": [...]} or {"process": {"pid", "role", "match"}}). When its input ends
+(the run stopped, or was killed and its connection dropped) or it is told to stop by a signal, it
+stops the agents started with a file of the run's folder here, removes what the record names, as
+`clean` would, prints one line saying what, and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from fabriclab.lab.runstate import RunState, is_lab_link_group
+from fabriclab.system.procs import stop_recorded, with_argument_under
+
+MAX_LINE = 1 << 16
+MAX_ITEMS = 1 << 16
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="fabriclab.lab.member")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--link-group", type=int, required=True)
+    args = parser.parse_args(argv)
+    if not is_lab_link_group(args.link_group) or not RunState.valid_id(args.run_id):
+        print("error: not a lab run id and link group", file=sys.stderr)
+        return 2
+    run = RunState(args.run_id)
+    run.data["spec"] = "cluster member"
+    run.data["link_group"] = args.link_group
+    run.dir.mkdir(parents=True, exist_ok=False)
+    run.save()
+    # A hang-up or a SIGTERM ends the reading; the record is removed below either way.
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    print(f"ready {run.data['pid']}", flush=True)
+    try:
+        for line in iter(lambda: sys.stdin.readline(MAX_LINE), ""):
+            _record(run, line)
+    except (ValueError, OSError, Stopped):
+        pass
+    finally:
+        from fabriclab.lab.clean import remove_run
+
+        # The agents the run started here: their input is in this run's folder.
+        stop_recorded([{"pid": pid, "match": arg} for pid, arg in with_argument_under(f"{run.dir}/")])
+        print(remove_run(run), flush=True)
+    return 0
+
+
+def _names(value):
+    return isinstance(value, list) and len(value) < MAX_ITEMS and all(isinstance(v, str) for v in value)
+
+
+class Stopped(BaseException):
+    pass
+
+
+def _stop(*_):
+    raise Stopped()
+
+
+def _record(run, line):
+    """Record one message of the lab; anything else is ignored (the input is the lab's own)."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return
+    if not isinstance(msg, dict):
+        return
+    names = {key: msg.get(key) for key in ("bridges", "interfaces")}
+    if any(names.values()) and all(_names(v) for v in names.values() if v is not None):
+        run.plan(names["bridges"] or [], names["interfaces"] or [])
+    proc = msg.get("process")
+    if isinstance(proc, dict) and isinstance(proc.get("pid"), int) and isinstance(proc.get("match"), str):
+        run.add_process(proc["pid"], str(proc.get("role", "")), proc["match"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

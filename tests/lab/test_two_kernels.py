@@ -1,0 +1,148 @@
+"""Two separate kernels on one machine (issue 21): this machine and the full-kernel tier's guest,
+booted as a second lab machine on a virtual wire (one guest for the module). `doctor --inventory`
+checks both over SSH, a sweep of 4 cases spreads over them into one comparison, one fabric split
+over both comes up and routes around a failed cable between them, `clean --inventory` finds nothing
+left on either, and stopping the guest leaves nothing here (nor does `clean` after a killed one)."""
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fabriclab.lab.cluster import machines_from_inventory
+from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
+from fabriclab.lab.lab import Lab
+from fabriclab.lab.runstate import RUN_ROOT
+from fabriclab.topologies.spec import load_spec
+from fabriclab.topologies.split import parse_split
+from fabriclab.traffic.collective import CollectiveSpec, run_collective
+from fabriclab.system import fullkernel
+from tests.lab import labutil
+from tests.lab.test_sweep import EXAMPLE, REPO, sweep
+
+pytestmark = pytest.mark.lab
+
+FABRICLAB = [sys.executable, "-m", "fabriclab.cli.main"]
+TIER = fullkernel.probe(force_guest=True)
+
+
+def cli(*args, timeout=600):
+    return subprocess.run(FABRICLAB + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def wires():
+    return {line.split()[0] for line in subprocess.run(["ip", "-br", "link"], capture_output=True,
+                                                        text=True).stdout.splitlines() if line.startswith("fabg-")}
+
+
+# First in the module: the wire's address is free only before the module's guest is up.
+@pytest.mark.skipif(not TIER.available, reason=f"no full-kernel guest here: {TIER.note}")
+def test_clean_removes_what_a_killed_guest_machine_left(tmp_path):
+    inventory = tmp_path / "g.ini"
+    proc = subprocess.Popen(FABRICLAB + ["fullkernel", "machine", "--inventory", str(inventory)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"guest machine: {TIER.kernel} at {WIRE_GUEST}" in line, line + proc.stdout.read()
+        assert "[lab]" in inventory.read_text() and wires()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert wires()                                           # the killed one left its wire and qemu
+    out = cli("clean")
+    assert out.returncode == 0 and "stopped 3 processes, deleted 0 bridges and 1 interfaces" in out.stdout, out.stdout
+    assert not wires()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", "ifname=fabg-"]).returncode == 0:
+        time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", "ifname=fabg-"]).returncode != 0
+
+
+@pytest.fixture(scope="module")
+def guest():
+    if not TIER.available:
+        pytest.skip(f"no full-kernel guest here: {TIER.note}")
+    before = labutil.resources()
+    with GuestMachine() as machine:
+        yield machine
+    assert not wires()
+    assert labutil.leaked(before, labutil.resources()) == {}
+
+
+def test_a_sweep_spreads_over_this_kernel_and_a_guests(guest, tmp_path):
+    theirs = guest.ssh("uname -r").stdout.strip()
+    assert theirs == TIER.kernel and theirs != platform.release()
+    inventory = guest.inventory(tmp_path / "two.ini", project_dir=str(REPO))
+
+    doctor = cli("doctor", "--inventory", inventory, "--format", "json")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    verdicts = {m["machine"]: m for m in json.loads(doctor.stdout)}
+    assert {name: (m["ready"], m["problems"]) for name, m in verdicts.items()} == {
+        "here": (True, []), "guest": (True, [])}
+    assert verdicts["guest"]["kernel"] == theirs and verdicts["here"]["kernel"] == platform.release()
+
+    out = tmp_path / "fanned"
+    proc = sweep(EXAMPLE, "--out", out, "--inventory", inventory, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = json.loads((out / "sweep.json").read_text())["cases"]
+    assert len(cases) == 4 and {c["state"] for c in cases} == {"done"}
+    assert {c["machine"] for c in cases} == {"here", "guest"}        # each took one at the start
+    for case in cases:
+        doc = json.loads((out / "cases" / case["id"] / "results.json").read_text())
+        assert doc["valid"] and doc["scale"]["host_rate_mbps"] == 10
+    assert "per case" in proc.stdout and (out / "sweep-routing.png").is_file()
+
+    cleaned = cli("clean", "--inventory", inventory)
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    # here only the guest machine's own run, live, is left alone; nothing is left in the guest
+    assert cleaned.stdout.splitlines() == [
+        f"here: run {guest.run.id} is live (pid {os.getpid()}): left alone (use --all)",
+        "guest: nothing to clean"], cleaned.stdout
+
+
+def in_guest(guest, group):
+    """What of a run is in the guest: its bridges, the interfaces of its link group, its records."""
+    out = guest.ssh(f"ovs-vsctl --timeout=10 list-br; echo --; ip -o link show group {group} | cut -d: -f2; "
+                    f"echo --; ls {RUN_ROOT}/runs 2>/dev/null")
+    assert out.returncode == 0, out.stderr
+    return [part.split() for part in out.stdout.split("--\n")]
+
+
+def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(guest, tmp_path):
+    before = labutil.resources()
+    inventory = guest.inventory(tmp_path / "two.ini", project_dir=str(REPO))
+    lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), machines=machines_from_inventory(inventory))
+    try:
+        lab.start(timeout=240)
+        group = lab.run.data["link_group"]
+        bridges, intfs, runs = in_guest(guest, group)
+        # h2, l2 and s2 run in the guest; l1-s2 and l2-s1 are tunnels between the kernels
+        assert sorted(bridges) == ["l2", "s2"] and runs == [lab.run.id]
+        ports = {i for s in ("l2", "s2") for i in lab.fabric.switch_ports(s).values()}
+        assert {i.split("@")[0] for i in intfs} == ports, intfs
+        tunnels = guest.ssh("ip -d -o link show type vxlan").stdout
+        assert tunnels.count("vxlan id") == 2 and "remote 172.31.253.1" in tunnels, tunnels
+        h1, h2 = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
+        assert lab.ping(h1, h2, count=3, timeout_s=5) and lab.ping(h2, h1, count=3, timeout_s=5)
+        # A ring AllReduce between the two machines' hosts: h2's rank runs in the guest
+        ring = CollectiveSpec("allreduce", sizes=(32 * 1024,), algorithm="ring", iterations=2, warmup=0,
+                              verify=True)
+        (row,) = run_collective(lab, ring).sizes
+        assert row["verify"]["ok"] and row["verify"]["checked_outputs"] == 2 * 2, row["verify"]
+        # Either boundary cable can fail: the controller, here, hears the guest's switch and
+        # moves the traffic to the other one.
+        for a, b in (("l1", "s2"), ("l2", "s1")):
+            lab.link_down(a, b, timeout=60)
+            assert lab.ping(h1, h2, count=3, timeout_s=5), f"{a}-{b} down"
+            lab.link_up(a, b, timeout=60)
+        assert lab.ping(h1, h2, count=3, timeout_s=5)
+    finally:
+        lab.stop()
+    assert in_guest(guest, group) == [[], [], []]
+    assert labutil.leaked(before, labutil.resources()) == {}

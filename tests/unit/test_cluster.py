@@ -1,0 +1,101 @@
+"""A fabric over several machines, without a network: machines read from inventory variables
+(hostile input), the plan a Lab checks before building, tunnel ids, and the member's record."""
+
+import json
+
+import pytest
+
+from fabriclab.errors import LabError
+from fabriclab.lab import member
+from fabriclab.lab.cluster import Cluster, Machine
+from fabriclab.lab.lab import Lab
+from fabriclab.lab.network import MAX_CROSSING, vxlan_id
+from fabriclab.lab.runstate import LINK_GROUP_BASE, RunState
+from fabriclab.topologies.spec import load_spec
+from fabriclab.topologies.split import parse_split
+
+GUEST = {"ansible_host": "172.31.253.2", "ansible_user": "root", "fabriclab_private_ip": "172.31.253.2",
+         "ansible_ssh_private_key_file": "/run/fabriclab/runs/x/id", "venv_dir": "/work/main/.venv",
+         "ansible_ssh_common_args": "-o BatchMode=yes -o UserKnownHostsFile=/run/fabriclab/runs/x/known_hosts"}
+HERE = {"ansible_connection": "local", "fabriclab_private_ip": "172.31.253.1", "project_dir": "/work/main"}
+
+
+def machines():
+    return [Machine.from_hostvars("here", HERE), Machine.from_hostvars("guest", GUEST)]
+
+
+def test_a_machine_is_read_from_its_inventory_variables():
+    here, guest = machines()
+    assert here.local and here.private_ip == "172.31.253.1" and here.python == "/work/main/.venv/bin/python"
+    assert not guest.local and guest.python == "/work/main/.venv/bin/python"
+    argv = guest.ssh_argv()
+    assert argv[0] == "ssh" and argv[-1] == "root@172.31.253.2" and "-T" in argv
+    assert argv[argv.index("-i") + 1] == "/run/fabriclab/runs/x/id"
+    guest.control_path = "/run/fabriclab/runs/x/ssh-guest"
+    tty = guest.ssh_argv(tty=True)
+    assert "-tt" in tty and "ControlPath=/run/fabriclab/runs/x/ssh-guest" in tty and "ControlMaster=no" in tty
+
+
+@pytest.mark.parametrize("change, complaint", [
+    ({"fabriclab_private_ip": "127.0.0.1"}, "not an address other machines reach"),
+    ({"fabriclab_private_ip": "0.0.0.0"}, "not an address other machines reach"),
+    ({"fabriclab_private_ip": "10.0.0.300"}, "fabriclab_private_ip must be"),
+    ({"fabriclab_private_ip": None}, "fabriclab_private_ip must be"),
+    ({"ansible_host": "a b; rm -rf /"}, "ansible_host must be"),
+    ({"ansible_user": "root; id"}, "ansible_user must be"),
+    ({"ansible_ssh_common_args": "-o ProxyCommand=sh -c id"}, "ssh option"),
+    ({"ansible_ssh_common_args": "-o LocalCommand=id"}, "ssh option"),
+    ({"ansible_ssh_common_args": "-L 80:x:80"}, "ssh option"),
+    ({"ansible_ssh_common_args": "-o 'unterminated"}, "cannot be split"),
+    ({"ansible_ssh_private_key_file": "relative/key"}, "absolute path"),
+])
+def test_a_machine_with_bad_variables_is_refused_in_one_line(change, complaint):
+    with pytest.raises(LabError) as err:
+        Machine.from_hostvars("guest", {**GUEST, **change})
+    assert complaint in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_cluster_runs_from_its_one_local_machine():
+    here, guest = machines()
+    for order in ([guest, here], [guest], [here, here]):
+        with pytest.raises(LabError, match="exactly one machine with ansible_connection=local"):
+            Cluster(order, run=None)
+    assert Cluster([here, guest], run=None).machines == [here, guest]
+
+
+def test_a_lab_over_machines_checks_its_plan_before_building():
+    here, guest = machines()
+    with pytest.raises(LabError, match="both a split and the machines"):
+        Lab(load_spec("tiny"), split=parse_split("leaf:2"))
+    with pytest.raises(LabError, match="the split has 3 machines and the inventory 2"):
+        Lab(load_spec("default"), split=parse_split("leaf:3"), machines=[here, guest])
+    with pytest.raises(LabError, match="queue model"):
+        Lab(load_spec("multiplane_pfc"), split=parse_split("plane:2"), machines=[here, guest])
+    lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), machines=[here, guest])
+    assert lab.split.machine_of == {"l1": 1, "s1": 1, "h1": 1, "l2": 2, "s2": 2, "h2": 2}
+    assert sorted(link.label for link in lab.split.boundary) == ["l1-s2", "l2-s1"]
+
+
+def test_tunnel_ids_are_distinct_per_cable_and_bounded():
+    group = LINK_GROUP_BASE + 0x123456
+    ids = [vxlan_id(group, i) for i in range(MAX_CROSSING)]
+    assert len(set(ids)) == len(ids) and all(0 < i < 1 << 24 for i in ids)
+    with pytest.raises(LabError, match="cross machines"):
+        vxlan_id(group, MAX_CROSSING)
+
+
+def test_the_member_records_only_well_formed_messages(tmp_path, monkeypatch):
+    monkeypatch.setattr(RunState, "save", lambda self: None)
+    run = RunState("20261126-120000-abcdef")
+    for line in ['{"bridges": ["l2", "s2"], "interfaces": ["l2-eth1"]}',
+                 '{"process": {"pid": 42, "role": "host-shell", "match": "mininet:h2"}}',
+                 '{"bridges": "l2"}', '{"bridges": [1]}', '[1, 2]', 'not json',
+                 '{"process": {"pid": "42", "match": "x"}}', json.dumps({"bridges": ["x"] * (1 << 16)})]:
+        member._record(run, line)
+    assert run.data["bridges"] == ["l2", "s2"] and run.data["interfaces"] == ["l2-eth1"]
+    assert run.data["processes"] == [{"pid": 42, "role": "host-shell", "match": "mininet:h2"}]
+
+
+def test_the_member_refuses_what_is_not_a_run_of_the_lab(capsys):
+    assert member.main(["--run-id", "../../etc", "--link-group", str(LINK_GROUP_BASE)]) == 2
+    assert member.main(["--run-id", "20261126-120000-abcdef", "--link-group", "0"]) == 2
