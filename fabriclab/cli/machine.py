@@ -76,6 +76,7 @@ def run_doctor(args):
         doc = json.loads(doctor.render_json(caps, mechs))
         doc["fullkernel_tier"] = dataclasses.asdict(tier)
         doc["lab"] = fleet.lab_identity()
+        doc["addresses"] = fleet.local_addresses()
         print(json.dumps(doc, indent=2))
     else:
         print(f"kernel {caps.kernel}; OVS bridges will use datapath_type="

@@ -33,9 +33,9 @@ from mininet.node import Host
 
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
+from fabriclab.system.fleet import VXLAN_OVERHEAD
 
 VXLAN_PORT = 4789
-VXLAN_OVERHEAD = 50            # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 MEMBER_MODULE = "fabriclab.lab.member"
 CONNECT_TIMEOUT_S = 120.0
 # The ssh options an inventory may give (ansible_ssh_common_args): how to authenticate and whom to

@@ -87,6 +87,7 @@ def _tc(lab, node, commands):
 def set_loss(lab, links, fraction):
     """Drop `fraction` of the packets in both directions of each Link in `links` (0 removes it)."""
     value = threshold(fraction)
+    _here_only(lab, links)
     stages = lab.__dict__.setdefault("_loss_stages", {})
     for link in links:
         for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
@@ -107,6 +108,21 @@ def set_loss(lab, links, fraction):
                     stage.map.delete(index)
                 except (LabError, OSError):
                     pass
+
+
+def _here_only(lab, links):
+    """Refuse, before touching any port, a link with an end on another machine of a cluster: the
+    loss program and its map live in this machine's kernel."""
+    cluster = getattr(lab, "cluster", None)
+    if cluster is None:
+        return
+    for link in links:
+        for node in (link.a, link.b):
+            machine = cluster.machine_of_name(node)
+            if not machine.local:
+                raise LabError(f"link loss on {link.label}: {node} runs on machine {machine.name}, and loss is "
+                               f"an eBPF program of this machine's kernel; across machines use down, up, flap "
+                               f"or a rate")
 
 
 def counters(lab):

@@ -23,6 +23,7 @@ import time
 from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters
 from fabriclab.measure.grid import SamplingThread
+from fabriclab.measure.remotesampler import RemoteSampler, onto
 
 MIN_INTERVAL_S = 0.001
 MAX_SAMPLES = 500_000
@@ -67,13 +68,36 @@ def open_counters(cols, sys_net=SYS_NET):
     return PortCounters([(c.intf, c.counter) for c in cols], sys_net)
 
 
+def machines_of_columns(fabric, cols, cluster):
+    """{machine name: (Machine, [column index])} for the columns whose port is on another machine
+    of `cluster` (a switch port is read where its switch runs)."""
+    owner = {}
+    for link in fabric.links:
+        owner[link.a_intf], owner[link.b_intf] = link.a, link.b
+    away = {}
+    for i, col in enumerate(cols):
+        machine = cluster.machine_of_name(owner[col.intf])
+        if not machine.local:
+            away.setdefault(machine.name, (machine, []))[1].append(i)
+    return away
+
+
 class PortSampler:
-    def __init__(self, fabric, interval_s=0.005, max_samples=MAX_SAMPLES, sys_net=SYS_NET):
+    """Samples every column's counter on a fixed grid. With a `cluster`, the ports of switches on
+    other machines are sampled there (measure/remotesampler.py) and set onto this grid."""
+
+    def __init__(self, fabric, interval_s=0.005, max_samples=MAX_SAMPLES, sys_net=SYS_NET, cluster=None):
         if not interval_s >= MIN_INTERVAL_S:
             raise LabError(f"sampling interval must be >= {MIN_INTERVAL_S * 1e3:g} ms, got {interval_s!r} s")
         self.fabric, self.interval_s, self.max_samples = fabric, interval_s, max_samples
         self.sys_net = sys_net
         self.columns = columns(fabric)
+        away = machines_of_columns(fabric, self.columns, cluster) if cluster is not None else {}
+        self.remote = [(RemoteSampler(machine, [(self.columns[i].intf, self.columns[i].counter) for i in idx],
+                                      interval_s, _recorder(cluster, machine)), idx)
+                       for machine, idx in away.values()]
+        remote_idx = {i for _s, idx in self.remote for i in idx}
+        self.here = [i for i in range(len(self.columns)) if i not in remote_idx]
         self.times, self.rows = [], []
         self._counters = None
         self.thread = SamplingThread(self._sample, interval_s, "port-sampler",
@@ -82,11 +106,17 @@ class PortSampler:
         self.t0 = self.wall0 = None
 
     def start(self):
-        self._counters = open_counters(self.columns, self.sys_net)
+        self._counters = open_counters([self.columns[i] for i in self.here], self.sys_net)
         if self._counters.missing:
             missing = self._counters.missing
             self._close()
             raise LabError(f"cannot read the counters of port(s) {', '.join(missing)}: is the fabric up?")
+        try:
+            for sampler, _idx in self.remote:
+                sampler.start()
+        except BaseException:
+            self._close()
+            raise
         self.t0, self.wall0 = time.monotonic(), time.time()
         try:
             self._sample()
@@ -113,15 +143,47 @@ class PortSampler:
                     self._sample()
                 except LabError as exc:
                     self.error = exc
-        self._close()
+        away = []
+        try:
+            for sampler, idx in self.remote:
+                if sampler.proc is not None:
+                    away.append((sampler.stop(), idx))
+        except LabError as exc:
+            self.error = self.error or exc
+        finally:
+            self._close()
         if self.error is not None:
             raise LabError(f"port sampler failed: {self.error}")
-        return PortSeries(self.interval_s, self.times, self.columns, self.rows, self.wall0)
+        if not self.remote:
+            return PortSeries(self.interval_s, self.times, self.columns, self.rows, self.wall0)
+        import numpy as np
+
+        data = np.zeros((len(self.times), len(self.columns)), dtype=np.int64)
+        if self.here:
+            data[:, self.here] = np.asarray(self.rows, dtype=np.int64).reshape(len(self.times), len(self.here))
+        for (walls, rows), idx in away:
+            data[:, idx] = onto(self.times, self.wall0, walls, rows)
+        series = PortSeries(self.interval_s, self.times, self.columns, data, self.wall0)
+        series.clocks = self.clock_offsets()
+        return series
+
+    def clock_offsets(self):
+        """{machine: {"offset_ms", "rtt_ms"}}: how the other machines' clocks were set onto this one."""
+        return {s.machine.name: {"offset_ms": round(s.offset_s * 1e3, 3), "rtt_ms": round(s.rtt_s * 1e3, 3)}
+                for s, _idx in self.remote if s.offset_s is not None}
 
     def _close(self):
         if self._counters is not None:
             self._counters.close()
             self._counters = None
+        for sampler, _idx in self.remote:
+            sampler._end()
+
+
+def _recorder(cluster, machine):
+    """Tells `machine`'s run member of the sampler's process there, so it ends with the run."""
+    return lambda pid: cluster.record(machine, process={"pid": pid, "role": "port-sampler",
+                                                        "match": "fabriclab.measure.remotesampler"})
 
 
 class PortSeries:
@@ -135,6 +197,7 @@ class PortSeries:
         self.times = np.asarray(times, dtype=float)
         self.data = np.asarray(rows, dtype=np.int64).reshape(len(self.times), len(self.columns))
         self.index = {c.name: i for i, c in enumerate(self.columns)}
+        self.clocks = {}          # other machines' ports: their clock set onto this one's
 
     @property
     def duration_s(self):
@@ -183,6 +246,8 @@ class PortSeries:
         import numpy as np
 
         out = {"interval_s": self.interval_s, "samples": len(self.times)}
+        if self.clocks:
+            out["other_machines"] = self.clocks
         if len(self.times) < 2:
             return out
         gaps = np.diff(self.times)

@@ -66,7 +66,18 @@ def header(lab, payload_bytes):
         "warnings": list(getattr(lab, "warnings", ())),
         "spec": spec.to_dict(),
         "fabric": fabric.summary(),
+        "cluster": cluster(lab),
     }
+
+
+def cluster(lab):
+    """The machines a split fabric ran on and its boundary links; None on one machine."""
+    machines, split = getattr(lab, "machines", None), getattr(lab, "split", None)
+    if not machines or split is None:
+        return None
+    return {"machines": [{"name": m.name, "private_ip": m.private_ip,
+                          "datapath": lab.datapath if m.local else getattr(m, "datapath", None)} for m in machines],
+            "split": split.summary()}
 
 
 def link_delay(lab):
@@ -122,7 +133,8 @@ def collective_job(run, role="measured"):
     spec = run.spec
     sizes = [size_row(row) for row in run.sizes]
     invalid = sorted({reason for row in sizes for reason in row["invalid"]})
-    workload = {**dataclasses.asdict(spec), "sizes": list(spec.sizes), "hosts": spec.hosts and list(spec.hosts)}
+    # as results.json holds it (a program's steps are tuples in the spec): the schema types it
+    workload = json.loads(json.dumps(dataclasses.asdict(spec)))
     return {
         "kind": "collective", "role": role, "hosts": _hosts({r.host for r in run.ranks}),
         "workload": workload,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from fabriclab import __version__
 from fabriclab.loading import excerpt
-from fabriclab.system.inventory import run_everywhere
+from fabriclab.system.inventory import machines, run_everywhere
 from fabriclab.system.provision import PROJECT_DIR
 from fabriclab.table import format_table
 
@@ -37,12 +37,32 @@ def _describe(identity):
     return f"{identity.get('version')}" + (f" at {commit[:10]}" if commit else "")
 
 
+# What a tunnel between lab machines adds to a frame: outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+# (a cable of a fabric split over machines: fabriclab.lab.cluster).
+VXLAN_OVERHEAD = 50
+
+
+def local_addresses():
+    """{IPv4 address: {"interface", "mtu"}} of this machine's root namespace (`doctor --format
+    json` reports it, so `doctor --inventory` can check each machine's private address)."""
+    try:
+        proc = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, timeout=10,
+                              stdin=subprocess.DEVNULL)
+        links = json.loads(proc.stdout) if proc.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        links = []
+    return {a["local"]: {"interface": link["ifname"], "mtu": link["mtu"]}
+            for link in links if isinstance(link, dict)
+            for a in link.get("addr_info", []) if isinstance(a, dict) and "local" in a}
+
+
 @dataclass
 class MachineCheck:
     machine: str
     kernel: str = "-"
     ovs: str = "-"
     lab: str = "-"
+    private: str = "-"           # its private address, the interface it is on and that one's MTU
     problems: list = field(default_factory=list)
 
     @property
@@ -58,8 +78,9 @@ def _text(value, limit=80):
     return value[:limit] if isinstance(value, str) else None
 
 
-def judge(reply, here):
-    """A MachineCheck from one machine's Reply to `doctor --format json`; `here`: lab_identity()."""
+def judge(reply, here, private_ip=None):
+    """A MachineCheck from one machine's Reply to `doctor --format json`; `here`: lab_identity();
+    `private_ip`: the inventory's fabriclab_private_ip for it (checked to be its own)."""
     check = MachineCheck(reply.machine)
     if not reply.reached:
         check.problems.append(f"unreachable: {reply.message}")
@@ -93,18 +114,40 @@ def judge(reply, here):
     missing = [excerpt(m) if not isinstance(m, str) else m[:60] for m in doc["missing"][:20]]
     if missing:
         check.problems.append("lacks " + ", ".join(missing))
+    if private_ip is not None:
+        _judge_private(check, doc.get("addresses"), private_ip)
     return check
+
+
+def _judge_private(check, addresses, private_ip):
+    """Its private address must be one of its own; its interface's MTU says which fabric MTU a
+    tunnel between machines carries (VXLAN takes 50 bytes)."""
+    if not isinstance(addresses, dict):
+        return                                   # an older lab that does not report them
+    where = addresses.get(private_ip) if isinstance(private_ip, str) else None
+    if not isinstance(where, dict):
+        check.private = excerpt(private_ip)
+        check.problems.append(f"fabriclab_private_ip {excerpt(private_ip)} is not one of its addresses")
+        return
+    mtu = where.get("mtu")
+    if not isinstance(mtu, int) or isinstance(mtu, bool):
+        check.problems.append("its private interface reports no MTU")
+        return
+    check.private = (f"{private_ip} on {_text(where.get('interface'), 15) or '?'}, MTU {mtu}: "
+                     f"fabrics up to MTU {mtu - VXLAN_OVERHEAD}")
 
 
 def check_machines(inventory):
     """[MachineCheck] for every lab machine of `inventory`, in its order."""
     here = lab_identity()
-    return [judge(reply, here) for reply in run_everywhere(inventory, "doctor")]
+    found = machines(inventory)
+    private = {name: hv.get("fabriclab_private_ip") for name, hv in found}
+    return [judge(reply, here, private.get(reply.machine)) for reply in run_everywhere(inventory, "doctor", found)]
 
 
 def render_checks(checks):
-    rows = [(c.machine, c.kernel, c.ovs, c.lab, c.verdict) for c in checks]
-    return format_table(("machine", "kernel", "Open vSwitch", "lab", "verdict"), rows)
+    rows = [(c.machine, c.kernel, c.ovs, c.lab, c.private, c.verdict) for c in checks]
+    return format_table(("machine", "kernel", "Open vSwitch", "lab", "private network", "verdict"), rows)
 
 
 def clean_machines(inventory, all_runs=False):

@@ -8,6 +8,10 @@
    data path's ceiling on this machine.
 3. Ring AllReduce bus bandwidth on the idle default fabric, as a fraction of the link rate.
 4. The queue model's overhead: the same host pair with the model off and on.
+5. With an inventory (`--inventory`): what crossing machines costs. One fabric on this machine,
+   then the same fabric split over the inventory's machines (Mininet's cluster edition): bring-up,
+   the round trip of a pair that stays on one machine and of a pair that crosses, and a ring
+   AllReduce's busbw over every host.
 """
 
 from __future__ import annotations
@@ -43,14 +47,17 @@ def size_specs(sizes):
             for leaves, spines, hosts in sizes]
 
 
-def bench_bringup(specs, routing="ecmp"):
+def bench_bringup(specs, routing="ecmp", machines=None):
     """Bring-up, programming and teardown times of each FabricSpec (`size_specs`, or any spec
-    as written, queue model and all: `--specs meta_dc`)."""
+    as written, queue model and all: `--specs meta_dc`); with `machines`, each split by leaf over
+    them."""
     from fabriclab.lab.lab import Lab
+    from fabriclab.topologies.split import SplitSpec
 
     rows = []
     for spec in specs:
-        lab = Lab(spec, routing=routing)
+        spread = {"split": SplitSpec("leaf", len(machines)), "machines": machines} if machines else {}
+        lab = Lab(spec, routing=routing, **spread)
         with lab:
             summary = lab.fabric.summary()
         rows.append({"fabric": spec.name, "switches": summary["switches"], "hosts": summary["hosts"],
@@ -200,3 +207,89 @@ def _iperf_row(proto, out):
     return {"tool": "iperf3 UDP (1400 B)", "offered_mbps": 800.0,
             "delivered_mbps": round(s["bits_per_second"] / 1e6 * (1 - s["lost_percent"] / 100), 1),
             "loss": round(s["lost_percent"] / 100, 4)}
+
+
+CROSSING_RATE_MBPS = 10.0
+CROSSING_PINGS = 20
+CROSSING_SIZE = 256 << 10
+
+
+def crossing_spec(machines):
+    """The fabric the crossing benchmark spreads: a leaf per machine (at least 2), 2 spines and 2
+    hosts per leaf, so a split by leaf keeps one pair of hosts on a machine and sends another
+    pair across."""
+    leaves = max(2, machines)
+    return FabricSpec(name=f"bench-crossing-{leaves}x2x2", leaves=leaves, spines=2, hosts_per_leaf=2,
+                      host_rate_mbps=CROSSING_RATE_MBPS, fabric_rate_mbps=CROSSING_RATE_MBPS)
+
+
+def crossing_pairs(fabric, split):
+    """(a pair of hosts the split keeps on one machine, a pair it puts on two): the first of each
+    in host order. LabError when the split leaves no such pair."""
+    from fabriclab.topologies.split import Split
+
+    place = Split(fabric, split).machine_of
+    hosts = sorted(fabric.hosts, key=lambda h: fabric.hosts[h].index)
+    pairs = [(a, b) for i, a in enumerate(hosts) for b in hosts[i + 1:]]
+    local = [p for p in pairs if place[p[0]] == place[p[1]]]
+    across = [p for p in pairs if place[p[0]] != place[p[1]]]
+    if not local or not across:
+        raise LabError(f"split by {split.by} over {split.machines} machines leaves no "
+                       f"{'pair of hosts on one machine' if not local else 'pair of hosts across machines'}")
+    return local[0], across[0]
+
+
+_RTT = re.compile(r"rtt min/avg/max/mdev = ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+_RECEIVED = re.compile(r"(\d+) packets transmitted, (\d+) received")
+
+
+def parse_ping(out):
+    """{"sent", "received", "min_ms", "avg_ms", "max_ms"} from ping's summary; LabError without one."""
+    counts, rtt = _RECEIVED.search(out), _RTT.search(out)
+    if counts is None:
+        tail = out.strip().splitlines()[-1:] or ["no output"]
+        raise LabError(f"ping gave no summary: {tail[0][:120]}")
+    row = {"sent": int(counts.group(1)), "received": int(counts.group(2)), "min_ms": None,
+           "avg_ms": None, "max_ms": None}
+    if rtt is not None:
+        row.update(min_ms=float(rtt.group(1)), avg_ms=float(rtt.group(2)), max_ms=float(rtt.group(3)))
+    return row
+
+
+def _ping(lab, pair, count):
+    src, dst = (lab.fabric.hosts[h].ports[0] for h in pair)
+    out = lab.host(src.host).cmd(f"ping -n -q -c {count} -i 0.2 -W 2 -I {src.ip} {dst.ip}")
+    return parse_ping(out)
+
+
+def bench_crossing(machines, split=None, pings=CROSSING_PINGS, size=CROSSING_SIZE):
+    """The same fabric on this machine alone, then split over `machines` (fabriclab.lab.cluster
+    Machines, this one first; `split` a SplitSpec, default by leaf over all of them): a row per
+    placement with bring-up and teardown, both pairs' round trips and a ring AllReduce's busbw
+    (verified). Nothing is built when the inventory has fewer than 2 machines."""
+    if len(machines) < 2:
+        raise LabError(f"crossing machines needs an inventory of at least 2 machines; it has {len(machines)}")
+    from fabriclab.lab.lab import Lab
+    from fabriclab.topologies.fabric import Fabric
+    from fabriclab.topologies.split import SplitSpec
+    from fabriclab.traffic.collective import CollectiveSpec, run_collective
+
+    split = split or SplitSpec(by="leaf", machines=len(machines))
+    spec = crossing_spec(split.machines)
+    local, across = crossing_pairs(Fabric(spec), split)
+    rows = []
+    for where, kw in (("one machine", {}),
+                      (f"split by {split.by} over {split.machines} machines", {"split": split, "machines": machines})):
+        lab = Lab(spec, **kw)
+        with lab:
+            pair_rows = {"local": _ping(lab, local, pings), "across": _ping(lab, across, pings)}
+            run = run_collective(lab, CollectiveSpec("allreduce", sizes=(size,), algorithm="ring",
+                                                     iterations=3, warmup=1, verify=True))
+        coll = run.sizes[0]
+        rows.append({"placement": where, "bringup_s": round(lab.timings["up_s"], 2),
+                     "teardown_s": round(lab.timings["down_s"], 2),
+                     **{f"{name}_{key}": value for name, ping in pair_rows.items() for key, value in ping.items()
+                        if key.endswith("_ms") or key == "received"},
+                     "busbw_mbps": round(coll["busbw_mbps"], 2)})
+    return {"spec": spec.name, "rate_mbps": CROSSING_RATE_MBPS, "pings": pings, "allreduce_bytes": size,
+            "local_pair": list(local), "across_pair": list(across), "rows": rows}

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from fabriclab.errors import LabError
 from fabriclab.lab.cluster import machines_from_inventory
 from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
 from fabriclab.lab.lab import Lab
@@ -21,6 +22,8 @@ from fabriclab.lab.runstate import RUN_ROOT
 from fabriclab.topologies.spec import load_spec
 from fabriclab.topologies.split import parse_split
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
+from fabriclab.workflows.pipeline import run_plan
+from fabriclab.workflows.plan import Job, single_run
 from fabriclab.system import fullkernel
 from tests.lab import labutil
 from tests.lab.test_sweep import EXAMPLE, REPO, sweep
@@ -135,6 +138,18 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
                               verify=True)
         (row,) = run_collective(lab, ring).sizes
         assert row["verify"]["ok"] and row["verify"]["checked_outputs"] == 2 * 2, row["verify"]
+        # The same through the pipeline (as the prompt runs it): the guest's ports are sampled
+        # in the guest, and the results name the machines and the cables between them
+        plan = single_run("tiny", "python", lab.fabric.spec, Job("ring", ring))
+        doc = run_plan(plan, out=tmp_path / "results", lab=lab).doc
+        assert [m["name"] for m in doc["cluster"]["machines"]] == ["here", "guest"]
+        assert sorted(b["link"] for b in doc["cluster"]["split"]["boundary"]) == ["l1-s2", "l2-s1"]
+        (run,) = doc["runs"]
+        assert "guest" in run["telemetry"]["sampling"]["other_machines"]
+        mean = run["telemetry"]["mean_mbps"]
+        assert mean[f"l2>{h2.intf}"] > 0 and mean[f"l1>{h1.intf}"] > 0, mean     # read in the guest, here
+        with pytest.raises(LabError, match="l2 runs on machine guest"):
+            lab.set_loss(lab.resolve_link("l2", "s1"), 0.01)
         # Either boundary cable can fail: the controller, here, hears the guest's switch and
         # moves the traffic to the other one.
         for a, b in (("l1", "s2"), ("l2", "s1")):

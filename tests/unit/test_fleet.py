@@ -11,10 +11,13 @@ from fabriclab.system.inventory import Reply
 HERE = {"version": "0.1.0", "commit": "a" * 40}
 
 
-def doctor_reply(machine="lab1", rc=0, missing=(), lab=None, kernel="6.1.0-18-amd64", ovs="3.1.0"):
+def doctor_reply(machine="lab1", rc=0, missing=(), lab=None, kernel="6.1.0-18-amd64", ovs="3.1.0",
+                 addresses=None):
     doc = {"ok": not missing, "missing": list(missing),
            "capabilities": {"kernel": kernel, "ovs_version": ovs},
            "lab": HERE if lab is None else lab}
+    if addresses is not None:
+        doc["addresses"] = addresses
     return Reply(machine, reached=True, rc=rc, stdout=json.dumps(doc), message="")
 
 
@@ -67,3 +70,22 @@ def test_only_the_known_verbs_run_on_the_machines(tmp_path):
 def test_the_identity_here_is_this_checkout():
     here = fleet.lab_identity()
     assert here["version"] and (here["commit"] is None or len(here["commit"]) == 40)
+
+
+def test_a_machines_private_address_must_be_its_own_and_its_mtu_is_shown():
+    addresses = {"10.0.0.2": {"interface": "eth1", "mtu": 9216}, "127.0.0.1": {"interface": "lo", "mtu": 65536}}
+    ok = fleet.judge(doctor_reply(addresses=addresses), HERE, "10.0.0.2")
+    assert ok.ready and ok.private == "10.0.0.2 on eth1, MTU 9216: fabrics up to MTU 9166"
+    small = fleet.judge(doctor_reply(addresses={"10.0.0.2": {"interface": "eth1", "mtu": 1500}}), HERE, "10.0.0.2")
+    assert small.ready and small.private.endswith("MTU 1500: fabrics up to MTU 1450")
+    wrong = fleet.judge(doctor_reply(addresses=addresses), HERE, "10.0.0.9")
+    assert wrong.problems == ["fabriclab_private_ip '10.0.0.9' is not one of its addresses"]
+    hostile = fleet.judge(doctor_reply(addresses={"10.0.0.2": {"interface": "eth1", "mtu": "big"}}), HERE, "10.0.0.2")
+    assert hostile.problems == ["its private interface reports no MTU"]
+    # an older lab reports no addresses: nothing is judged
+    assert fleet.judge(doctor_reply(), HERE, "10.0.0.2").ready
+    assert "private network" in fleet.render_checks([ok])
+
+
+def test_this_machines_addresses_include_loopback():
+    assert fleet.local_addresses()["127.0.0.1"] == {"interface": "lo", "mtu": 65536}
