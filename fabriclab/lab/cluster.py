@@ -298,17 +298,24 @@ class Cluster:
         the lab's SSH connection (a collective's agents report to their launcher through it)."""
         self.root_run(machine, f"mkdir -p {shlex.quote(str(socket_path.parent))}; rm -f {shlex.quote(str(socket_path))}",
                       "making a forwarded socket's folder")
-        self._forwarding("forward", machine, socket_path)
+        self._forwarding("forward", machine, f"{socket_path}:{socket_path}", str(socket_path))
 
     def unforward(self, machine, socket_path):
-        self._forwarding("cancel", machine, socket_path)
+        self._forwarding("cancel", machine, f"{socket_path}:{socket_path}", str(socket_path))
         self.root_run(machine, f"rm -f {shlex.quote(str(socket_path))}", "removing a forwarded socket")
 
-    def _forwarding(self, op, machine, socket_path):
-        proc = subprocess.run(["ssh", "-S", machine.control_path, "-O", op, "-R", f"{socket_path}:{socket_path}",
+    def forward_controller(self, port):
+        """OpenFlow over the lab's SSH connections: every other machine's 127.0.0.1:`port` reaches
+        this machine's, where the controller listens on loopback only. A switch there connects to
+        the same address as one here, and its OpenFlow rides SSH, encrypted, on no open port."""
+        for machine in self.machines[1:]:
+            self._forwarding("forward", machine, f"127.0.0.1:{port}:127.0.0.1:{port}", f"the controller's port {port}")
+
+    def _forwarding(self, op, machine, spec, what):
+        proc = subprocess.run(["ssh", "-S", machine.control_path, "-O", op, "-R", spec,
                                f"{machine.user}@{machine.host}"], capture_output=True, text=True, timeout=60)
         if proc.returncode != 0 and op == "forward":
-            raise LabError(f"cannot forward {socket_path} from {machine.name}: "
+            raise LabError(f"cannot forward {what} from {machine.name}: "
                            f"{(proc.stderr.strip() or 'ssh exit ' + str(proc.returncode))[:200]}")
 
     def record(self, machine, **what):

@@ -56,7 +56,8 @@ def summarize_stacks(text, limit=900):
 
 class Controller:
     def __init__(self, routing, fabric, run, listen="127.0.0.1"):
-        """`listen`: the one address OpenFlow is served on (a cluster's private address)."""
+        """`listen`: the one address OpenFlow is served on (loopback: a cluster's other machines
+        reach it through their SSH connection, Cluster.forward_controller)."""
         self.app, self.options = check_app(routing)
         self.listen = listen
         self.routing = routing

@@ -131,15 +131,16 @@ class Lab:
         try:
             self.run = RunState.create(self.fabric.spec.name)
             self.run.plan(*mininet_net.planned_resources(self.fabric))
-            listen = "127.0.0.1"
             if self.machines is not None:
                 self.cluster = Cluster(self.machines, self.run)
                 self.cluster.connect()
                 self.cluster.check_mtu(spec.mtu)
-                listen = self.machines[0].private_ip      # the private network only
-            self.controller = Controller(self.routing, self.fabric, self.run, listen=listen)
+            self.controller = Controller(self.routing, self.fabric, self.run)
             self.controller.start()
-            self.net = mininet_net.new_network(self.controller.port, self.verbose, controller_ip=listen)
+            if self.cluster is not None:
+                # the other machines' switches reach it over SSH: it listens on loopback only
+                self.cluster.forward_controller(self.controller.port)
+            self.net = mininet_net.new_network(self.controller.port, self.verbose)
             mininet_net.populate(self.net, self.fabric, self.run, self.datapath,
                                  delay=self.delay_mechanism == "netem", cluster=self.cluster,
                                  placement=self.split.machine_of if self.split else None)

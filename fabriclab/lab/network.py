@@ -169,8 +169,8 @@ class LabController(RemoteController):
 
 
 def new_network(controller_port, verbose=False, controller_ip="127.0.0.1"):
-    """An empty Mininet network whose switches will connect to the lab's controller (at
-    `controller_ip`: loopback on one machine, this machine's private address in a cluster)."""
+    """An empty Mininet network whose switches will connect to the lab's controller at
+    `controller_ip` (loopback; in a cluster every machine's loopback port leads to it over SSH)."""
     setLogLevel("info" if verbose else "warning")
     net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
                   waitConnected=False)

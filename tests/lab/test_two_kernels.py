@@ -131,6 +131,11 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
         assert {i.split("@")[0] for i in intfs} == ports, intfs
         tunnels = guest.ssh("ip -d -o link show type vxlan").stdout
         assert tunnels.count("vxlan id") == 2 and "remote 172.31.253.1" in tunnels, tunnels
+        # OpenFlow from the guest rides the run's SSH connection to a controller on loopback only
+        port = lab.controller.port
+        assert guest.ssh("ovs-vsctl get-controller l2").stdout.split() == [f"tcp:127.0.0.1:{port}"]
+        listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
+        assert [line.split()[3] for line in listening.splitlines()] == [f"127.0.0.1:{port}"], listening
         h1, h2 = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
         assert lab.ping(h1, h2, count=3, timeout_s=5) and lab.ping(h2, h1, count=3, timeout_s=5)
         # A ring AllReduce between the two machines' hosts: h2's rank runs in the guest
