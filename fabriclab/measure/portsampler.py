@@ -177,7 +177,7 @@ class PortSampler:
             self._counters.close()
             self._counters = None
         for sampler, _idx in self.remote:
-            sampler._end()
+            sampler.close()
 
 
 def _recorder(cluster, machine):

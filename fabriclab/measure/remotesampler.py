@@ -129,7 +129,7 @@ class RemoteSampler:
                 self.record(first["ready"])
             self.offset_s, self.rtt_s = self._clock_offset()
         except BaseException:
-            self._end()
+            self.close()
             raise
         return self
 
@@ -154,7 +154,7 @@ class RemoteSampler:
             self._send("stop")
             result = self._read(limit=MAX_RESULT)
         finally:
-            self._end()
+            self.close()
         if result.get("error"):
             raise LabError(f"port sampler on {self.machine.name}: {str(result['error'])[:200]}")
         times, rows = result.get("times"), result.get("rows")
@@ -186,7 +186,8 @@ class RemoteSampler:
         err = self.proc.stderr.read().strip().splitlines()
         return (err or [f"exit code {self.proc.returncode}"])[-1][:200]
 
-    def _end(self):
+    def close(self):
+        """End its input (so it exits) and wait for it; safe to call more than once."""
         if self.proc is None:
             return
         try:
