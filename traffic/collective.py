@@ -464,18 +464,31 @@ class CollectiveRun:
 class _AgentLink:
     """The launcher's end of one agent's control connection (the framing is rank_channel's)."""
 
-    def __init__(self, rank, proc):
+    def __init__(self, rank, proc, clock_offset_s=0.0):
         self.rank, self.proc = rank, proc
+        # The agent's wall clock minus this one's (a rank on another machine of a cluster): the
+        # start times it is sent are on its clock, the times it reports are set back onto this one.
+        self.clock_offset_s = clock_offset_s
         self.sock = None
         self.hello = {}
         self.lines = rank_channel.Lines()
 
     def send(self, message):
+        if self.clock_offset_s and "start_at" in message:
+            message = {**message, "start_at": message["start_at"] + self.clock_offset_s}
         self.sock.sendall(rank_channel.frame(message))
 
     def messages(self):
         chunk = self.sock.recv(1 << 20)
-        return None if not chunk else self.lines.feed(chunk)
+        if not chunk:
+            return None
+        messages = self.lines.feed(chunk)
+        if self.clock_offset_s:
+            for message in messages:
+                for key in ("start", "end") if "done" in message else ():
+                    if isinstance(message.get(key), (int, float)):
+                        message[key] -= self.clock_offset_s
+        return messages
 
 
 class Launcher:
@@ -619,8 +632,9 @@ class Launcher:
         for rank, config in self._configs():
             path = self.folder / f"rank{rank.rank}.json"
             path.write_text(json.dumps(config))
+            agent_process.prepare(self.lab, rank.host, [path])
             proc = agent_process.start(self.lab, rank.host, module, ["--config", path], "collective-agent")
-            self.links[rank.rank] = _AgentLink(rank.rank, proc)
+            self.links[rank.rank] = _AgentLink(rank.rank, proc, agent_process.clock_offset_s(self.lab, rank.host))
         self._gather("hello", range(len(self.ranks)), patience.scaled(HELLO_TIMEOUT_S), "start")
         if self.backend == softroce.RXE:
             # The devices number their own QPs and keys: every agent learns every rank's.
@@ -834,7 +848,7 @@ class Launcher:
                     if self.stop is not None and self.stop.is_set() and it > spec.warmup:
                         break
                     if it == spec.warmup:
-                        before = telemetry.snapshot(self.lab.fabric)
+                        before = telemetry.lab_snapshot(self.lab)
                     marks = self.softroce.counters() if self.softroce is not None else None
                     start_at = time.time() + self.iteration_gap_s
                     gap = self.gaps[index]
@@ -852,7 +866,7 @@ class Launcher:
                     done_steps += 1
                     if self.progress:
                         self.progress(done_steps / total_steps, label)
-                window = (before, telemetry.snapshot(self.lab.fabric))
+                window = (before, telemetry.lab_snapshot(self.lab))
                 first, last = iterations[0][0], max(m["end"] for m in iterations[-1][1].values())
                 idle = None if last_end is None else round(first - last_end, 6)
                 last_end = last
@@ -931,6 +945,8 @@ class Launcher:
             # The window spans the measured iterations and the launcher's pauses between them,
             # so utilizations are averages over it; the balance (max/mean) is what compares.
             "window_s": round(window[1]["time"] - window[0]["time"], 4),
+            # On a cluster, ports of other machines are read over SSH: their readings' error.
+            "window_error_ms": telemetry.window_error_ms(*window),
             "links": links,
             # threetier: what crossed between zones, from the schedule and the super-spines' counters
             "cross_zone": zones.record(self.lab.fabric, [r.host for r in self.ranks], schedule.transfers,

@@ -251,8 +251,8 @@ def parse_config(data, now=None):
                        dscp=dscp, ecn=ecn, linger_s=linger, sport_mode=merged["sport_mode"])
 
 
-def load_config(path):
-    """Read and validate a config file."""
+def load_config(path, start_at=None):
+    """Read and validate a config file; `start_at`, when given, replaces the file's."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -261,6 +261,8 @@ def load_config(path):
     except json.JSONDecodeError as exc:
         raise LabError(f"config {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
                        f"column {exc.colno}") from None
+    if start_at is not None and isinstance(data, dict):
+        data["start_at"] = start_at
     return parse_config(data)
 
 
@@ -494,6 +496,7 @@ class HostAgent:
         self.warnings = []
         self.errors = []
         self.interrupted = False
+        self.late_start_s = 0.0        # how long after start_at sending began (it could not begin earlier)
 
     def run(self):
         """Open sockets (LabError if the host cannot run this config), wait, send, count."""
@@ -511,6 +514,7 @@ class HostAgent:
             # Listening starts now (a peer may start a little early); sending at start_at.
             delay = start_unix - time.time()
             start_mono = time.monotonic() + max(delay, 0.0)
+            self.late_start_s = round(max(0.0, -delay), 4)
             if delay < -LATE_START_WARNING_S:
                 self.warnings.append(f"started {-delay:.3f} s after start_at")
             end_mono = start_mono + config.duration_s
@@ -562,6 +566,7 @@ class HostAgent:
             "malformed": self.malformed,
             "errors": errors,
             "warnings": warnings,
+            "late_start_s": self.late_start_s,
         }
 
 
@@ -581,12 +586,15 @@ def main(argv=None):
                     "counters in.")
     parser.add_argument("--config", required=True, help="agent config (JSON)")
     parser.add_argument("--out", required=True, help="where to write the result (JSON)")
+    parser.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
+                        help="when to start sending, instead of the config's start_at (a launcher copies "
+                             "configs to other machines before it knows)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for initial PSNs, IP IDs and R_Keys (default: random)")
     args = parser.parse_args(argv)
     prog = "fabriclab-generator"
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, args.start_at)
         out_dir = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(out_dir):
             raise LabError(f"result directory {out_dir} does not exist")

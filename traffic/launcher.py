@@ -21,6 +21,11 @@ from fabriclab.traffic import agent_process, roce
 
 AGENT_MODULE = "fabriclab.traffic.generator"
 START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
+# An agent on another machine of a cluster starts through an SSH session and that machine's Python
+# (an emulated guest's takes seconds): the start waits this many times what that took, measured.
+REMOTE_START_FACTOR = 1.5
+MAX_RESULT_BYTES = 64 << 20
+LATE_START_S = 0.05      # an agent starting later than this is reported (results: late_start_s)
 LINGER_S = 1.0
 PROGRESS_EVERY_S = 0.25
 
@@ -58,6 +63,16 @@ class TrafficRun:
                     "delivered_mbps": round(r.get("wire_bytes", 0) * 8 / self.duration_s / 1e6, 4),
                 })
         return rows
+
+    def late_starts(self):
+        """{host: seconds} of agents that began sending after the common start (a machine too
+        loaded or too slow to start them within the margin): their flows ran that much shorter."""
+        out = {}
+        for host, result in sorted(self.results.items()):
+            late = result.get("late_start_s")
+            if isinstance(late, (int, float)) and late > LATE_START_S:
+                out[host] = round(float(late), 3)
+        return out
 
     def cpu(self):
         """CPU load over the steady-state window: machine and OVS's forwarding thread."""
@@ -109,26 +124,39 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
         settle_s = 0.0
     for host in plan:
         lab.host(host)       # a LabError naming any host the fabric does not have
-    lab.one_machine_only("all-pairs traffic")     # its agents write their results into files here
     if payload_bytes is None:
         payload_bytes = roce.path_mtu_for(lab.fabric.spec.mtu)
     if warm_up:
         resolve_neighbours(lab, plan)
     folder = lab.run.path("traffic")
     folder.mkdir(exist_ok=True)
-    start_unix = time.time() + START_MARGIN_S
-    start_mono = time.monotonic() + START_MARGIN_S
+    files = {}
+    # Every config is in place (on its host's machine) before the start time is set.
+    for host in lab.fabric.hosts:
+        config = {"listen": True, "flows": plan.get(host, []), "start_at": None,
+                  "duration_s": duration_s, "payload_bytes": payload_bytes,
+                  "message_bytes": message_bytes, "linger_s": LINGER_S, "sport_mode": sport_mode}
+        files[host] = cfg, out = folder / f"{host}.json", folder / f"{host}.result.json"
+        cfg.write_text(json.dumps(config))
+        agent_process.prepare(lab, host, [cfg], [out])
+    # Each agent's clock against this one's (asked before the start time is set: the first ask
+    # on another machine starts its reader there).
+    offsets = {host: agent_process.clock_offset_s(lab, host) for host in files}
+    cluster = getattr(lab, "cluster", None)
+    margin = START_MARGIN_S
+    if cluster is not None:
+        margin += REMOTE_START_FACTOR * max((cluster.agent_start_s(m, AGENT_MODULE)
+                                             for m in cluster.remote_machines(files)), default=0.0)
+    start_unix = time.time() + margin
+    start_mono = time.monotonic() + margin
     procs = {}
     run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, start_wall=start_unix)
     try:
-        for host in lab.fabric.hosts:
-            config = {"listen": True, "flows": plan.get(host, []), "start_at": start_unix,
-                      "duration_s": duration_s, "payload_bytes": payload_bytes,
-                      "message_bytes": message_bytes, "linger_s": LINGER_S, "sport_mode": sport_mode}
-            cfg, out = folder / f"{host}.json", folder / f"{host}.result.json"
-            cfg.write_text(json.dumps(config))
-            out.unlink(missing_ok=True)
-            proc = agent_process.start(lab, host, AGENT_MODULE, ["--config", cfg, "--out", out], "traffic-agent")
+        for host, (cfg, out) in files.items():
+            proc = agent_process.start(lab, host, AGENT_MODULE,
+                                       ["--config", cfg, "--out", out, "--start-at",
+                                        repr(start_unix + offsets[host])],
+                                       "traffic-agent")
             procs[host] = (proc, out)
         if on_start is not None:
             on_start(start_unix)
@@ -143,12 +171,12 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
                 if proc.poll() not in (None, 0):
                     raise LabError(f"traffic agent on {host} exited early: {_why(proc)}")
             if before is None and now >= window_start:
-                before = telemetry.snapshot(lab.fabric)
+                before = telemetry.lab_snapshot(lab)
             if progress:
                 progress(min(1.0, max(0.0, (now - start_mono) / duration_s)))
             wake = window_start if before is None else end
             time.sleep(max(0.0, min(wake, end, now + PROGRESS_EVERY_S) - time.monotonic()))
-        after = telemetry.snapshot(lab.fabric)
+        after = telemetry.lab_snapshot(lab)
         run.window = (before or after, after)
         deadline = time.monotonic() + LINGER_S + 15.0
         for host, (proc, out) in procs.items():
@@ -160,9 +188,11 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
             if proc.returncode not in (0, 1):
                 raise LabError(f"traffic agent on {host} failed: {_why(proc)}")
             try:
-                run.results[host] = json.loads(out.read_text())
-            except (OSError, ValueError):
+                run.results[host] = json.loads(agent_process.read_output(lab, host, out, MAX_RESULT_BYTES))
+            except (OSError, ValueError, LabError):
                 raise LabError(f"traffic agent on {host} wrote no result: {_why(proc)}") from None
+            if not isinstance(run.results[host], dict):
+                raise LabError(f"traffic agent on {host} wrote a malformed result")
             if run.results[host].get("errors"):
                 raise LabError(f"traffic agent on {host}: {run.results[host]['errors'][0]}")
     finally:

@@ -136,12 +136,11 @@ class LabPrompt(CLI):
         if switch not in self.lab.fabric.switches:
             raise LabError(f"no switch {excerpt(switch)} (switches: {', '.join(sorted(self.lab.fabric.switches))})")
         ports = self.lab.fabric.switch_ports(switch)
-        counters = telemetry.read_counters(ports.values())
-        drops = telemetry.qdisc_drops(ports.values())
+        counters, drops, states = telemetry.switch_ports_now(self.lab, switch)
         rows = []
         for port_no, intf in ports.items():
             c = counters.get(intf, {})
-            state = open(f"/sys/class/net/{intf}/operstate").read().strip() if c else "missing"
+            state = states.get(intf, "missing") if c else "missing"
             rows.append((port_no, intf, state, c.get("tx_bytes"), c.get("rx_bytes"), c.get("tx_packets"),
                          c.get("rx_packets"), drops.get(intf)))
         print(format_table(("port", "interface", "state", "tx bytes", "rx bytes", "tx pkts", "rx pkts",
@@ -152,9 +151,9 @@ class LabPrompt(CLI):
         seconds = float(line.split()[0]) if line.split() else 2.0
         if seconds <= 0:
             raise LabError("uplinks needs SECONDS > 0")
-        before = telemetry.snapshot(self.lab.fabric)
+        before = telemetry.lab_snapshot(self.lab)
         time.sleep(seconds)
-        rows = telemetry.link_utilization(self.lab.fabric, before, telemetry.snapshot(self.lab.fabric))
+        rows = telemetry.link_utilization(self.lab.fabric, before, telemetry.lab_snapshot(self.lab))
         print(tables.uplink_table(rows, title=None))
         for direction in ("up", "down"):
             b = telemetry.balance(rows, direction)

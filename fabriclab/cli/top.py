@@ -23,12 +23,6 @@ from fabriclab.table import format_table
 REFRESH_S = 1.0
 
 
-def read(counters, cols):
-    """{column name: bytes} of every column now, from `counters` open on `cols` (a missing
-    interface reads as 0)."""
-    return {c.name: value or 0 for c, value in zip(cols, counters.read())}
-
-
 def frame(lab_name, routing, cols, before, after, seconds, down=(), events=(), queues=None, width=100):
     """The text of one refresh from two readings `seconds` apart."""
     mbps = {c.name: max(0, after[c.name] - before[c.name]) * 8 / seconds / 1e6 for c in cols}
@@ -86,12 +80,12 @@ def watch(lab, seconds=None, refresh_s=REFRESH_S, stream=None, sys_net=SYS_NET):
     clear = "\033[H\033[2J" if stream.isatty() else ""
     width = os.get_terminal_size().columns if stream.isatty() else 100
     end = None if seconds is None else time.monotonic() + seconds
-    with portsampler.open_counters(cols, sys_net) as counters:
-        before, t0 = read(counters, cols), time.monotonic()
+    with portsampler.ColumnReader(lab.fabric, cols, getattr(lab, "cluster", None), sys_net) as reader:
+        before, t0 = reader.read(), time.monotonic()
         try:
             while end is None or time.monotonic() < end:
                 time.sleep(refresh_s if end is None else max(0.0, min(refresh_s, end - time.monotonic())))
-                after, t1 = read(counters, cols), time.monotonic()
+                after, t1 = reader.read(), time.monotonic()
                 if t1 - t0 <= 0:
                     continue
                 down = lab.injected()["links_down"]

@@ -26,6 +26,7 @@ import json
 import re
 import shlex
 import subprocess
+import threading
 import time
 
 from mininet.examples.cluster import RemoteLink, RemoteMixin
@@ -213,6 +214,9 @@ class Cluster:
         self.run = run
         self.masters = {}            # machine name -> ssh ControlMaster Popen
         self.members = {}            # machine name -> Member
+        self.helpers = {}            # (machine name, key) -> a long-lived helper there (close())
+        self._start_s = {}           # machine name -> seconds an agent takes to start there
+        self._helpers_lock = threading.Lock()
         self._placed = {}            # node name -> Machine
 
     # -- connections ---------------------------------------------------------------------------
@@ -248,8 +252,34 @@ class Cluster:
             time.sleep(0.2)
         raise LabError(f"cannot reach machine {machine.name} over SSH within {CONNECT_TIMEOUT_S:.0f} s")
 
+    def agent_start_s(self, machine, module):
+        """Seconds `module` takes to start on `machine` over the connection (SSH, that machine's
+        Python, its imports), measured once: launchers that give their agents a common start time
+        leave them this long (an emulated guest takes seconds, a real machine a fraction of one)."""
+        if machine.name not in self._start_s:
+            t0 = time.monotonic()
+            proc = machine.run(shlex.join([machine.python, "-c", f"import {module}"]), timeout=300)
+            if proc.returncode != 0:
+                why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+                raise LabError(f"machine {machine.name} cannot start {module}: {why[:200]}")
+            self._start_s[machine.name] = time.monotonic() - t0
+        return self._start_s[machine.name]
+
+    def helper(self, machine, key, start):
+        """The run's helper `key` on `machine` (an object with close()), made by `start()` on first
+        use and closed with the cluster: the counter reader a snapshot or a live view asks."""
+        with self._helpers_lock:
+            if (machine.name, key) not in self.helpers:
+                self.helpers[(machine.name, key)] = start()
+            return self.helpers[(machine.name, key)]
+
     def close(self):
-        """End the members (each removes its machine's part of the run) and the connections."""
+        """End the helpers, the members (each removes its machine's part of the run) and the
+        connections."""
+        with self._helpers_lock:
+            helpers, self.helpers = list(self.helpers.values()), {}
+        for helper in helpers:
+            helper.close()
         for member in self.members.values():
             member.finish()
         self.members = {}
@@ -287,11 +317,23 @@ class Cluster:
         found = {self.machine_of_name(n).name: self.machine_of_name(n) for n in names}
         return [m for m in self.machines[1:] if m.name in found]
 
-    def push(self, machine, path, text):
+    def push(self, machine, path, text, remove=()):
         """Write `text` at `path` on `machine`: an agent's input goes to the same path there as here
-        (the run's folder exists on every machine, made by its member)."""
-        self.root_run(machine, f"mkdir -p {shlex.quote(str(path.parent))}; cat > {shlex.quote(str(path))}",
+        (the run's folder exists on every machine, made by its member). The files `remove` (an
+        earlier run's outputs) go first, so a stale one is never read back for a new one."""
+        gone = "".join(f"rm -f {shlex.quote(str(p))}; " for p in remove)
+        self.root_run(machine, f"mkdir -p {shlex.quote(str(path.parent))}; {gone}cat > {shlex.quote(str(path))}",
                       f"copying {path.name}", stdin_text=text)
+
+    def pull(self, machine, path, limit):
+        """The text of `path` on `machine` (an agent's output there), at most `limit` bytes."""
+        proc = machine.run(f"head -c {int(limit) + 1} {shlex.quote(str(path))}", timeout=300)
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            raise LabError(f"copying {path.name} back from {machine.name}: {why[:200]}")
+        if len(proc.stdout) > limit:
+            raise LabError(f"copying {path.name} back from {machine.name}: larger than {limit >> 20} MiB")
+        return proc.stdout
 
     def forward(self, machine, socket_path):
         """Connections to the Unix socket `socket_path` on `machine` reach the same path here, over

@@ -94,6 +94,18 @@ def read_counters(intfs, counters=COUNTERS, sys_net=SYS_NET):
         return pc.by_interface()
 
 
+def operstates(intfs, sys_net=SYS_NET):
+    """{interface: operstate} of the interfaces that have one."""
+    out = {}
+    for intf in intfs:
+        try:
+            with open(f"{sys_net}/{intf}/operstate", encoding="ascii") as handle:
+                out[intf] = handle.read(32).strip()
+        except (OSError, ValueError):
+            pass
+    return out
+
+
 def parse_qdisc_drops(text, intfs):
     """{intf: packets dropped by its buffer (bfifo)} from the JSON of `tc -s -j qdisc show`;
     output that is not JSON (tc failed) gives no drops."""

@@ -22,6 +22,7 @@ import time
 
 from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters
+from fabriclab.measure import remotecounters
 from fabriclab.measure.grid import SamplingThread
 from fabriclab.measure.remotesampler import RemoteSampler, onto
 
@@ -80,6 +81,37 @@ def machines_of_columns(fabric, cols, cluster):
         if not machine.local:
             away.setdefault(machine.name, (machine, []))[1].append(i)
     return away
+
+
+class ColumnReader:
+    """Every column's counter now, as {column name: value} (a missing port reads 0), for views that
+    refresh every second or so: columns of switches here from files kept open, those of switches
+    on other machines of `cluster` read there, one SSH command per machine (remotecounters)."""
+
+    def __init__(self, fabric, cols, cluster=None, sys_net=SYS_NET):
+        self.cols, self.cluster = list(cols), cluster
+        self.away = machines_of_columns(fabric, self.cols, cluster) if cluster is not None else {}
+        elsewhere = {i for _m, idx in self.away.values() for i in idx}
+        self.here = [c for i, c in enumerate(self.cols) if i not in elsewhere]
+        self._wanted = {name: (machine, [(self.cols[i].intf, self.cols[i].counter) for i in idx])
+                        for name, (machine, idx) in self.away.items()}
+        self.counters = open_counters(self.here, sys_net)
+
+    def read(self):
+        values = {c.name: value or 0 for c, value in zip(self.here, self.counters.read())}
+        for name, reading in remotecounters.read_all(self.cluster, self._wanted).items():
+            for i, value in zip(self.away[name][1], reading.values):
+                values[self.cols[i].name] = value or 0
+        return {c.name: values[c.name] for c in self.cols}
+
+    def close(self):
+        self.counters.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 class PortSampler:
@@ -169,7 +201,9 @@ class PortSampler:
 
     def clock_offsets(self):
         """{machine: {"offset_ms", "rtt_ms"}}: how the other machines' clocks were set onto this one."""
-        return {s.machine.name: {"offset_ms": round(s.offset_s * 1e3, 3), "rtt_ms": round(s.rtt_s * 1e3, 3)}
+        return {s.machine.name: {"offset_ms": round(s.offset_s * 1e3, 3), "rtt_ms": round(s.rtt_s * 1e3, 3),
+                                 "drift_ms": round((s.end_offset_s - s.offset_s) * 1e3, 3)
+                                 if s.end_offset_s is not None else None}
                 for s, _idx in self.remote if s.offset_s is not None}
 
     def _close(self):

@@ -23,18 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import subprocess
 import sys
 import time
 
 from fabriclab.errors import LabError
+from fabriclab.measure.remotechannel import MAX_LINE, Channel, pairs_of, say
 
 MODULE = "fabriclab.measure.remotesampler"
 MAX_PAIRS = 1 << 14
-MAX_LINE = 1 << 20
 MAX_RESULT = 1 << 30              # bytes of the series coming back: MAX_SAMPLES rows at most
-CLOCK_EXCHANGES = 5
 
 
 # -- on the other machine ------------------------------------------------------------------------
@@ -48,12 +45,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     pairs = _pairs(sys.stdin.readline(MAX_LINE))
     if pairs is None or not args.interval >= MIN_INTERVAL_S:
-        _say({"error": "expected a list of [interface, counter] pairs and an interval >= 1 ms"})
+        say({"error": "expected a list of [interface, counter] pairs and an interval >= 1 ms"})
         return 2
     counters = PortCounters(pairs)
     if counters.missing:
         counters.close()
-        _say({"error": f"no port(s) {', '.join(counters.missing[:3])} on this machine"})
+        say({"error": f"no port(s) {', '.join(counters.missing[:3])} on this machine"})
         return 1
     times, rows = [], []
     t0, wall0 = time.monotonic(), time.time()
@@ -65,10 +62,10 @@ def main(argv=None):
     sample()
     thread = SamplingThread(sample, args.interval, "remote-port-sampler", lambda: len(times) < MAX_SAMPLES)
     thread.start(t0)
-    _say({"ready": os.getpid()})
+    say({"ready": os.getpid()})
     for line in iter(lambda: sys.stdin.readline(MAX_LINE), ""):
         if line.strip() == "clock":
-            _say({"wall": time.time()})
+            say({"wall": time.time()})
         elif line.strip() == "stop":
             break
     error = thread.stop()
@@ -76,30 +73,16 @@ def main(argv=None):
         sample()
     counters.close()
     gone = next((pairs[row.index(None)][0] for row in rows if None in row), None)
-    _say({"wall0": wall0, "times": times, "rows": rows if gone is None else [],
+    say({"wall0": wall0, "times": times, "rows": rows if gone is None else [],
           "error": str(error) if error else (f"port {gone} disappeared during sampling" if gone else None)})
     return 0
 
 
 def _pairs(line):
     try:
-        pairs = json.loads(line).get("pairs")
+        return pairs_of(json.loads(line).get("pairs"), MAX_PAIRS)
     except (ValueError, AttributeError):
         return None
-    ok = (isinstance(pairs, list) and 0 < len(pairs) <= MAX_PAIRS
-          and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in pairs)
-          and all(_safe_name(intf) and counter.isidentifier() for intf, counter in pairs))
-    return [tuple(p) for p in pairs] if ok else None
-
-
-def _safe_name(intf):
-    """An interface name as the kernel allows it: no path separators, at most 15 bytes."""
-    return 0 < len(intf) <= 15 and "/" not in intf and intf not in (".", "..")
-
-
-def _say(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 # -- here ----------------------------------------------------------------------------------------
@@ -111,48 +94,32 @@ class RemoteSampler:
     def __init__(self, machine, pairs, interval_s, record=None):
         self.machine, self.pairs, self.interval_s = machine, [list(p) for p in pairs], interval_s
         self.record = record            # record(pid): tell the machine's run member of the process
-        self.proc = None
+        self.channel = None
         self.offset_s = self.rtt_s = None
+        self.end_offset_s = None         # measured again at stop: the clocks' drift over the run
+
+    @property
+    def proc(self):
+        return self.channel.proc if self.channel is not None else None
 
     def start(self):
-        command = shlex.join([self.machine.python, "-m", MODULE, "--interval", repr(self.interval_s)])
-        self.proc = subprocess.Popen([*self.machine.ssh_argv(), command], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.channel = Channel(self.machine, MODULE, ["--interval", repr(self.interval_s)],
+                               f"port sampler on {self.machine.name}")
         try:
-            self._send(json.dumps({"pairs": self.pairs}))
-            first = self._read()
-            if "ready" not in first:
-                raise LabError(f"port sampler on {self.machine.name}: "
-                               f"{str(first.get('error') or 'did not start')[:200]}")
-            if self.record is not None and isinstance(first["ready"], int):
-                self.record(first["ready"])
-            self.offset_s, self.rtt_s = self._clock_offset()
+            self.channel.send(json.dumps({"pairs": self.pairs}))
+            self.channel.ready(self.record)
+            self.offset_s, self.rtt_s = self.channel.clock_offset()
         except BaseException:
             self.close()
             raise
         return self
 
-    def _clock_offset(self):
-        """(the other clock minus this one, s; the round trip it was read in): the exchange with
-        the shortest round trip, its reading set at that trip's middle."""
-        best = None
-        for _ in range(CLOCK_EXCHANGES):
-            sent = time.time()
-            self._send("clock")
-            wall = self._read().get("wall")
-            back = time.time()
-            if not isinstance(wall, (int, float)):
-                raise LabError(f"port sampler on {self.machine.name}: no clock reading")
-            if best is None or back - sent < best[1]:
-                best = (wall - (sent + back) / 2, back - sent)
-        return best
-
     def stop(self):
         """(wall times here, rows): the series it took, its clock set onto this one's."""
         try:
-            self._send("stop")
-            result = self._read(limit=MAX_RESULT)
+            self.end_offset_s, _rtt = self.channel.clock_offset()
+            ended = time.time()
+            result = self.channel.ask("stop", limit=MAX_RESULT)
         finally:
             self.close()
         if result.get("error"):
@@ -160,45 +127,19 @@ class RemoteSampler:
         times, rows = result.get("times"), result.get("rows")
         if not isinstance(times, list) or not isinstance(rows, list) or len(times) != len(rows) or not times:
             raise LabError(f"port sampler on {self.machine.name}: a malformed series came back")
-        wall0 = float(result["wall0"]) - self.offset_s
-        return [wall0 + t for t in times], rows
+        return self._here(float(result["wall0"]), times, ended), rows
 
-    def _send(self, line):
-        try:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise LabError(f"port sampler on {self.machine.name}: {self._why()}") from None
-
-    def _read(self, limit=MAX_LINE):
-        line = self.proc.stdout.readline(limit)
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            raise LabError(f"port sampler on {self.machine.name}: {self._why() if not line else 'a malformed reply'}")
-        return obj
-
-    def _why(self):
-        if self.proc.poll() is None:
-            return "no answer"
-        err = self.proc.stderr.read().strip().splitlines()
-        return (err or [f"exit code {self.proc.returncode}"])[-1][:200]
+    def _here(self, wall0, times, ended):
+        """The series' wall times on this clock: its offset drifts linearly from the one measured
+        at start to the one measured at stop (`ended`, this clock)."""
+        span = ended - (wall0 - self.offset_s)
+        drift = (self.end_offset_s - self.offset_s) / span if span > 0 else 0.0
+        return [wall0 + t - (self.offset_s + drift * t) for t in times]
 
     def close(self):
         """End its input (so it exits) and wait for it; safe to call more than once."""
-        if self.proc is None:
-            return
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.channel is not None:
+            self.channel.close()
 
 
 def onto(times_here, wall0_here, remote_walls, remote_rows):

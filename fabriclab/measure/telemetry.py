@@ -6,14 +6,16 @@ with the time they were read; two snapshots give each fabric link direction's Mb
 
 from __future__ import annotations
 
+import concurrent.futures
 import statistics
 import time
 
-from fabriclab.measure import cpuload
-from fabriclab.measure.counters import COUNTERS, SYS_NET, TC_QDISC_STATS, qdisc_drops, read_counters
+from fabriclab.measure import cpuload, remotecounters
+from fabriclab.measure.counters import COUNTERS, SYS_NET, TC_QDISC_STATS, operstates, qdisc_drops, read_counters
 
-__all__ = ["COUNTERS", "balance", "buffer_drops", "fabric_directions", "link_utilization", "max_mean_ratio",
-           "qdisc_drops", "read_counters", "snapshot"]
+__all__ = ["COUNTERS", "balance", "buffer_drops", "fabric_directions", "lab_snapshot", "link_utilization",
+           "max_mean_ratio", "qdisc_drops", "read_counters", "seconds_between", "snapshot", "switch_ports_now",
+           "window_error_ms"]
 
 
 def fabric_directions(fabric):
@@ -25,23 +27,80 @@ def fabric_directions(fabric):
     return rows
 
 
-def snapshot(fabric, sys_net=SYS_NET, tc=TC_QDISC_STATS):
+def snapshot(fabric, sys_net=SYS_NET, tc=TC_QDISC_STATS, cluster=None):
     """Counters of every switch port and the CPU's, with the time they were read (ports that are
-    missing are left out)."""
-    intfs = [intf for s in fabric.switches for intf in fabric.switch_ports(s).values()]
-    return {"time": time.monotonic(), "counters": read_counters(intfs, sys_net=sys_net),
-            "drops": qdisc_drops(intfs, tc), "cpu": cpuload.sample()}
+    missing are left out).
+
+    With a `cluster`, the ports of switches on other machines are read there, all at once
+    (measure/remotecounters.py): `times` dates their interfaces by when they were read (on this
+    machine's monotonic clock) and `error_s` is the largest error of that dating."""
+    away = _away(fabric, cluster)
+    remote = {intf for _m, pairs in away.values() for intf, _c in pairs}
+    intfs = [intf for s in fabric.switches for intf in fabric.switch_ports(s).values() if intf not in remote]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        elsewhere = pool.submit(remotecounters.read_all, cluster, away, True) if away else None
+        snap = {"time": time.monotonic(), "counters": read_counters(intfs, sys_net=sys_net),
+                "drops": qdisc_drops(intfs, tc), "cpu": cpuload.sample()}
+        readings = elsewhere.result() if elsewhere is not None else {}
+    if readings:
+        snap["times"], snap["error_s"] = {}, max(r.error_s for r in readings.values())
+        for reading in readings.values():
+            snap["counters"].update(reading.by_interface())
+            snap["drops"].update(reading.drops)
+            snap["times"].update({intf: reading.time for intf, _c in reading.pairs})
+    return snap
+
+
+def lab_snapshot(lab):
+    """snapshot() of a running lab's fabric, on every machine it runs on."""
+    return snapshot(lab.fabric, cluster=getattr(lab, "cluster", None))
+
+
+def switch_ports_now(lab, switch):
+    """({intf: counters}, {intf: buffer drops}, {intf: operstate}) of one switch's ports, read on
+    the machine the switch runs on."""
+    intfs = list(lab.fabric.switch_ports(switch).values())
+    cluster = getattr(lab, "cluster", None)
+    machine = cluster.machine_of_name(switch) if cluster is not None else None
+    if machine is None or machine.local:
+        return read_counters(intfs), qdisc_drops(intfs), operstates(intfs)
+    reading = remotecounters.read(cluster, machine, [(i, c) for i in intfs for c in COUNTERS], drops=True,
+                                  states=True)
+    return reading.by_interface(), reading.drops, reading.states
+
+
+def _away(fabric, cluster):
+    """{machine name: (Machine, [(interface, counter)])}: the switch ports on other machines."""
+    away = {}
+    if cluster is None:
+        return away
+    for switch in fabric.switches:
+        machine = cluster.machine_of_name(switch)
+        if not machine.local:
+            pairs = away.setdefault(machine.name, (machine, []))[1]
+            pairs += [(intf, c) for intf in fabric.switch_ports(switch).values() for c in COUNTERS]
+    return away
+
+
+def window_error_ms(before, after):
+    """How far off the window's ends may be for ports read on other machines (0 on one machine)."""
+    return round(max(before.get("error_s", 0.0), after.get("error_s", 0.0)) * 1e3, 3)
+
+
+def seconds_between(before, after, intf):
+    """The time between two snapshots' readings of `intf` (its machine's read where it has one)."""
+    return after.get("times", {}).get(intf, after["time"]) - before.get("times", {}).get(intf, before["time"])
 
 
 def link_utilization(fabric, before, after):
     """Per fabric-link direction: Mbit/s sent, utilization of its rate, buffer drops."""
-    seconds = after["time"] - before["time"]
-    if seconds <= 0:
+    if after["time"] - before["time"] <= 0:
         raise ValueError("snapshots must be taken in order")
     rows = []
     for label, src, dst, intf, rate, direction in fabric_directions(fabric):
         b, a = before["counters"].get(intf), after["counters"].get(intf)
-        if b is None or a is None:
+        seconds = seconds_between(before, after, intf)
+        if b is None or a is None or seconds <= 0:
             continue
         mbps = (a["tx_bytes"] - b["tx_bytes"]) * 8 / seconds / 1e6
         rows.append({

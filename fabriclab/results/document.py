@@ -115,6 +115,7 @@ def size_row(row):
         "bytes_sent_per_rank": row["bytes_sent_per_rank"],
         "counters": row["counters"], "agent_cpu_s": [round(v, 5) for v in row["agent_cpu_s"]],
         "flows": row["flows"], "verify": row["verify"], "window_s": row["window_s"],
+        "window_error_ms": row["window_error_ms"],
         "links": row["links"], "buffer_drops": row["buffer_drops"], "balance": row["balance"],
         "cpu": row["cpu"], "valid": not invalid, "invalid": invalid,
         # data bytes each plane carried over the measured iterations, and their shares
@@ -209,6 +210,8 @@ def allpairs_job(run, spec, fabric, role="measured"):
         "buffer_drops": telemetry.buffer_drops(fabric, *run.window),
         "flows": run.flow_rows(),
         "window_s": round(run.window[1]["time"] - run.window[0]["time"], 4),
+        "window_error_ms": telemetry.window_error_ms(*run.window),
+        "late_start_s": run.late_starts(),
         "cpu": cpu, "valid": not invalid, "invalid": invalid,
     }
 

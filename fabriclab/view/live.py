@@ -108,14 +108,15 @@ class LiveFeed:
         self._before = self._t_before = self.t0 = self.wall0 = None
 
     def start(self):
-        self.counters = portsampler.open_counters(self.cols, self.sys_net)
+        self.counters = portsampler.ColumnReader(self.lab.fabric, self.cols, getattr(self.lab, "cluster", None),
+                                                 self.sys_net)
         self.t0, self.wall0 = time.monotonic(), time.time()
         self._before, self._t_before = self._read(), self.t0
         self.thread = SamplingThread(self._sample, self.refresh_s, "web-feed").start(self.t0)
         return self
 
     def _read(self):
-        return {c.name: value or 0 for c, value in zip(self.cols, self.counters.read())}
+        return self.counters.read()
 
     def _sample(self):
         try:

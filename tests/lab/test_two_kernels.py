@@ -1,8 +1,8 @@
 """Two separate kernels on one machine (issue 21): this machine and the full-kernel tier's guest,
 booted as a second lab machine on a virtual wire (one guest for the module). `doctor --inventory`
 checks both over SSH, a sweep of 4 cases spreads over them into one comparison, one fabric split
-over both comes up and routes around a failed cable between them, `clean --inventory` finds nothing
-left on either, and stopping the guest leaves nothing here (nor does `clean` after a killed one)."""
+over both comes up, runs a ring and all-pairs traffic between them (counters read on both) and
+routes around a failed cable between them, `clean --inventory` finds nothing left on either, and stopping the guest leaves nothing here (nor does `clean` after a killed one)."""
 
 import json
 import os
@@ -19,8 +19,11 @@ from fabriclab.lab.cluster import machines_from_inventory
 from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
 from fabriclab.lab.lab import Lab
 from fabriclab.lab.runstate import RUN_ROOT
+from fabriclab.measure import telemetry
+from fabriclab.measure.portsampler import ColumnReader, columns
 from fabriclab.topologies.spec import load_spec
 from fabriclab.topologies.split import parse_split
+from fabriclab.traffic.allpairs import AllPairsSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 from fabriclab.workflows.pipeline import run_plan
 from fabriclab.workflows.plan import Job, single_run
@@ -153,6 +156,27 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
         assert "guest" in run["telemetry"]["sampling"]["other_machines"]
         mean = run["telemetry"]["mean_mbps"]
         assert mean[f"l2>{h2.intf}"] > 0 and mean[f"l1>{h1.intf}"] > 0, mean     # read in the guest, here
+        # The job's window covers every machine's ports: the guest's read there over SSH
+        (size,) = run["jobs"]["ring"]["sizes"]
+        assert sorted((r["from"], r["to"]) for r in size["links"]) == \
+            [("l1", "s1"), ("l1", "s2"), ("l2", "s1"), ("l2", "s2"), ("s1", "l1"), ("s1", "l2"), ("s2", "l1"),
+             ("s2", "l2")], size["links"]
+        assert sum(r["mbps"] for r in size["links"] if r["from"] in ("l2", "s2")) > 0, size["links"]
+        assert size["window_error_ms"] > 0
+        # All-pairs traffic across the machines: h2's agent runs in the guest, its result comes back
+        traffic = single_run("tiny", "python", lab.fabric.spec,
+                             Job("traffic", AllPairsSpec(duration_s=3.0, load=0.3)))
+        job = run_plan(traffic, out=tmp_path / "traffic", lab=lab).doc["runs"][0]["jobs"]["traffic"]
+        flows = {(f["src"], f["dst"]): f for f in job["flows"]}
+        assert len(flows) == 2 and all(f["received_packets"] > 0.5 * f["sent_packets"] > 0
+                                       for f in flows.values()), job["flows"]
+        assert sum(r["mbps"] for r in job["links"] if r["from"] in ("l2", "s2")) > 0, job["links"]
+        assert job["window_error_ms"] > 0 and isinstance(job["late_start_s"], dict)
+        # The prompt's views read the guest's switch there: its ports, and the live columns
+        counters, _drops, states = telemetry.switch_ports_now(lab, "l2")
+        assert set(counters) == set(states) == set(lab.fabric.switch_ports("l2").values()), states
+        with ColumnReader(lab.fabric, columns(lab.fabric), lab.cluster) as reader:
+            assert reader.read()[f"l2>{h2.intf}"] > 0
         with pytest.raises(LabError, match="l2 runs on machine guest"):
             lab.set_loss(lab.resolve_link("l2", "s1"), 0.01)
         # Either boundary cable can fail: the controller, here, hears the guest's switch and

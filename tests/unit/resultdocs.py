@@ -54,7 +54,7 @@ def launcher_size(size, ccts_s, busbw, fabric, verify=None, valid=True, in_place
             "bytes_sent_per_rank": [size] * ranks,
             "counters": {"out_of_sequence": 7, "retransmitted_packets": 3, "local_ack_timeout_err": 1,
                          "ce_marked": 0, "cnp_sent": 0, "cnp_handled": 0},
-            "agent_cpu_s": [0.01, 0.02], "flows": None, "verify": verify, "window_s": 1.0, "links": links,
+            "agent_cpu_s": [0.01, 0.02], "flows": None, "verify": verify, "window_s": 1.0, "window_error_ms": 0.0, "links": links,
             "buffer_drops": telemetry.buffer_drops(fabric, before, after),
             "balance": {"up": telemetry.balance(links, "up"), "down": telemetry.balance(links, "down")},
             "cpu": {"machine": 0.4, "ovs_forwarding": None}, "valid": valid}

@@ -116,3 +116,47 @@ def test_link_loss_on_a_cable_with_an_end_on_another_machine_is_refused_before_a
     with pytest.raises(LabError, match=r"link loss on \S+: l2 runs on machine guest, .* use down, up"):
         linkloss.set_loss(lab, [local, crossing], 0.01)
     assert "_loss_stages" not in vars(lab)
+
+
+def bare_cluster():
+    """A Cluster with no connections: what its helpers and start costs keep."""
+    return Cluster([Machine("here", "10.0.0.1", local=True)], run=None)
+
+
+def test_a_helper_is_started_once_per_machine_and_closed_with_the_cluster():
+    import types
+
+    cluster = bare_cluster()
+    m2 = types.SimpleNamespace(name="m2")
+    made, closed = [], []
+
+    def start():
+        made.append(1)
+        return types.SimpleNamespace(close=lambda: closed.append(1))
+
+    first = cluster.helper(m2, "reader", start)
+    assert cluster.helper(m2, "reader", start) is first and made == [1]
+    cluster.helper(m2, "other", start)
+    cluster.close()
+    assert len(made) == 2 and len(closed) == 2 and cluster.helpers == {}
+
+
+def test_an_agents_start_cost_is_measured_once_and_a_failure_named():
+    import subprocess
+    import types
+
+    cluster = bare_cluster()
+    runs = []
+
+    def run(command, timeout):
+        runs.append(command)
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    m2 = types.SimpleNamespace(name="m2", python="/usr/bin/python3", run=run)
+    first = cluster.agent_start_s(m2, "fabriclab.traffic.generator")
+    assert first >= 0 and cluster.agent_start_s(m2, "fabriclab.traffic.generator") == first
+    assert runs == ["/usr/bin/python3 -c 'import fabriclab.traffic.generator'"]
+    m3 = types.SimpleNamespace(name="m3", python="/usr/bin/python3", run=lambda command, timeout: (
+        subprocess.CompletedProcess([], 1, "", "ModuleNotFoundError: No module named 'fabriclab'\n")))
+    with pytest.raises(LabError, match="machine m3 cannot start fabriclab.traffic.generator: ModuleNotFound"):
+        cluster.agent_start_s(m3, "fabriclab.traffic.generator")

@@ -14,7 +14,7 @@ from fabriclab.cli import top
 from fabriclab.errors import LabError
 from fabriclab.measure import telemetry
 from fabriclab.measure.counters import COUNTERS, PortCounters, parse_qdisc_drops, qdisc_drops, read_counters
-from fabriclab.measure.portsampler import PortSampler, columns
+from fabriclab.measure.portsampler import ColumnReader, PortSampler, columns
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 
@@ -231,12 +231,47 @@ def nic_mbps(frame, nic):
     return float(sent), float(got)
 
 
-def test_top_read_maps_columns_and_zeroes_missing(tmp_path):
+def test_a_column_reader_maps_columns_and_zeroes_missing(tmp_path):
     fabric = tiny_sysfs(tmp_path)
     cols = columns(fabric)
     set_counter(tmp_path, "l1-eth2", "tx_bytes", 42)
     (tmp_path / "s2-eth2" / "statistics" / "tx_bytes").unlink()
-    with PortCounters([(c.intf, c.counter) for c in cols], tmp_path) as counters:
-        reading = top.read(counters, cols)
+    with ColumnReader(fabric, cols, sys_net=tmp_path) as reader:
+        reading = reader.read()
     assert list(reading) == [c.name for c in cols]
     assert reading["l1>s1"] == 42 and reading["s2>l2"] == 0
+
+
+def test_top_reads_the_ports_of_a_switch_on_another_machine_there(tmp_path):
+    """l2 and s2 run on machine m2, whose counter reader reads the test's statistics tree: h2's
+    NIC (read at l2's port) moves in the view, read there, and nothing of l1 is asked there."""
+    from fabriclab.measure import remotecounters
+
+    fabric = tiny_sysfs(tmp_path)
+    asked = []
+
+    class Reader:
+        def read(self, pairs, drops=False, states=False):
+            asked.append(pairs)
+            with PortCounters(pairs, tmp_path) as counters:
+                return remotecounters.Reading(pairs, counters.read(), 0.0, 0.001)
+
+    m2 = types.SimpleNamespace(name="m2", local=False)
+    here = types.SimpleNamespace(name="here", local=True)
+    cluster = types.SimpleNamespace(machine_of_name=lambda name: m2 if name in ("l2", "s2") else here,
+                                    helper=lambda machine, key, start: Reader())
+    sent = {"l2-eth1": 0}
+
+    def injected():
+        sent["l2-eth1"] += 250_000
+        set_counter(tmp_path, "l2-eth1", "tx_bytes", sent["l2-eth1"])
+        return {"links_down": []}
+
+    lab = types.SimpleNamespace(fabric=fabric, routing="ecmp", injected=injected, events=[], queues=None,
+                                cluster=cluster)
+    stream = io.StringIO()
+    top.watch(lab, seconds=0.35, refresh_s=0.1, stream=stream, sys_net=tmp_path / "not-here")
+    frames = stream.getvalue().strip().split("\n\n")
+    assert len(frames) >= 2 and all(nic_mbps(text, "h2-n0")[1] > 0 for text in frames[1:])
+    assert asked and all(("l2-eth1", "tx_bytes") in pairs and not any(i.startswith("l1-") for i, _c in pairs)
+                         for pairs in asked)

@@ -57,3 +57,32 @@ def test_an_agent_that_exits_without_its_message_is_named():
     launcher = launcher_with({0: exited_link(0, [{"ready": 0}])})
     with pytest.raises(LabError, match=r"rank 0 \(h1 h1-n0\): agent died \(exit code 0\) while stopping"):
         launcher._gather("final", [0], 2.0, "stopping")
+
+
+class FakeSock:
+    def __init__(self, incoming=b""):
+        self.sent, self.incoming = [], incoming
+
+    def sendall(self, data):
+        self.sent.append(data)
+
+    def recv(self, _n):
+        data, self.incoming = self.incoming, b""
+        return data
+
+
+def test_a_rank_on_another_clock_gets_start_times_on_its_clock_and_reports_on_this_one():
+    link = _AgentLink(1, Exited(), clock_offset_s=-0.75)       # its clock runs 0.75 s behind
+    link.sock = FakeSock(rank_channel.frame({"done": 3, "start": 99.25, "end": 100.25, "cpu_s": 0.5})
+                         + rank_channel.frame({"ready": 0, "end": 7.0}))
+    link.send({"run": 3, "start_at": 100.0})
+    link.send({"prepare": 0})
+    sent = [rank_channel.Lines().feed(data)[0] for data in link.sock.sent]
+    assert sent == [{"run": 3, "start_at": 99.25}, {"prepare": 0}]
+    done, ready = link.messages()
+    assert done == {"done": 3, "start": 100.0, "end": 101.0, "cpu_s": 0.5}
+    assert ready == {"ready": 0, "end": 7.0}                    # only a "done" carries its times
+    here = _AgentLink(0, Exited())
+    here.sock = FakeSock()
+    here.send({"run": 0, "start_at": 5.0})
+    assert rank_channel.Lines().feed(here.sock.sent[0]) == [{"run": 0, "start_at": 5.0}]

@@ -96,3 +96,13 @@ def test_columns_of_switches_on_other_machines_are_grouped_by_machine():
     owners = {link.a_intf: link.a for link in fabric.links} | {link.b_intf: link.b for link in fabric.links}
     assert read_there and all(owners[intf] in ("l2", "s2") for intf in read_there)
     assert all(owners[c.intf] not in ("l2", "s2") for i, c in enumerate(cols) if i not in away["m2"][1])
+
+
+def test_the_other_clocks_drift_over_the_run_is_taken_off_linearly():
+    sampler = remotesampler.RemoteSampler(local_machine(), [("lo", "tx_bytes")], 0.002)
+    # its clock was 1.0 s ahead at the start and 1.2 s ahead at the end, 10 s later here
+    sampler.offset_s, sampler.end_offset_s = 1.0, 1.2
+    walls = sampler._here(101.0, [0.0, 5.0, 10.0], ended=110.0)
+    assert walls == pytest.approx([100.0, 104.9, 109.8])
+    sampler.end_offset_s = 1.0
+    assert sampler._here(101.0, [0.0, 10.0], ended=110.0) == pytest.approx([100.0, 110.0])

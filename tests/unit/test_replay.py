@@ -345,7 +345,7 @@ def fake_run(cspec, segment, start=1000.0):
                "counters": {}, "agent_cpu_s": [0.1] * n, "flows": None, "verify": {"ok": True, "checked_outputs": n,
                                                                                     "mismatched_outputs": 0,
                                                                                     "wrong_elements": 0},
-               "window_s": cct, "links": [], "buffer_drops": {"fabric": 0, "host_ports": 0, "total": 0},
+               "window_s": cct, "window_error_ms": 0.0, "links": [], "buffer_drops": {"fabric": 0, "host_ports": 0, "total": 0},
                "balance": {"up": {"max_mean_ratio": None}, "down": {"max_mean_ratio": None}},
                "cpu": {"machine": 0.5}, "valid": True, "gap_s": None if k == 0 else step.gap_s}
         rows.append(row)

@@ -1,0 +1,113 @@
+"""A helper process of the lab on another machine of a cluster, spoken to in JSON lines over the
+lab's SSH connection: `python -m MODULE ARGS` there, its input and output here.
+
+Both helpers (the port sampler, `remotesampler`, and the counter reader, `remotecounters`) answer
+"clock" with {"wall": time.time()} there, which measures the other clock's offset from this one:
+the exchange with the shortest round trip counts, its reading set at that trip's middle. The input
+ending is how a helper ends, with the run or with a dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+
+from fabriclab.errors import LabError
+
+MAX_LINE = 1 << 20
+CLOCK_EXCHANGES = 5
+
+
+class Channel:
+    """`python -m module args` on `machine` (a cluster Machine with its SSH connection up); errors
+    are LabErrors starting with `what` ("port sampler on m2")."""
+
+    def __init__(self, machine, module, args, what):
+        self.machine, self.what = machine, what
+        command = shlex.join([machine.python, "-m", module, *args])
+        self.proc = subprocess.Popen([*machine.ssh_argv(), command], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def send(self, line):
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            raise LabError(f"{self.what}: {self.why()}") from None
+
+    def read(self, limit=MAX_LINE):
+        """The next line, a JSON object (LabError for anything else or none)."""
+        line = self.proc.stdout.readline(limit)
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise LabError(f"{self.what}: {self.why() if not line else 'a malformed reply'}")
+        return obj
+
+    def ask(self, request, limit=MAX_LINE):
+        self.send(request if isinstance(request, str) else json.dumps(request))
+        return self.read(limit)
+
+    def ready(self, record=None):
+        """Wait for {"ready": PID}; `record(pid)` tells the machine's run member of the process."""
+        first = self.read()
+        if "ready" not in first:
+            raise LabError(f"{self.what}: {str(first.get('error') or 'did not start')[:200]}")
+        if record is not None and isinstance(first["ready"], int):
+            record(first["ready"])
+
+    def clock_offset(self):
+        """(the other clock minus this one, s; the round trip it was read in, s)."""
+        best = None
+        for _ in range(CLOCK_EXCHANGES):
+            sent = time.time()
+            wall = self.ask("clock").get("wall")
+            back = time.time()
+            if not isinstance(wall, (int, float)):
+                raise LabError(f"{self.what}: no clock reading")
+            if best is None or back - sent < best[1]:
+                best = (wall - (sent + back) / 2, back - sent)
+        return best
+
+    def why(self):
+        if self.proc.poll() is None:
+            return "no answer"
+        err = self.proc.stderr.read().strip().splitlines()
+        return (err or [f"exit code {self.proc.returncode}"])[-1][:200]
+
+    def close(self):
+        """End its input (so it exits) and wait for it; safe to call more than once."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def say(obj):
+    """One reply line, on the other machine."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def safe_name(intf):
+    """An interface name as the kernel allows it: no path separators, at most 15 bytes."""
+    return isinstance(intf, str) and 0 < len(intf) <= 15 and "/" not in intf and intf not in (".", "..")
+
+
+def pairs_of(value, limit):
+    """[(interface, counter)] from a request's list, or None when it is not one."""
+    ok = (isinstance(value, list) and 0 < len(value) <= limit
+          and all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in value)
+          and all(safe_name(intf) and counter.isidentifier() for intf, counter in value))
+    return [tuple(p) for p in value] if ok else None
