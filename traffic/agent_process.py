@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from fabriclab.measure import remotecounters
+
 
 def _elsewhere(lab, host):
     """(cluster, machine) when `host` runs on another machine of the lab's cluster, else None."""
@@ -32,11 +34,7 @@ def clock_offset_s(lab, host):
     """`host`'s machine's wall clock minus this one's (0 here): a start time for its agent is
     given on its clock, and times it reports are set back onto this one."""
     away = _elsewhere(lab, host)
-    if away is None:
-        return 0.0
-    from fabriclab.measure import remotecounters
-
-    return remotecounters.clock_offset_s(*away)
+    return 0.0 if away is None else remotecounters.clock_offset_s(*away)
 
 
 def read_output(lab, host, path, limit):

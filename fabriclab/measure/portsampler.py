@@ -86,7 +86,8 @@ def machines_of_columns(fabric, cols, cluster):
 class ColumnReader:
     """Every column's counter now, as {column name: value} (a missing port reads 0), for views that
     refresh every second or so: columns of switches here from files kept open, those of switches
-    on other machines of `cluster` read there, one SSH command per machine (remotecounters)."""
+    on other machines of `cluster` by the run's counter reader there, all machines at once
+    (remotecounters)."""
 
     def __init__(self, fabric, cols, cluster=None, sys_net=SYS_NET):
         self.cols, self.cluster = list(cols), cluster

@@ -107,6 +107,20 @@ def flow_hash(graph, flow, with_qp=False):
     return zlib.crc32(key)
 
 
+def _crossing(graph, routes, flows, order, out):
+    """The flows, in `order`, between two connected leaves: (index, src leaf, dst leaf, host
+    uplink, host downlink). A flow within one leaf gets its route in `out` here (it needs no
+    fabric link); an unreachable one is skipped and stays None there."""
+    for i in order:
+        flow = flows[i]
+        a, b = _leaf(graph, flow.src), _leaf(graph, flow.dst)
+        up, down = _ends(graph, flow)
+        if a == b:
+            out[i] = [up, down]
+        elif routes.reachable(a, b):
+            yield i, a, b, up, down
+
+
 def _per_flow(graph, flows, middle):
     """Each flow's route: its host uplink, middle(flow, src leaf, dst leaf) (None: unroutable),
     its host downlink; a flow within one leaf needs no middle."""
@@ -162,15 +176,8 @@ def _flowlet(graph, routes, flows, hash_seed):
     hashes = [flow_hash(graph, f) for f in flows]
     load = np.zeros(graph.n_links)
     out = [None] * len(flows)
-    for i in sorted(range(len(flows)), key=lambda i: (_mix(hashes[i] ^ (hash_seed & _MASK)), i)):
-        flow = flows[i]
-        a, b = _leaf(graph, flow.src), _leaf(graph, flow.dst)
-        up, down = _ends(graph, flow)
-        if a == b:
-            out[i] = [up, down]
-            continue
-        if not routes.reachable(a, b):
-            continue
+    order = sorted(range(len(flows)), key=lambda i: (_mix(hashes[i] ^ (hash_seed & _MASK)), i))
+    for i, a, b, up, down in _crossing(graph, routes, flows, order, out):
         hops, x = [], a
         while x != b:
             opts = routes.options_array(x, b)
@@ -380,15 +387,7 @@ def _cspf(graph, routes, flows):
     order = sorted(range(len(flows)), key=lambda i: -need[i])
     out = [None] * len(flows)
     unsatisfied = 0
-    for i in order:
-        flow = flows[i]
-        a, b = _leaf(graph, flow.src), _leaf(graph, flow.dst)
-        up, down = _ends(graph, flow)
-        if a == b:
-            out[i] = [up, down]
-            continue
-        if not routes.reachable(a, b):
-            continue
+    for i, a, b, up, down in _crossing(graph, routes, flows, order, out):
         if routes.dist(b)[a] == 2:
             width, hops = _widest_two_hops(routes, res, dst_np, into, a, b)
         else:
