@@ -369,11 +369,15 @@ class Lab:
             self._reshaped.pop(key, None)
 
     @_one_at_a_time
+    def prepare_loss(self, links):
+        """Load the loss programs `links` will need on every machine, changing nothing: a timed
+        loss fault is then not late by a first load (seconds on another machine)."""
+        linkloss.load(self, links)
+
+    @_one_at_a_time
     def set_loss(self, links, fraction):
         """Drop `fraction` of the packets at random in both directions of resolved Link objects
         (a BPF drop on each sending port, fabriclab.lab.linkloss); 0 ends it. Logged; `restore` ends it."""
-        from fabriclab.lab import linkloss
-
         linkloss.set_loss(self, links, fraction)
         for link in links:
             if fraction:

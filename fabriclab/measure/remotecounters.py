@@ -32,7 +32,7 @@ import time
 
 from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters, operstates, qdisc_drops
-from fabriclab.measure.remotechannel import Channel, pairs_of, say
+from fabriclab.system.remotechannel import Channel, pairs_of, say
 
 MODULE = "fabriclab.measure.remotecounters"
 MAX_PAIRS = 1 << 16

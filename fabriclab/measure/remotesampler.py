@@ -27,7 +27,7 @@ import sys
 import time
 
 from fabriclab.errors import LabError
-from fabriclab.measure.remotechannel import MAX_LINE, Channel, pairs_of, say
+from fabriclab.system.remotechannel import MAX_LINE, Channel, pairs_of, say
 
 MODULE = "fabriclab.measure.remotesampler"
 MAX_PAIRS = 1 << 14

@@ -272,6 +272,14 @@ def apply(lab, step):
         lab.set_loss(*step.args)
 
 
+def prepare(lab, steps_):
+    """Ready what the steps will need, so none is late: the loss programs on every machine their
+    links' ends run on (the first load on another machine of a cluster takes seconds)."""
+    links = {link.key: link for step in steps_ if step.action == "loss" for link in step.args[0]}
+    if links:
+        lab.prepare_loss(list(links.values()))
+
+
 def describe(step):
     """One step as a person reads it: `l1-s1 down`, `h3 receives at 0.25 of line rate`."""
     if step.action == "link":

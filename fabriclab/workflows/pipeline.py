@@ -192,7 +192,9 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
     try:
         _apply_ecn(lab, run.ecn)
         conditions = [_apply_condition(lab, fault) for fault in run.conditions]
-        clock.timeline = faults_mod.Timeline(lab, faults_mod.steps(run.faults, lab))
+        timed = faults_mod.steps(run.faults, lab)
+        faults_mod.prepare(lab, timed)
+        clock.timeline = faults_mod.Timeline(lab, timed)
         ports = PortSampler(lab.fabric, sample_s, cluster=getattr(lab, "cluster", None)).start()
         if lab.queues is not None:
             queue_before = (lab.queues.counters(), time.monotonic_ns())

@@ -1,8 +1,10 @@
 """Two separate kernels on one machine (issue 21): this machine and the full-kernel tier's guest,
 booted as a second lab machine on a virtual wire (one guest for the module). `doctor --inventory`
 checks both over SSH, a sweep of 4 cases spreads over them into one comparison, one fabric split
-over both comes up, runs a ring and all-pairs traffic between them (counters read on both) and
-routes around a failed cable between them, `clean --inventory` finds nothing left on either, and stopping the guest leaves nothing here (nor does `clean` after a killed one)."""
+over both comes up, runs a ring and all-pairs traffic between them (counters read on both), loses
+packets on cables in the guest and between the kernels, and routes around a failed cable between
+them; `clean --inventory` finds nothing left on either, and stopping the guest leaves nothing here
+(nor does `clean` after a killed one)."""
 
 import json
 import os
@@ -14,9 +16,9 @@ import time
 
 import pytest
 
-from fabriclab.errors import LabError
 from fabriclab.lab.cluster import machines_from_inventory
 from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
+from fabriclab.lab import linkloss
 from fabriclab.lab.lab import Lab
 from fabriclab.lab.runstate import RUN_ROOT
 from fabriclab.measure import telemetry
@@ -177,8 +179,17 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
         assert set(counters) == set(states) == set(lab.fabric.switch_ports("l2").values()), states
         with ColumnReader(lab.fabric, columns(lab.fabric), lab.cluster) as reader:
             assert reader.read()[f"l2>{h2.intf}"] > 0
-        with pytest.raises(LabError, match="l2 runs on machine guest"):
-            lab.set_loss(lab.resolve_link("l2", "s1"), 0.01)
+        # Loss on a cable inside the guest and on one between the machines: each end drops in
+        # its own kernel, and the guest's drops are read there
+        lossy = lab.resolve_link("h2", "l2") + lab.resolve_link("l2", "s1")
+        lab.prepare_loss(lossy)
+        lab.set_loss(lossy, 0.3)
+        h1_node, h2_node = lab.host("h1"), lab.host("h2")
+        h1_node.cmd(f"ping -c 100 -i 0.02 -W 1 -q {h2_node.IP()}")
+        dropped = {node: d for (node, _intf), (d, _p) in linkloss.counters(lab).items() if d}
+        assert {"h2", "l2"} <= set(dropped), dropped                           # set and read in the guest
+        lab.restore()
+        assert linkloss.counters(lab) == {} and lab.ping(h1, h2, count=3, timeout_s=5)
         # Either boundary cable can fail: the controller, here, hears the guest's switch and
         # moves the traffic to the other one.
         for a, b in (("l1", "s2"), ("l2", "s1")):

@@ -101,23 +101,6 @@ def test_the_member_refuses_what_is_not_a_run_of_the_lab(capsys):
     assert member.main(["--run-id", "20261126-120000-abcdef", "--link-group", "0"]) == 2
 
 
-def test_link_loss_on_a_cable_with_an_end_on_another_machine_is_refused_before_any_port():
-    import types
-
-    from fabriclab.lab import linkloss
-    from fabriclab.topologies.fabric import Fabric
-
-    fabric = Fabric(load_spec("tiny"))
-    here, guest = machines()
-    lab = types.SimpleNamespace(fabric=fabric, cluster=types.SimpleNamespace(
-        machine_of_name=lambda name: guest if name in ("l2", "h2") else here))
-    local = next(link for link in fabric.links if {link.a, link.b} == {"l1", "s1"})
-    crossing = next(link for link in fabric.links if {link.a, link.b} == {"l2", "s1"})
-    with pytest.raises(LabError, match=r"link loss on \S+: l2 runs on machine guest, .* use down, up"):
-        linkloss.set_loss(lab, [local, crossing], 0.01)
-    assert "_loss_stages" not in vars(lab)
-
-
 def bare_cluster():
     """A Cluster with no connections: what its helpers and start costs keep."""
     return Cluster([Machine("here", "10.0.0.1", local=True)], run=None)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fabriclab.lab import linkloss
+from fabriclab.lab import portloss
 from fabriclab.apps.steering import steering_state
 from fabriclab.errors import LabError
 from fabriclab.switchml import launcher
@@ -51,7 +51,7 @@ def test_defaults_follow_the_buffer_and_the_link_rate():
 
 
 def test_loss_threshold_is_the_fraction_of_32_bits():
-    assert linkloss.threshold(0) == 0 and linkloss.threshold(0.5) == 2**31
-    assert linkloss.threshold(1) == 2**32 - 1
+    assert portloss.threshold(0) == 0 and portloss.threshold(0.5) == 2**31
+    assert portloss.threshold(1) == 2**32 - 1
     with pytest.raises(LabError, match="loss must be a fraction in 0..1"):
-        linkloss.threshold(1.5)
+        portloss.threshold(1.5)

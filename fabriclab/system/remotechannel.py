@@ -1,10 +1,11 @@
 """A helper process of the lab on another machine of a cluster, spoken to in JSON lines over the
 lab's SSH connection: `python -m MODULE ARGS` there, its input and output here.
 
-Both helpers (the port sampler, `remotesampler`, and the counter reader, `remotecounters`) answer
-"clock" with {"wall": time.time()} there, which measures the other clock's offset from this one:
-the exchange with the shortest round trip counts, its reading set at that trip's middle. The input
-ending is how a helper ends, with the run or with a dropped connection.
+The helpers are the port sampler (measure/remotesampler.py), the counter reader
+(measure/remotecounters.py) and the loss stage (lab/remoteloss.py). Those that date what they read
+answer "clock" with {"wall": time.time()} there, which measures the other clock's offset from this
+one: the exchange with the shortest round trip counts, its reading set at that trip's middle. The
+input ending is how a helper ends, with the run or with a dropped connection.
 """
 
 from __future__ import annotations
