@@ -485,10 +485,31 @@ class _AgentLink:
         messages = self.lines.feed(chunk)
         if self.clock_offset_s:
             for message in messages:
-                for key in ("start", "end") if "done" in message else ():
-                    if isinstance(message.get(key), (int, float)):
-                        message[key] -= self.clock_offset_s
+                _onto_this_clock(message, self.clock_offset_s)
         return messages
+
+
+def _onto_this_clock(message, offset_s):
+    """Set an agent's wall-clock times onto this machine's clock: an iteration's start and end
+    ("done"), and in "final" each QP's first send and last ACK and the plane load balancer's
+    timeline start and event times."""
+    def shift(record, key):
+        if isinstance(record, dict) and isinstance(record.get(key), (int, float)) \
+                and not isinstance(record[key], bool):
+            record[key] -= offset_s
+
+    if "done" in message:
+        shift(message, "start")
+        shift(message, "end")
+    if "final" in message:
+        for qp in message.get("qps") or ():
+            shift(qp, "first_send")
+            shift(qp, "last_ack")
+        plb_record = message.get("plb")
+        if isinstance(plb_record, dict):
+            shift(plb_record.get("timeline"), "start")
+            for event in plb_record.get("events") or ():
+                shift(event, "t")
 
 
 class Launcher:

@@ -82,6 +82,15 @@ def test_a_rank_on_another_clock_gets_start_times_on_its_clock_and_reports_on_th
     done, ready = link.messages()
     assert done == {"done": 3, "start": 100.0, "end": 101.0, "cpu_s": 0.5}
     assert ready == {"ready": 0, "end": 7.0}                    # only a "done" carries its times
+    # its final report's times too: QPs' first send and last ACK, the PLB timeline and events
+    final = {"final": 1, "qps": [{"qpn": 17, "first_send": 99.5, "last_ack": None}, "junk"],
+             "plb": {"timeline": {"start": 99.0, "t_s": [0.0, 0.5]},
+                     "events": [{"t": 99.75, "plane": 2, "event": "removed"}, {"t": True}]}}
+    link.sock = FakeSock(rank_channel.frame(final))
+    (got,) = link.messages()
+    assert got["qps"] == [{"qpn": 17, "first_send": 100.25, "last_ack": None}, "junk"]
+    assert got["plb"]["timeline"] == {"start": 99.75, "t_s": [0.0, 0.5]}           # offsets stay
+    assert got["plb"]["events"] == [{"t": 100.5, "plane": 2, "event": "removed"}, {"t": True}]
     here = _AgentLink(0, Exited())
     here.sock = FakeSock()
     here.send({"run": 0, "start_at": 5.0})
