@@ -21,9 +21,6 @@ from fabriclab.traffic import agent_process, roce
 
 AGENT_MODULE = "fabriclab.traffic.generator"
 START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
-# An agent on another machine of a cluster starts through an SSH session and that machine's Python
-# (an emulated guest's takes seconds): the start waits this many times what that took, measured.
-REMOTE_START_FACTOR = 1.5
 MAX_RESULT_BYTES = 64 << 20
 LATE_START_S = 0.05      # an agent starting later than this is reported (results: late_start_s)
 LINGER_S = 1.0
@@ -142,11 +139,7 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
     # Each agent's clock against this one's (asked before the start time is set: the first ask
     # on another machine starts its reader there).
     offsets = {host: agent_process.clock_offset_s(lab, host) for host in files}
-    cluster = getattr(lab, "cluster", None)
-    margin = START_MARGIN_S
-    if cluster is not None:
-        margin += REMOTE_START_FACTOR * max((cluster.agent_start_s(m, AGENT_MODULE)
-                                             for m in cluster.remote_machines(files)), default=0.0)
+    margin = agent_process.start_margin_s(lab, files, AGENT_MODULE, START_MARGIN_S)
     start_unix = time.time() + margin
     start_mono = time.monotonic() + margin
     procs = {}

@@ -21,6 +21,7 @@ tunnels and the controller's OpenFlow go, never every interface), and how to rea
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import re
@@ -135,6 +136,10 @@ def _ssh_options(text, where):
                            f"the lab passes on (allowed: -i PATH, -o with {', '.join(sorted(SSH_OPTIONS))})")
         options += ["-o", value]
     return options
+
+
+def _size(limit):
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
 
 
 # -- Mininet's cluster classes, with the lab's connection ------------------------------------------
@@ -325,15 +330,27 @@ class Cluster:
         self.root_run(machine, f"mkdir -p {shlex.quote(str(path.parent))}; {gone}cat > {shlex.quote(str(path))}",
                       f"copying {path.name}", stdin_text=text)
 
-    def pull(self, machine, path, limit):
-        """The text of `path` on `machine` (an agent's output there), at most `limit` bytes."""
-        proc = machine.run(f"head -c {int(limit) + 1} {shlex.quote(str(path))}", timeout=300)
+    def pull(self, machine, path, limit, binary=False):
+        """The text (bytes if `binary`) of `path` on `machine` (an agent's output there), at most
+        `limit` bytes. It travels as base64, so a binary file (a tensor) comes back unchanged."""
+        where = f"copying {path.name} back from {machine.name}"
+        proc = machine.run(f"set -o pipefail; head -c {int(limit) + 1} {shlex.quote(str(path))} | base64 -w0",
+                           timeout=300)
         if proc.returncode != 0:
             why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-            raise LabError(f"copying {path.name} back from {machine.name}: {why[:200]}")
-        if len(proc.stdout) > limit:
-            raise LabError(f"copying {path.name} back from {machine.name}: larger than {limit >> 20} MiB")
-        return proc.stdout
+            raise LabError(f"{where}: {why[:200]}")
+        try:
+            data = base64.b64decode(proc.stdout.strip(), validate=True)
+        except ValueError:
+            raise LabError(f"{where}: not what was sent") from None
+        if len(data) > limit:
+            raise LabError(f"{where}: larger than {_size(limit)}")
+        if binary:
+            return data
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            raise LabError(f"{where}: not UTF-8 text") from None
 
     def forward(self, machine, socket_path):
         """Connections to the Unix socket `socket_path` on `machine` reach the same path here, over

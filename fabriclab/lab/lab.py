@@ -289,13 +289,6 @@ class Lab:
         return False
 
     # -- nodes and links --------------------------------------------------------------------------
-    def one_machine_only(self, what):
-        """Refuse, in one line, what does not run across machines yet (anything that starts
-        processes in the hosts: their files live in this machine's run folder)."""
-        if self.cluster is not None:
-            raise LabError(f"{what} runs on one machine so far; this fabric is spread over "
-                           f"{len(self.machines)} machines, where bring-up, routing, pings and link faults work")
-
     def host(self, name):
         if name not in self.fabric.hosts:
             raise LabError(f"no host {excerpt(name)} in fabric {excerpt(self.fabric.spec.name)} "

@@ -16,10 +16,12 @@ int32 must match exactly, float32 within the quantization bound the workers repo
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
+import select
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -32,10 +34,14 @@ from fabriclab.lab import steering
 from fabriclab.errors import LabError
 from fabriclab.switchml.node import PORT, tensor_for
 from fabriclab.switchml.packet import HEADER_LEN, max_elements
+from fabriclab.traffic import agent_process
 
 DEFAULT_K = 256
 ROOT_PORT = PORT + 1            # the level-2 aggregator's port (it shares leaf 1's server)
 START_MARGIN_S = 1.5
+READY_TIMEOUT_S = 10.0         # an aggregator binds its socket (plus, elsewhere, its machine's start)
+NODE_MODULE = "fabriclab.switchml.node"
+NPY_HEADER_MAX = 4096
 DTYPES = ("int32", "float32")
 IP_UDP = 28
 
@@ -191,6 +197,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
     folder = lab.run.path(f"{tag}-{time.strftime('%H%M%S')}")
     folder.mkdir(parents=True, exist_ok=True)
     procs, outputs, ranks = {}, {}, {}
+    hosts = {}                    # aggregator process name -> its host
     # A switch aggregates inside its pipeline, at line rate on every port at once; the server that
     # stands in for it has one cable, which n workers would share. Its link runs at n times the
     # host rate for the run, so the cable is not what the comparison measures.
@@ -213,6 +220,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
             if root:
                 job.update(upstream=list(placement.aggregators).index(leaf_name), parent=root["service"],
                            parent_port=ROOT_PORT)
+            hosts[f"agg-{leaf_name}"] = agg
             procs[f"agg-{leaf_name}"] = _start(lab, agg, folder, f"agg-{leaf_name}", {
                 "role": "aggregator", "name": f"agg-{leaf_name}", "level": 1, "capacity": spec.capacity,
                 "slot_elements": k, "jobs": [job], "bind": fabric.hosts[agg].ports[0].ip})
@@ -223,28 +231,39 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
             intf = fabric.hosts[root["host"]].ports[0].intf
             lab.net.get(root["host"]).cmd(f"sysctl -qw net.ipv4.conf.all.accept_local=1 "
                                           f"net.ipv4.conf.{intf}.accept_local=1")
+            hosts["agg-root"] = root["host"]
             procs["agg-root"] = _start(lab, root["host"], folder, "agg-root", {
                 "role": "aggregator", "name": "agg-root", "level": 2, "capacity": spec.capacity,
                 "slot_elements": k, "port": ROOT_PORT, "bind": fabric.hosts[root["host"]].ports[0].ip,
                 "jobs": [{"job_id": spec.job_id, "slots": slots, "elements": k, "group": root["group"],
                           "children": [fabric.hosts[a].ports[0].ip for a in placement.aggregators.values()]}]})
-        time.sleep(patience.scaled(0.5))                    # the aggregators have bound
-        start_at = time.time() + patience.scaled(START_MARGIN_S)
-        rank = 0
-        for leaf_name, workers in placement.workers.items():
+        ready_by = time.monotonic() + agent_process.start_margin_s(lab, hosts.values(), NODE_MODULE,
+                                                                   patience.scaled(READY_TIMEOUT_S))
+        for name, host in hosts.items():
+            _ready(procs[name], f"{name} on {host}", ready_by)
+        # The workers' configs are in place (on their machines) before the start time is set;
+        # each is given it on its command line, on its own clock.
+        configs = {}
+        for rank, (leaf_name, i, host) in enumerate((leaf_name, i, host) for leaf_name, workers
+                                                    in placement.workers.items() for i, host in enumerate(workers)):
             service, _ = _service(fabric.switches[leaf_name])
-            for i, host in enumerate(workers):
-                outputs[rank] = folder / f"out-{rank}.npy"
-                ranks[rank] = host
-                procs[f"w{rank}"] = _start(lab, host, folder, f"w{rank}", {
-                    "role": "worker", "rank": rank, "worker_id": i, "address": fabric.hosts[host].ports[0].ip,
-                    "service": service, "start_at": start_at, "iterations": spec.iterations,
-                    "timeout_s": timeout_ms / 1000, "deadline_s": spec.deadline_s,
-                    "output": str(outputs[rank]),
-                    "job": {"job_id": spec.job_id, "workers_here": len(workers), "workers": total,
-                            "slots": slots, "elements": k},
-                    "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}})
-                rank += 1
+            outputs[rank] = folder / f"out-{rank}.npy"
+            ranks[rank] = host
+            configs[rank] = _config(lab, host, folder, f"w{rank}", {
+                "role": "worker", "rank": rank, "worker_id": i, "address": fabric.hosts[host].ports[0].ip,
+                "service": service, "iterations": spec.iterations, "start_at": None,
+                "timeout_s": timeout_ms / 1000, "deadline_s": spec.deadline_s,
+                "output": str(outputs[rank]),
+                "job": {"job_id": spec.job_id, "workers_here": len(placement.workers[leaf_name]),
+                        "workers": total, "slots": slots, "elements": k},
+                "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}},
+                outputs=[outputs[rank]])
+        offsets = {host: agent_process.clock_offset_s(lab, host) for host in set(ranks.values())}
+        start_at = time.time() + agent_process.start_margin_s(lab, ranks.values(), NODE_MODULE,
+                                                              patience.scaled(START_MARGIN_S))
+        for rank, host in ranks.items():
+            procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}",
+                                     ["--start-at", repr(start_at + offsets[host])])
         if on_start is not None:
             on_start(start_at)
         workers_out, failure = {}, None
@@ -254,11 +273,13 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                                          spec.deadline_s * spec.iterations + patience.scaled(30), cancel=cancel)
         except LabError as exc:
             failure = exc
+        # Each worker's result, read back from its machine while the run's folder is there.
+        results = {} if failure else {r: _tensor(lab, ranks[r], outputs[r], spec.elements) for r in ranks}
     finally:
-        for name, proc in procs.items():
-            if name.startswith("agg") and proc.poll() is None:
-                proc.terminate()
-        aggs_out = {name: _finish(proc, name, 10, fail=False) for name, proc in procs.items()
+        # An aggregator ends when its stop file appears where it runs (here or on another machine).
+        for name, host in hosts.items():
+            _stop(lab, host, folder, name)
+        aggs_out = {name: _finish(proc, name, patience.scaled(10), fail=False) for name, proc in procs.items()
                     if name.startswith("agg")}
         for proc in procs.values():
             if proc.poll() is None:
@@ -270,21 +291,76 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
         seen = "; ".join(f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(doc.get("counters", {}).items()))
                          for name, doc in aggs_out.items())
         raise LabError(f"{failure} ({seen})")
-    report = _report(spec, fabric, placement, k, slots, total, workers_out, aggs_out, outputs)
+    report = _report(spec, fabric, placement, k, slots, total, workers_out, aggs_out, results)
     report["timeout_ms"] = timeout_ms
     report["aggregator_link_mbps"] = links
     return report
 
 
-def _start(lab, host, folder, name, cfg):
-    lab.one_machine_only("SwitchML")
+def _config(lab, host, folder, name, cfg, outputs=()):
+    """Write a SwitchML process's config where `host` runs (removing an earlier `outputs`)."""
     cfg.setdefault("port", PORT)
     path = folder / f"{name}.json"
     path.write_text(json.dumps(cfg))
-    proc = lab.net.get(host).popen([sys.executable, "-m", "fabriclab.switchml.node", str(path)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lab.run.add_process(proc.pid, f"switchml-{name}", "fabriclab.switchml.node")
-    return proc
+    agent_process.prepare(lab, host, [path], outputs)
+    return path
+
+
+def _run(lab, host, path, name, args=()):
+    """A SwitchML process on `host` (on its own machine); its output is its report."""
+    return agent_process.start(lab, host, NODE_MODULE, [path, *args], f"switchml-{name}", keep_stdout=True)
+
+
+def _stop_file(folder, name):
+    return folder / f"{name}.stop"
+
+
+def _start(lab, host, folder, name, cfg):
+    """An aggregator, told to stop by _stop (no earlier stop file is left for it to see)."""
+    stop = _stop_file(folder, name)
+    cfg["stop_file"] = str(stop)
+    return _run(lab, host, _config(lab, host, folder, name, cfg, outputs=[stop]), name)
+
+
+def _stop(lab, host, folder, name):
+    """Put the aggregator `name`'s stop file where it runs; a failure to is left to _finish's kill."""
+    stop = _stop_file(folder, name)
+    try:
+        stop.write_text("")
+        agent_process.prepare(lab, host, [stop])
+    except (LabError, OSError):
+        pass
+
+
+def _ready(proc, what, deadline):
+    """Wait for an aggregator's {"ready": ...} line: its socket is bound."""
+    fd, line = proc.stdout.fileno(), b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LabError(f"switchml: {what} was not ready in time")
+        if select.select([fd], [], [], min(left, 0.2))[0]:
+            # A byte at a time: nothing after the line is taken from what _finish reads later.
+            byte = os.read(fd, 1)
+            if not byte:
+                why = agent_process.last_error_line(proc) or f"exit {proc.wait()}"
+                raise LabError(f"switchml: {what} ended before it was ready: {why}")
+            line += byte
+    try:
+        ok = "ready" in json.loads(line)
+    except (ValueError, TypeError):
+        ok = False
+    if not ok:
+        raise LabError(f"switchml: {what} said {excerpt(line.decode(errors='replace').strip())}, not ready")
+
+
+def _tensor(lab, host, path, elements):
+    """A worker's result (.npy), read where it ran."""
+    data = agent_process.read_output(lab, host, path, elements * 8 + NPY_HEADER_MAX, binary=True)
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError):
+        raise LabError(f"switchml: the result of {host} ({path.name}) is not a tensor") from None
 
 
 def _finish(proc, what, timeout, fail=True, cancel=None):
@@ -321,8 +397,7 @@ def _report(spec, fabric, placement, k, slots, total, workers, aggs, outputs):
     else:
         exact = np.sum(np.stack(tensors).astype(np.float64), axis=0)
     worst, bound, digests = 0.0, 0.0, set()
-    for r, path in outputs.items():
-        got = np.load(path)
+    for r, got in outputs.items():
         digests.add(hashlib.sha256(got.tobytes()).hexdigest())
         if spec.dtype == "int32":
             if not np.array_equal(got, exact):

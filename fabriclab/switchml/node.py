@@ -1,9 +1,11 @@
 """The SwitchML processes on the lab's hosts: an aggregator (the switch logic on a server beside a
 switch) or a worker, each a UDP loop around the state machines in aggregator.py and worker.py.
 
-    python -m fabriclab.switchml.node CONFIG.json
+    python -m fabriclab.switchml.node CONFIG.json [--start-at UNIX_TIME]
 
-An aggregator runs until SIGTERM and then prints its counters as one JSON line. A worker waits for
+An aggregator says {"ready": NAME} once its socket is bound, runs until its `stop_file` appears
+(the launcher puts it there, on whichever machine the aggregator runs) or SIGTERM, and then
+prints its counters as one JSON line. A worker waits for
 the shared start time, aggregates its tensor `iterations` times (each continuing the slots'
 versions), saves the last result to `output` (.npy) and prints its timings and counters as JSON.
 
@@ -14,7 +16,10 @@ address, which the switch copies to every member, and unicasts to a member's own
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import os
 import selectors
 import signal
 import socket
@@ -30,6 +35,8 @@ from fabriclab.switchml.pool import MULTICAST, UNICAST
 from fabriclab.switchml.worker import Worker
 
 PORT = 27182
+MAX_START_DELAY_S = 600.0      # a later start is a clock or launcher mistake
+STOP_POLL_S = 0.2              # an idle aggregator looks for its stop file this often
 RECEIVE_BUFFER = 4 * 2**20
 
 
@@ -67,9 +74,12 @@ def run_aggregator(cfg):
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(Stop()))
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
+    stop_file = cfg.get("stop_file")
+    print(json.dumps({"ready": cfg["name"]}), flush=True)
     try:
         while True:
-            sel.select(1.0)
+            if not sel.select(STOP_POLL_S) and stop_file and os.path.exists(stop_file):
+                raise Stop()
             while True:
                 try:
                     data, _ = sock.recvfrom(65536)
@@ -155,9 +165,17 @@ def run_worker(cfg):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0]) as f:
+    parser = argparse.ArgumentParser(prog="python -m fabriclab.switchml.node")
+    parser.add_argument("config")
+    parser.add_argument("--start-at", type=float, default=None,
+                        help="a worker's start (unix time on this machine's clock), over its config's")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    with open(args.config) as f:
         cfg = json.load(f)
+    if args.start_at is not None:
+        if not math.isfinite(args.start_at) or args.start_at - time.time() > MAX_START_DELAY_S:
+            parser.error(f"--start-at is not a time within {MAX_START_DELAY_S:.0f} s from now")
+        cfg["start_at"] = args.start_at
     (run_aggregator if cfg["role"] == "aggregator" else run_worker)(cfg)
 
 

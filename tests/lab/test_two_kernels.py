@@ -3,8 +3,8 @@ booted as a second lab machine on a virtual wire (one guest for the module). `do
 checks both over SSH, a sweep of 4 cases spreads over them into one comparison, one fabric split
 over both comes up, runs a ring and all-pairs traffic between them (counters read on both), loses
 packets on cables in the guest and between the kernels, and routes around a failed cable between
-them; `clean --inventory` finds nothing left on either, and stopping the guest leaves nothing here
-(nor does `clean` after a killed one)."""
+them; SwitchML aggregates over both in two levels; `clean --inventory` finds nothing left on
+either, and stopping the guest leaves nothing here (nor does `clean` after a killed one)."""
 
 import json
 import os
@@ -23,7 +23,8 @@ from fabriclab.lab.lab import Lab
 from fabriclab.lab.runstate import RUN_ROOT
 from fabriclab.measure import telemetry
 from fabriclab.measure.portsampler import ColumnReader, columns
-from fabriclab.topologies.spec import load_spec
+from fabriclab.switchml.launcher import AggregationSpec, run_aggregation
+from fabriclab.topologies.spec import FabricSpec, load_spec
 from fabriclab.topologies.split import parse_split
 from fabriclab.traffic.allpairs import AllPairsSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
@@ -197,6 +198,31 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
             assert lab.ping(h1, h2, count=3, timeout_s=5), f"{a}-{b} down"
             lab.link_up(a, b, timeout=60)
         assert lab.ping(h1, h2, count=3, timeout_s=5)
+    finally:
+        lab.stop()
+    assert in_guest(guest, group) == [[], [], []]
+    assert labutil.leaked(before, labutil.resources()) == {}
+
+
+def test_switchml_aggregates_across_two_kernels(guest, tmp_path):
+    before = labutil.resources()
+    inventory = guest.inventory(tmp_path / "two.ini", project_dir=str(REPO))
+    spec = FabricSpec(name="t-sml2", leaves=2, spines=2, hosts_per_leaf=2, host_rate_mbps=10,
+                      fabric_rate_mbps=10, real_host_rate_mbps=400_000)
+    lab = Lab(spec, split=parse_split("leaf:2"), machines=machines_from_inventory(inventory))
+    try:
+        lab.start(timeout=240)
+        group = lab.run.data["link_group"]
+        # Two levels: h1's rack here, h3's in the guest (its aggregator h4 there too), the root
+        # beside leaf 1; each worker's result is read back from its machine and equals numpy's
+        r = run_aggregation(lab, AggregationSpec(elements=5000, hierarchy=True, iterations=1))
+        assert r["verify"]["ok"] and r["verify"]["exact"], r["verify"]
+        assert r["aggregators"] == {"l1": "h2", "l2": "h4"} and r["worker_hosts"] == {"l1": ["h1"], "l2": ["h3"]}
+        chunks = -(-5000 // r["k"])
+        counters = r["aggregator_counters"]
+        assert counters["agg-l2"]["completed"] >= chunks and counters["agg-root"]["completed"] >= chunks, counters
+        # The guest's aggregator stopped on its stop file; no SwitchML process is left there
+        assert guest.ssh("pgrep -f fabriclab.switchml.node").returncode == 1
     finally:
         lab.stop()
     assert in_guest(guest, group) == [[], [], []]

@@ -2,6 +2,7 @@
 with an earlier output removed first, its output read back from there, bounded; the traffic
 agent's start time given on its command line over its config's; late starts reported."""
 
+import base64
 import json
 import pathlib
 import types
@@ -27,8 +28,9 @@ class RecordingCluster:
     def push(self, machine, path, text, remove=()):
         self.pushed.append((machine.name, path.name, text, [p.name for p in remove]))
 
-    def pull(self, machine, path, limit):
-        return self.files[path.name][:limit]
+    def pull(self, machine, path, limit, binary=False):
+        data = self.files[path.name][:limit]
+        return data.encode() if binary else data
 
 
 def test_a_host_here_reads_and_writes_its_own_files_and_one_there_goes_over_the_cluster(tmp_path):
@@ -47,11 +49,29 @@ def test_a_host_here_reads_and_writes_its_own_files_and_one_there_goes_over_the_
     assert agent_process.read_output(types.SimpleNamespace(), "h1", cfg, 10) == "{}"   # no cluster at all
 
 
-def test_pull_refuses_an_output_larger_than_its_bound_and_names_the_machine():
-    machine = types.SimpleNamespace(name="m2", run=lambda command, timeout: types.SimpleNamespace(
-        returncode=0, stdout="x" * 11, stderr=""))
+def replying(stdout, returncode=0, stderr=""):
+    """A machine whose every command prints `stdout`."""
+    return types.SimpleNamespace(name="m2", run=lambda command, timeout: types.SimpleNamespace(
+        returncode=returncode, stdout=stdout, stderr=stderr))
+
+
+def test_pull_brings_text_or_bytes_back_unchanged_as_base64():
     cluster = Cluster.__new__(Cluster)
-    with pytest.raises(LabError, match="copying r.json back from m2: larger than"):
+    tensor = bytes(range(256)) * 3
+    assert cluster.pull(replying(base64.b64encode(tensor).decode() + "\n"), pathlib.Path("/run/o.npy"),
+                        1024, binary=True) == tensor
+    assert cluster.pull(replying(base64.b64encode("{\"µ\": 1}".encode()).decode()), pathlib.Path("/run/r.json"),
+                        100) == '{"µ": 1}'
+    with pytest.raises(LabError, match="copying r.json back from m2: not UTF-8 text"):
+        cluster.pull(replying(base64.b64encode(b"\xff\xfe").decode()), pathlib.Path("/run/r.json"), 100)
+    with pytest.raises(LabError, match="copying r.json back from m2: not what was sent"):
+        cluster.pull(replying("not base64 !"), pathlib.Path("/run/r.json"), 100)
+
+
+def test_pull_refuses_an_output_larger_than_its_bound_and_names_the_machine():
+    machine = replying(base64.b64encode(b"x" * 11).decode())
+    cluster = Cluster.__new__(Cluster)
+    with pytest.raises(LabError, match="copying r.json back from m2: larger than 10 bytes"):
         cluster.pull(machine, pathlib.Path("/run/r.json"), 10)
     machine.run = lambda command, timeout: types.SimpleNamespace(returncode=1, stdout="",
                                                                  stderr="head: cannot open '/run/r.json'\n")

@@ -55,3 +55,123 @@ def test_loss_threshold_is_the_fraction_of_32_bits():
     assert portloss.threshold(1) == 2**32 - 1
     with pytest.raises(LabError, match="loss must be a fraction in 0..1"):
         portloss.threshold(1.5)
+
+
+def test_the_common_start_waits_for_the_slowest_other_machine_its_hosts_use():
+    import types
+
+    from fabriclab.traffic import agent_process
+
+    asked = []
+    guest = types.SimpleNamespace(name="guest")
+    cluster = types.SimpleNamespace(
+        remote_machines=lambda hosts: [guest] if "h3" in list(hosts) else [],
+        agent_start_s=lambda machine, module: asked.append(module) or 6.0)
+    lab = types.SimpleNamespace(cluster=cluster)
+    assert agent_process.start_margin_s(lab, ["h1", "h3"], launcher.NODE_MODULE, 1.5) == 1.5 + 1.5 * 6.0
+    assert agent_process.start_margin_s(lab, ["h1"], launcher.NODE_MODULE, 1.5) == 1.5
+    assert agent_process.start_margin_s(types.SimpleNamespace(), ["h3"], launcher.NODE_MODULE, 1.5) == 1.5
+    assert asked == [launcher.NODE_MODULE]
+
+
+def python_saying(text):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdout.write({text!r}); sys.stdout.flush()"
+                             "; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def test_an_aggregator_is_ready_when_it_says_so_and_its_later_output_is_kept():
+    import time
+
+    proc = python_saying('{"ready": "agg-l1"}\n{"counters": {"sent": 3}}\n')
+    launcher._ready(proc, "agg-l1 on h4", time.monotonic() + 30)
+    # what came after the line is still there for _finish
+    doc = launcher._finish(proc, "agg-l1", 30, fail=False)
+    assert doc == {"counters": {"sent": 3}}
+
+
+@pytest.mark.parametrize("said, complaint", [("", "ended before it was ready"),
+                                             ('{"error": "bind"}\n', "not ready"),
+                                             ("nonsense\n", "not ready")])
+def test_an_aggregator_that_is_not_ready_fails_in_one_line(said, complaint):
+    import time
+
+    proc = python_saying(said)
+    proc.stdin.close()
+    with pytest.raises(LabError, match=complaint):
+        launcher._ready(proc, "agg-l1 on h4", time.monotonic() + 30)
+    proc.wait()
+
+
+def test_an_aggregator_that_says_nothing_in_time_fails():
+    import time
+
+    proc = python_saying("")
+    try:
+        with pytest.raises(LabError, match="agg-l1 on h4 was not ready in time"):
+            launcher._ready(proc, "agg-l1 on h4", time.monotonic() + 0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_workers_result_is_read_where_it_ran_and_must_be_a_tensor(tmp_path):
+    import io
+    import types
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(5, dtype=np.int32))
+    limits = []
+    cluster = types.SimpleNamespace(
+        machine_of_name=lambda name: types.SimpleNamespace(name="guest", local=False),
+        pull=lambda machine, path, limit, binary=False: limits.append(limit) or buf.getvalue())
+    lab = types.SimpleNamespace(cluster=cluster)
+    got = launcher._tensor(lab, "h3", tmp_path / "out-1.npy", 5)
+    assert got.tolist() == [0, 1, 2, 3, 4] and limits == [5 * 8 + launcher.NPY_HEADER_MAX]
+    cluster.pull = lambda machine, path, limit, binary=False: b"not a tensor"
+    with pytest.raises(LabError, match=r"the result of h3 \(out-1.npy\) is not a tensor"):
+        launcher._tensor(lab, "h3", tmp_path / "out-1.npy", 5)
+
+
+def test_a_nodes_start_time_on_its_command_line_must_be_near(tmp_path, capsys):
+    import json
+    import time
+
+    from fabriclab.switchml import node
+
+    cfg = tmp_path / "w.json"
+    cfg.write_text(json.dumps({"role": "worker"}))
+    for bad in ("nan", "inf", repr(time.time() + 10 * node.MAX_START_DELAY_S)):
+        with pytest.raises(SystemExit):
+            node.main([str(cfg), "--start-at", bad])
+    assert "--start-at is not a time within" in capsys.readouterr().err
+
+
+def test_an_aggregator_stops_when_its_stop_file_appears_and_reports_its_counters(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    stop = tmp_path / "agg.stop"
+    cfg = tmp_path / "agg.json"
+    cfg.write_text(json.dumps({"role": "aggregator", "name": "agg-l1", "level": 1, "capacity": 8,
+                               "slot_elements": 4, "jobs": [], "bind": "127.0.0.1", "port": 0,
+                               "stop_file": str(stop)}))
+    proc = subprocess.Popen([sys.executable, "-m", launcher.NODE_MODULE, str(cfg)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        launcher._ready(proc, "agg-l1", time.monotonic() + 60)
+        time.sleep(0.5)
+        assert proc.poll() is None                      # no input to end it: it waits for the file
+        stop.write_text("")
+        doc = launcher._finish(proc, "agg-l1", 30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert doc["name"] == "agg-l1" and doc["counters"]["received"] == 0
