@@ -389,7 +389,7 @@ def _finish(proc, what, timeout, fail=True, cancel=None):
     return doc
 
 
-def _report(spec, fabric, placement, k, slots, total, workers, aggs, outputs):
+def _report(spec, fabric, placement, k, slots, total, workers, aggs, results):
     tensors = [tensor_for({"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}, r)
                for r in sorted(workers)]
     if spec.dtype == "int32":
@@ -397,7 +397,7 @@ def _report(spec, fabric, placement, k, slots, total, workers, aggs, outputs):
     else:
         exact = np.sum(np.stack(tensors).astype(np.float64), axis=0)
     worst, bound, digests = 0.0, 0.0, set()
-    for r, got in outputs.items():
+    for r, got in results.items():
         digests.add(hashlib.sha256(got.tobytes()).hexdigest())
         if spec.dtype == "int32":
             if not np.array_equal(got, exact):

@@ -114,10 +114,12 @@ def test_plane_failover(folder):
     # surviving plane halved its DCQCN rate and the climb back took 0.37 s (against 1.03 s).
     assert per_plane is not None and software is not None and per_plane < software, took
     assert took["static"]["recovery_s"] is None
-    # The plane is out: by carrier within milliseconds (measured 3.7 ms) against the software
-    # balancer's timeout (0.76 s); the target is 20x sooner.
+    # The plane is out locally within milliseconds (measured 3.1-3.7 ms) against the software
+    # balancer's timeout (0.76 s); the target is 20x sooner. Either local sign can come
+    # first: the carrier's netlink event, or a send the stack refuses as unreachable (agent.py).
     events = {mode: took[mode]["events"] for mode in ("per-plane", "software")}
-    assert events["per-plane"][0][:2] == ("removed", "carrier") and events["per-plane"][-1][0] == "returned", events
+    assert events["per-plane"][0][:2] in (("removed", "carrier"), ("removed", "send")), events
+    assert events["per-plane"][-1][0] == "returned", events
     assert events["software"][0][:2] == ("removed", "timeout"), events
     assert events["per-plane"][0][2] * 20 <= events["software"][0][2], events
     assert (folder / "plane_failover.png").stat().st_size > 10_000
