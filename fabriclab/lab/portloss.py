@@ -21,6 +21,7 @@ import subprocess
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.queues import datapath
+from fabriclab.system.remotechannel import safe_name
 
 SOURCE = pathlib.Path(__file__).with_name("linkloss.bpf.c")
 PROGRAM = "loss_egress"
@@ -46,7 +47,7 @@ def valid_port(node, pid, intf):
     namespace, where the switches' ports are) and an interface name the kernel allows."""
     return (isinstance(node, str) and _NODE.fullmatch(node) is not None
             and (pid is None or (isinstance(pid, int) and not isinstance(pid, bool) and 1 < pid < 1 << 22))
-            and isinstance(intf, str) and 0 < len(intf) <= 15 and "/" not in intf and intf not in (".", ".."))
+            and safe_name(intf))
 
 
 class _Stage:
@@ -83,9 +84,7 @@ class PortLoss:
 
     def set(self, node, pid, intf, value):
         """Drop a `value` (threshold()) share of what leaves `intf` of `node`; 0 ends it."""
-        if not valid_port(node, pid, intf):
-            raise LabError(f"link loss: not a port: {excerpt(str(node))} {excerpt(str(intf))}")
-        stage = self._stage(node, pid)
+        stage = self._stage(node, pid, intf)
         index = _ifindex(node, pid, intf)
         if value:
             stage.map.update(index, Loss(value, 0, 0, 0))
@@ -100,7 +99,10 @@ class PortLoss:
             except (LabError, OSError):
                 pass
 
-    def _stage(self, node, pid):
+    def _stage(self, node, pid, intf):
+        """The program for the port's namespace, loaded on first use (the port checked first)."""
+        if not valid_port(node, pid, intf):
+            raise LabError(f"link loss: not a port: {excerpt(str(node))} {excerpt(str(intf))}")
         name = "switches" if pid is None else node
         if name not in self.stages:
             self.stages[name] = _Stage(self.run_id, name)
@@ -110,9 +112,7 @@ class PortLoss:
         """Load (compiling it first, once) the program of each port's namespace, touching no port:
         what a timed fault does before its clock starts."""
         for node, pid, intf in ports:
-            if not valid_port(node, pid, intf):
-                raise LabError(f"link loss: not a port: {excerpt(str(node))} {excerpt(str(intf))}")
-            self._stage(node, pid)
+            self._stage(node, pid, intf)
 
     def set_ports(self, ports, value):
         """set() for each (node, pid, intf) of `ports`."""
