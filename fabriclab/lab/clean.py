@@ -16,9 +16,11 @@ alone unless --all is given.
 from __future__ import annotations
 
 import os
+import subprocess
 
 from fabriclab.system.doctor import cleanup_stale_probes
 from fabriclab.queues.datapath import pinned_runs, remove_pins
+from fabriclab.queues.model import WIRE_PRIO
 from fabriclab.lab.runstate import RUN_ROOT, RunState, is_lab_link_group
 from fabriclab.lab.teardown import delete_bridges, delete_link_group, interfaces_in_group, tagged_bridges
 from fabriclab.system.procs import pid_alive, stop_recorded, with_argument_under
@@ -36,6 +38,10 @@ def remove_run(run):
     intfs = interfaces_in_group(group, run.data.get("interfaces", [])) if ours else []
     if ours:
         delete_link_group(group)
+        for dev in run.data.get("wire", []):
+            # its handle is the run's link group: another run's filter there is left alone
+            subprocess.run(["tc", "filter", "del", "dev", dev, "egress", "prio", str(WIRE_PRIO),
+                            "handle", str(group), "bpf"], capture_output=True)
     tagged = tagged_bridges()
     bridges = [b for b in run.data.get("bridges", []) if tagged.get(b, (None,))[0] == run.id]
     delete_bridges(bridges)

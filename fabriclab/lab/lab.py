@@ -21,7 +21,7 @@ import time
 from fabriclab.loading import excerpt
 from fabriclab.system import doctor
 
-from fabriclab.lab import linkloss
+from fabriclab.lab import linkloss, remotequeues
 from fabriclab.system.doctor import require_environment
 from fabriclab.apps import control, select_stage
 from fabriclab.apps.paths import all_paths
@@ -108,9 +108,6 @@ class Lab:
         if len(machines) != split.machines:
             raise LabError(f"the split has {split.machines} machines and the inventory {len(machines)}; "
                            f"give one machine per part")
-        if spec.queues is not None:
-            raise LabError(f"spec {excerpt(spec.name)} has a queue model (queues:); across machines the lab "
-                           f"runs without one so far: drop that section or run on one machine")
         for row in self.split.machines():
             if row["switches"] + row["hosts"] > MAX_LAB_NODES:
                 raise LabError(f"machine {row['machine']} of the split would hold {row['switches'] + row['hosts']} "
@@ -145,18 +142,39 @@ class Lab:
                                  delay=self.delay_mechanism == "netem", cluster=self.cluster,
                                  placement=self.split.machine_of if self.split else None)
             if self.fabric.spec.queues is not None:
-                self.queues = QueueModel(self.fabric, self.net, self.run.id,
-                                         ecn_mechanism=self.ecn_mechanism).start()
+                self.queues = self._start_queues()
             self.timings["build_s"] = time.monotonic() - t0
             self.controller.wait_programmed(timeout=timeout, explain=self._explain)
-            if self.queues is not None and self.datapath == "user":
-                # Only the userspace datapath transmits through one shared packet socket.
-                self.queues.ensure_ovs_buffers()
+            if self.queues is not None:
+                self._ensure_ovs_buffers()
             self.timings["up_s"] = time.monotonic() - t0
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_queues(self):
+        if self.cluster is None:
+            return QueueModel(self.fabric, self.net, self.run.id, ecn_mechanism=self.ecn_mechanism).start()
+        tunnels = {intf.name: link.vni for link in self.net.links if getattr(link, "tunnel", None)
+                   for intf in (link.intf1, link.intf2)}
+        return remotequeues.model_across(self.fabric, self.net, self.run, self.cluster,
+                                         self.cluster.machine_of_name, self.ecn_mechanism, tunnels)
+
+    def _ensure_ovs_buffers(self):
+        """Only the userspace datapath transmits through one shared packet socket: where a
+        machine switches in userspace, its OVS gets deeper socket buffers (queues/ovsbuf.py)."""
+        if self.datapath == "user":
+            self.queues.ensure_ovs_buffers()
+        for name, peer in self.queues.peers.items():
+            machine = next(m for m in self.cluster.machines if m.name == name)
+            if machine.datapath == "user":
+                # OVS opens its transmit socket on the first packet it forwards there
+                here = next(h for h in self.fabric.hosts if self.cluster.machine_of_name(h).local)
+                there = next((h for h in self.fabric.hosts if self.cluster.machine_of_name(h) is machine), None)
+                if there is not None:
+                    self.net.get(here).cmd(f"ping -c 1 -W 2 {self.fabric.hosts[there].ports[0].ip}")
+                peer.ensure_ovs_buffers()
 
     def _explain(self, switches):
         """What Open vSwitch here says of switches that never reached the controller; a switch on

@@ -3,7 +3,8 @@
 
 It writes a run record here under the run's id, owned by itself, so this machine's `clean` knows
 the run is live and, once the member is gone, what to remove. The lab sends it one JSON object per
-line as it builds ({"bridges": [...], "interfaces": [...]} or {"process": {"pid", "role", "match"}}). When its input ends
+line as it builds ({"bridges": [...], "interfaces": [...]}, {"process": {"pid", "role", "match"}} or
+{"wire": [interface, ...]}, where the queue model's wire filter went). When its input ends
 (the run stopped, or was killed and its connection dropped) or it is told to stop by a signal, it
 stops the agents started with a file of the run's folder here, removes what the record names, as
 `clean` would, prints one line saying what, and exits.
@@ -18,6 +19,7 @@ import sys
 
 from fabriclab.lab.runstate import RunState, is_lab_link_group
 from fabriclab.system.procs import stop_recorded, with_argument_under
+from fabriclab.system.remotechannel import safe_name
 
 MAX_LINE = 1 << 16
 MAX_ITEMS = 1 << 16
@@ -77,6 +79,9 @@ def _record(run, line):
     names = {key: msg.get(key) for key in ("bridges", "interfaces")}
     if any(names.values()) and all(_names(v) for v in names.values() if v is not None):
         run.plan(names["bridges"] or [], names["interfaces"] or [])
+    wire = msg.get("wire")
+    if _names(wire) and wire and all(safe_name(d) for d in wire):
+        run.add_wire_filters(wire)
     proc = msg.get("process")
     if isinstance(proc, dict) and isinstance(proc.get("pid"), int) and isinstance(proc.get("match"), str):
         run.add_process(proc["pid"], str(proc.get("role", "")), proc["match"])

@@ -21,6 +21,7 @@ import subprocess
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.queues import datapath
+from fabriclab.system.netns import in_namespace, interface_indexes
 from fabriclab.system.remotechannel import safe_name
 
 SOURCE = pathlib.Path(__file__).with_name("linkloss.bpf.c")
@@ -138,22 +139,15 @@ class PortLoss:
         self.stages = {}
 
 
-def _in_namespace(pid, argv):
-    return argv if pid is None else ["nsenter", f"--net=/proc/{pid}/ns/net", *argv]
-
-
 def _ifindex(node, pid, intf):
-    # From ip, not /sys: /sys/class/net shows the namespace it was mounted in, not nsenter's.
-    text = subprocess.run(_in_namespace(pid, ["ip", "-o", "link", "show", "dev", intf]),
-                          capture_output=True, text=True).stdout
-    try:
-        return int(text.split(":", 1)[0])
-    except ValueError:
-        raise LabError(f"link loss: cannot read the ifindex of {intf} on {node}") from None
+    index = interface_indexes(pid, node).get(intf)
+    if index is None:
+        raise LabError(f"link loss: cannot read the ifindex of {intf} on {node}")
+    return index
 
 
 def _tc(node, pid, commands):
-    proc = subprocess.run(_in_namespace(pid, ["tc", "-batch", "-"]), input="\n".join(commands) + "\n",
+    proc = subprocess.run(in_namespace(pid, ["tc", "-batch", "-"]), input="\n".join(commands) + "\n",
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise LabError(f"link loss: tc on {node} failed: {(proc.stderr.strip().splitlines() or ['?'])[0]}")

@@ -20,7 +20,6 @@ A request it cannot carry out gets {"error": "..."}, one line, and changes nothi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -37,13 +36,10 @@ MAX_LINE = 1 << 20
 
 # -- on the other machine ------------------------------------------------------------------------
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
-    parser.add_argument("--run-id", required=True)
-    args = parser.parse_args(argv)
-    if not RunState.valid_id(args.run_id):
-        print("error: not a lab run id", file=sys.stderr)
+    run_id = RunState.helper_id(MODULE, argv)
+    if run_id is None:
         return 2
-    loss = PortLoss(args.run_id)
+    loss = PortLoss(run_id)
     say({"ready": os.getpid()})
     try:
         for line in iter(lambda: sys.stdin.readline(MAX_LINE), ""):
@@ -96,13 +92,8 @@ class LossStage:
         self.channel = None
 
     def start(self):
-        self.channel = Channel(self.machine, MODULE, ["--run-id", self.run_id],
-                               f"link loss on {self.machine.name}")
-        try:
-            self.channel.ready(self.record)
-        except BaseException:
-            self.close()
-            raise
+        self.channel = Channel.opened(self.machine, MODULE, ["--run-id", self.run_id],
+                                      f"link loss on {self.machine.name}", self.record)
         return self
 
     def load_ports(self, ports):

@@ -9,12 +9,14 @@ killed by name. /run is a tmpfs, so records vanish at reboot together with what 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
 import re
 import secrets
 import shutil
+import sys
 import threading
 import time
 
@@ -73,6 +75,18 @@ class RunState:
         return isinstance(run_id, str) and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id) is not None
 
     @classmethod
+    def helper_id(cls, module, argv):
+        """The run id a run's helper on another machine is started with (`--run-id ID`); None,
+        said on stderr, when it is not one."""
+        parser = argparse.ArgumentParser(prog=f"python -m {module}")
+        parser.add_argument("--run-id", required=True)
+        run_id = parser.parse_args(argv).run_id
+        if not cls.valid_id(run_id):
+            print("error: not a lab run id", file=sys.stderr)
+            return None
+        return run_id
+
+    @classmethod
     def load(cls, run_dir):
         data = json.loads((pathlib.Path(run_dir) / "state.json").read_text())
         return cls(data["id"], data)
@@ -110,6 +124,13 @@ class RunState:
         with self._lock:
             self.data["bridges"] = sorted(set(self.data["bridges"]) | set(bridges))
             self.data["interfaces"] = sorted(set(self.data["interfaces"]) | set(interfaces))
+            self.save()
+
+    def add_wire_filters(self, devices):
+        """Interfaces (not the lab's) the run's queue model put its wire filter on: `clean` takes
+        off the filter with the run's link group as its handle."""
+        with self._lock:
+            self.data["wire"] = sorted(set(self.data.get("wire", [])) | set(devices))
             self.save()
 
     def add_process(self, pid, role, match):

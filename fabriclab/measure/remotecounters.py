@@ -117,18 +117,12 @@ class CounterReader:
         self._lock = threading.Lock()
 
     def start(self):
-        self.channel = Channel(self.machine, MODULE, [], f"counter reader on {self.machine.name}")
-        try:
-            self.channel.ready(self.record)
-            with self._lock:
-                self._measure()
-        except BaseException:
-            self.close()
-            raise
+        self.channel = Channel.opened(self.machine, MODULE, [], f"counter reader on {self.machine.name}",
+                                      self.record, then=self._measure)
         return self
 
-    def _measure(self):
-        self.offset_s, self.rtt_s = self.channel.clock_offset()
+    def _measure(self, channel=None):
+        self.offset_s, self.rtt_s = (channel or self.channel).clock_offset()
         self.measured_at = self.clock()
 
     def offset(self):

@@ -103,16 +103,13 @@ class RemoteSampler:
         return self.channel.proc if self.channel is not None else None
 
     def start(self):
-        self.channel = Channel(self.machine, MODULE, ["--interval", repr(self.interval_s)],
-                               f"port sampler on {self.machine.name}")
-        try:
-            self.channel.send(json.dumps({"pairs": self.pairs}))
-            self.channel.ready(self.record)
-            self.offset_s, self.rtt_s = self.channel.clock_offset()
-        except BaseException:
-            self.close()
-            raise
+        self.channel = Channel.opened(self.machine, MODULE, ["--interval", repr(self.interval_s)],
+                                      f"port sampler on {self.machine.name}", self.record,
+                                      first=[json.dumps({"pairs": self.pairs})], then=self._clock)
         return self
+
+    def _clock(self, channel):
+        self.offset_s, self.rtt_s = channel.clock_offset()
 
     def stop(self):
         """(wall times here, rows): the series it took, its clock set onto this one's."""

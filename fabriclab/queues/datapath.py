@@ -28,12 +28,13 @@ CACHE_DIR = pathlib.Path("/var/cache/fabriclab/bpf")
 BPFFS = pathlib.Path("/sys/fs/bpf")
 PIN_ROOT = BPFFS / "fabriclab"
 NCLASS = 3
+PROGRAMS = ("fq_egress", "fq_ingress", "fq_wire")
 
 
 class Port(ctypes.Structure):
     _fields_ = [("idx", ctypes.c_uint32), ("peer", ctypes.c_uint32), ("node", ctypes.c_uint32),
                 ("peer_node", ctypes.c_uint32), ("is_switch", ctypes.c_uint32),
-                ("peer_is_switch", ctypes.c_uint32)]
+                ("peer_is_switch", ctypes.c_uint32), ("peer_remote", ctypes.c_uint32)]
 
 
 class QCfg(ctypes.Structure):
@@ -290,7 +291,7 @@ class DataPath:
                            f"(libbpf printed the verifier's reason above)")
         remove_pins(target=self.pins)
         self.pins.mkdir(parents=True)
-        for prog in ("fq_egress", "fq_ingress"):
+        for prog in PROGRAMS:
             ptr = lib.bpf_object__find_program_by_name(obj, prog.encode())
             err = lib.bpf_program__pin(ptr, str(self.pins / prog).encode())
             if err:
@@ -304,6 +305,7 @@ class DataPath:
         self.ctl = Map(self._fd("ctl"), ctypes.c_uint32, Ctl)
         self.bias = Map(self._fd("bias"), ctypes.c_uint32, ctypes.c_int64)    # see queues/leaks.py
         self.dscp_class = Map(self._fd("dscp_class"), ctypes.c_uint32, ctypes.c_uint32)
+        self.wire = Map(self._fd("wire"), ctypes.c_uint32, ctypes.c_uint32)  # VXLAN id -> port
         return self
 
     def program_pin(self, prog):

@@ -14,6 +14,11 @@
  *     a CE packet from a port whose qdisc marks counts as that port's mark unless it entered CE;
  *   - at a switch, the packet now counts against this ingress port (XOFF when high enough) and
  *     the flow is remembered so its departure can be charged back to this port.
+ * wire (the egress of the interface a cable between machines is tunnelled over, fabriclab.lab.cluster):
+ *   - a packet in a VXLAN tunnel of this run has left its port's queue (the tunnel's end, a port of
+ *     this machine): the departure the far end's ingress would see, seen on this machine, whose
+ *     maps hold that port's occupancy and its switch's accounts. The far end, on another machine
+ *     (`peer_remote`), leaves them alone and only admits the packet.
  * XOFF and XON go to user space over a ring buffer; the user-space PFC agent closes or opens the
  * upstream port's tbf gate for the class. A packet OVS itself drops was counted in by the ingress
  * hook and never leaves: user space repairs such leaked accounts through the `bias` map (the bytes
@@ -37,6 +42,10 @@
 
 #define ECN_QDISC 3           /* the port's RED qdisc marks; this program only counts */
 
+#define VXLAN_PORT 4789
+/* What a tunnelled frame carries before it: Ethernet, IPv4 without options, UDP, VXLAN. */
+#define WIRE_HLEN (ETH_HLEN + 20 + 8 + 8)
+
 #define EV_XOFF 1
 #define EV_XON 2
 
@@ -47,6 +56,7 @@ struct port {
 	__u32 peer_node;
 	__u32 is_switch;
 	__u32 peer_is_switch;
+	__u32 peer_remote;    /* the peer runs on another machine: its departures are seen there */
 };
 
 struct qcfg {
@@ -168,6 +178,14 @@ struct {
 	__type(value, __u32);
 } flows SEC(".maps");
 
+/* A VXLAN network id of this run -> the port (row base) that is its tunnel's end here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} wire SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18);
@@ -182,11 +200,12 @@ struct pkt {
 	__u32 tos;
 };
 
-static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+/* The frame at byte `off` of the packet (0, or WIRE_HLEN inside a tunnel). */
+static __always_inline int parse_at(struct __sk_buff *skb, __u32 off, struct pkt *p)
 {
-	if (skb->data + ETH_HLEN + 20 + 4 > skb->data_end)
-		bpf_skb_pull_data(skb, ETH_HLEN + 60 + 4);
-	void *data = (void *)(long)skb->data;
+	if (skb->data + off + ETH_HLEN + 20 + 4 > skb->data_end)
+		bpf_skb_pull_data(skb, off + ETH_HLEN + 60 + 4);
+	void *data = (void *)(long)skb->data + off;
 	void *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
@@ -210,6 +229,11 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		}
 	}
 	return 1;
+}
+
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	return parse_at(skb, 0, p);
 }
 
 static __always_inline __u32 class_of(struct pkt *p)
@@ -353,6 +377,22 @@ static __always_inline void qdisc_mark_seen(struct qstat *st, __u32 row)
 	__sync_fetch_and_add(&st->marks, 1);
 }
 
+/* A packet of class cls left port `idx` (row base) of node `node`: its egress occupancy falls,
+ * and the bytes its switch held for the port it had entered by. */
+static __always_inline void depart(__u32 idx, __u32 node, __u32 is_switch, struct pkt *p, __u32 cls,
+				   __u32 len, __u64 now)
+{
+	__u32 row = idx * NCLASS + cls;
+	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
+	if (st) {
+		__sync_fetch_and_add(&st->occ, -(__s64)len);
+		if ((p->tos & 3) == 3)
+			qdisc_mark_seen(st, row);
+	}
+	if (is_switch)
+		release(node, p, cls, len, now);
+}
+
 SEC("tc")
 int fq_egress(struct __sk_buff *skb)
 {
@@ -424,16 +464,10 @@ int fq_ingress(struct __sk_buff *skb)
 	__u32 len = skb->len;
 	__u64 now = bpf_ktime_get_ns();
 
-	/* The packet has left the far end's egress queue, and with it the far switch. */
-	__u32 prow = pt->peer * NCLASS + cls;
-	struct qstat *up = bpf_map_lookup_elem(&stats, &prow);
-	if (up) {
-		__sync_fetch_and_add(&up->occ, -(__s64)len);
-		if ((p.tos & 3) == 3)
-			qdisc_mark_seen(up, prow);
-	}
-	if (pt->peer_is_switch)
-		release(pt->peer_node, &p, cls, len, now);
+	/* The packet has left the far end's egress queue, and with it the far switch (seen by the
+	 * wire program of the far end's machine when that is another one). */
+	if (!pt->peer_remote)
+		depart(pt->peer, pt->peer_node, pt->peer_is_switch, &p, cls, len, now);
 
 	__u32 row = pt->idx * NCLASS + cls;
 	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
@@ -448,6 +482,38 @@ int fq_ingress(struct __sk_buff *skb)
 		bpf_map_update_elem(&flows, &k, &idx, BPF_ANY);
 		admit(pt, cls, len, now);
 	}
+	return TC_ACT_OK;
+}
+
+/* The egress of the interface the run's tunnels leave by: a frame a tunnel end of this machine
+ * sent has left that port's queue (its qdisc dequeued it into the tunnel). */
+SEC("tc")
+int fq_wire(struct __sk_buff *skb)
+{
+	if (skb->data + WIRE_HLEN > skb->data_end)
+		bpf_skb_pull_data(skb, WIRE_HLEN + ETH_HLEN + 60 + 4);
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	struct iphdr *ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+		return TC_ACT_OK;
+	__u16 *udp = (void *)(ip + 1);
+	__u8 *vx = (void *)(udp + 4);
+	if ((void *)(vx + 8) > end || udp[1] != bpf_htons(VXLAN_PORT))
+		return TC_ACT_OK;
+	__u32 vni = ((__u32)vx[4] << 16) | ((__u32)vx[5] << 8) | vx[6];
+	__u32 *idx = bpf_map_lookup_elem(&wire, &vni);
+	if (!idx)
+		return TC_ACT_OK;        /* another run's tunnel, or none of the lab's */
+	__u32 key = *idx;
+	struct port *pt = bpf_map_lookup_elem(&ports, &key);
+	struct pkt p;
+	if (!pt || skb->len <= WIRE_HLEN || !parse_at(skb, WIRE_HLEN, &p))
+		return TC_ACT_OK;
+	depart(pt->idx, pt->node, pt->is_switch, &p, class_of(&p), skb->len - WIRE_HLEN, bpf_ktime_get_ns());
 	return TC_ACT_OK;
 }
 

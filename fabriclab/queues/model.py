@@ -13,6 +13,13 @@ lossless and lossy classes sharing the rest, a tbf pause gate under the lossless
 programs on clsact (egress and ingress) classify, account, mark and signal pauses; the PFC agent
 (a thread) closes and opens gates. With `ecn_mechanism="red"` (full kernels) the switch ports'
 lossless and lossy classes get RED qdiscs that mark instead of the program (queues/red.py).
+
+A fabric split over machines (fabriclab.lab.cluster) runs one model per machine, each for the
+ports of the nodes placed there (`placement`, `here`), with maps for every port: the lab's model
+holds the other machines' models as `peers` (lab/remotequeues.py) and reads and changes the fabric
+through all of them. A cable between machines is a VXLAN tunnel: the program on the interface the
+tunnels leave by sees a port's departures on its own machine (`wire`), and a pause for a port on
+another machine is relayed there, its time covered by that cable's headroom (`relay_ms`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import time
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.queues import config
-from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg
+from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg, QStat
 from fabriclab.queues.gate import Gates
 from fabriclab.queues.leaks import LeakRepair, accounts_of
 from fabriclab.queues.ovsbuf import (RECEIVE_BUFFER_BYTES, enlarge_ovs_receive_buffers,
@@ -36,6 +43,7 @@ from fabriclab.queues.pfc import PfcAgent
 from fabriclab.queues.red import CLASSES as RED_CLASSES
 from fabriclab.queues.red import PLACES as RED_PLACES
 from fabriclab.queues.red import RedQdiscs, class_limit, red_params
+from fabriclab.system.netns import interface_indexes
 from fabriclab.system.shaping import gate_settings
 
 MECHANISM = "ebpf-clsact+tbf-gates"
@@ -45,6 +53,9 @@ INTERNAL_FIELDS = ("xoff_ts", "ce_queued")
 # The egress filter's tc priority: prio 1 belongs to the routing apps' selection stage, which must
 # choose the port before the model accounts the packet at it.
 EGRESS_PRIO = 3                 # after the selection stage (1) and link loss (2)
+# The wire program's tc priority on the interface tunnels leave by (not a lab interface: its other
+# filters are not ours); its handle is the run's link group, the lab's tag.
+WIRE_PRIO = 0xFAB
 
 
 @dataclasses.dataclass
@@ -64,10 +75,12 @@ class PortInfo:
     closed_burst: int = 0
     gate_limit: int = 0
     delay_ms: float = 0.0  # the cable's one-way lab delay: the pause's round trip needs headroom
+    relay_ms: float = 0.0  # the peer is on another machine: a pause's relay there, covered too
 
 
-def port_table(fabric):
-    """PortInfo per cabled interface, both ends of every link, peers cross-referenced."""
+def port_table(fabric, placement=None, relay_ms=0.0):
+    """PortInfo per cabled interface, both ends of every link, peers cross-referenced; a cable
+    whose ends `placement` ({node: machine}) puts on two machines gets `relay_ms` at both."""
     ports = []
     for link in fabric.links:
         a, b = len(ports), len(ports) + 1
@@ -78,11 +91,20 @@ def port_table(fabric):
             ports.append(PortInfo(idx, intf, node, role, peer, peer_node, link.rate_mbps,
                                   fabric.buffer_bytes(node), None, 0, rate, burst, closed, limit,
                                   fabric.spec.lab_delay_ms(link.kind)))
+            if placement is not None and placement[link.a] != placement[link.b]:
+                ports[-1].relay_ms = relay_ms
     return ports
 
 
 class QueueModel:
-    def __init__(self, fabric, net, run_id, spec=None, ecn_mechanism="bpf-clsact"):
+    def __init__(self, fabric, net, run_id, spec=None, ecn_mechanism="bpf-clsact", placement=None, here=None,
+                 namespaces=None, tunnels=None, underlays=(), wire_handle=None, relay=None, relay_ms=0.0):
+        """`net`: the Mininet network, whose hosts' shells read their interfaces (None: the
+        hosts' namespaces are `namespaces`, {host: PID}). On a split fabric: `placement` {node:
+        machine} and `here` this machine; `tunnels` {interface: VXLAN id} for this machine's
+        ends of cables between machines, which leave by the interfaces `underlays`, where the
+        wire program is a filter with handle `wire_handle` (the run's link group); `relay(kind,
+        port)` carries a pause for another machine's port there; `relay_ms` the time that takes."""
         self.fabric, self.net, self.run_id = fabric, net, run_id
         self.spec = spec or fabric.spec.queues
         if self.spec is None:
@@ -94,8 +116,15 @@ class QueueModel:
         self.pfc = dataclasses.replace(self.spec.pfc, watchdog_ms=config.watchdog_lab_ms(
             self.spec.pfc, fabric.spec.time_scale))
         self.red = None              # RedQdiscs when RED marks
-        self.ports = port_table(fabric)
+        self.ports = port_table(fabric, placement, relay_ms)
         self.by_name = {p.name: p for p in self.ports}
+        self.placement, self.here = placement, here
+        self.local = [p for p in self.ports if placement is None or placement[p.node] == here]
+        self.namespaces = dict(namespaces or {})
+        self.tunnels = dict(tunnels or {})
+        self.underlays, self.wire_handle, self.relay = tuple(underlays), wire_handle, relay
+        self.wired = []              # underlays the wire program is attached to
+        self.peers = {}              # machine -> its model (lab/remotequeues.py), set by the lab
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
         self.ovs_send_buffer = None
@@ -122,9 +151,9 @@ class QueueModel:
                 for p in self._red_ports():
                     self._set_red(p, create=True)
             self.gates = Gates()
-            self.leaks = LeakRepair(accounts_of(self.ports, NCLASS, config.CLASSES, self._xon))
-            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.ports}, self.gates, self.pfc,
-                                  leaks=self.leaks)
+            self.leaks = LeakRepair(accounts_of(self.local, NCLASS, config.CLASSES, self._xon))
+            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.local}, self.gates, self.pfc,
+                                  leaks=self.leaks, relay=self.relay, rows=len(self.ports) * NCLASS)
             self.agent.start()
         except BaseException:
             self.stop()
@@ -132,6 +161,13 @@ class QueueModel:
         return self
 
     def stop(self):
+        for peer in self.peers.values():
+            peer.close()             # its model stops when its input ends
+        self.peers = {}
+        for dev in self.wired:
+            subprocess.run(["tc", "filter", "del", "dev", dev, "egress", "prio", str(WIRE_PRIO),
+                            "handle", str(self.wire_handle), "bpf"], capture_output=True)
+        self.wired = []
         if self.agent is not None:
             self.agent.stop()
             self.agent = None
@@ -147,18 +183,23 @@ class QueueModel:
             self.datapath = None
 
     def _find_interfaces(self):
-        for node_name in {p.node for p in self.ports}:
-            node = self.net.get(node_name)
-            mine = [p for p in self.ports if p.node == node_name]
+        switch_ports = None
+        for node_name in {p.node for p in self.local}:
+            mine = [p for p in self.local if p.node == node_name]
             in_host = node_name in self.fabric.hosts
-            out = (node.cmd if in_host else _root_cmd)(
-                " ".join(f"cat /sys/class/net/{p.name}/ifindex;" for p in mine))
-            numbers = [int(x) for x in out.split() if x.strip().isdigit()]
-            if len(numbers) != len(mine):
-                raise LabError(f"queue model: cannot read the interface indexes of {node_name}: {out.strip()}")
-            for port, ifindex in zip(mine, numbers):
-                port.ifindex = ifindex
-                port.ns_pid = node.pid if in_host else None
+            pid = (self.net.get(node_name).pid if self.net is not None else self.namespaces.get(node_name)) \
+                if in_host else None
+            if in_host and pid is None:
+                raise LabError(f"queue model: no namespace given for host {excerpt(node_name)}")
+            if in_host:
+                indexes = interface_indexes(pid, node_name)
+            else:
+                switch_ports = switch_ports if switch_ports is not None else interface_indexes(None, "the switches")
+                indexes = switch_ports
+            for port in mine:
+                if port.name not in indexes:
+                    raise LabError(f"queue model: {node_name} has no interface {port.name}")
+                port.ifindex, port.ns_pid = indexes[port.name], pid
 
     def _write_config(self):
         dp = self.datapath
@@ -167,12 +208,15 @@ class QueueModel:
         for p in self.ports:
             peer = self.ports[p.peer]
             dp.ports.update(p.idx, Port(p.idx, peer.idx, self.node_ids[p.node], self.node_ids[peer.node],
-                                            p.role != "host", peer.role != "host"))
+                                            p.role != "host", peer.role != "host",
+                                            self._machine(p) != self._machine(peer)))
             self._write_thresholds(p)
+        for p in self._tunnel_ends():
+            dp.wire.update(self.tunnels[p.name], ctypes.c_uint32(p.idx))
 
     def _thresholds(self, p, cls, ecn=None):
         return config.thresholds(self.spec, p.role, cls, p.buffer, p.rate_mbps, self.fabric.spec.mtu, ecn,
-                                 p.delay_ms)
+                                 p.delay_ms + p.relay_ms)
 
     def _write_thresholds(self, p):
         for cls in range(NCLASS):
@@ -185,6 +229,12 @@ class QueueModel:
                 # hosts do not account ingress bytes (they are sinks), so never send XOFF
                 int(t.pfc), t.xoff, t.xon, t.headroom_limit, 0))
 
+    def _tunnel_ends(self):
+        return [p for p in self.local if p.name in self.tunnels]
+
+    def _machine(self, p):
+        return self.placement[p.node] if self.placement is not None else self.here
+
     def _xon(self, p, cls):
         """The XON threshold of port p's class cls where that class pauses, else None."""
         t = self._thresholds(p, cls)
@@ -195,7 +245,7 @@ class QueueModel:
         return self.ecn_mechanism == "red" and p.role != "host"
 
     def _red_ports(self):
-        return [p for p in self.ports if self._red_marks(p)]
+        return [p for p in self.local if self._red_marks(p)]
 
     def red_settings(self, p, cls):
         """The RedParams of port `p`'s class `cls` ("lossless" | "lossy") under its ECN profile."""
@@ -203,13 +253,15 @@ class QueueModel:
         return red_params(profile, p.buffer, class_limit(cls, p.buffer, self.fabric.spec.mtu))
 
     def _set_red(self, p, create=False):
+        if self._machine(p) != self.here:
+            return                   # its machine's model sets it
         for cls in RED_CLASSES:
             self.red.set(p.ifindex, cls, self.red_settings(p, cls), create=create, what=p.name)
 
     def _attach(self):
         pins = self.datapath
         lines = []
-        for p in self.ports:
+        for p in self.local:
             lines.append((p, [f"qdisc replace dev {p.name} clsact",
                               f"filter replace dev {p.name} egress prio {EGRESS_PRIO} handle 1 bpf da pinned "
                               f"{pins.program_pin('fq_egress')} classid {port_classid(p.idx)}",
@@ -228,13 +280,22 @@ class QueueModel:
                 where = "switch ports" if ns_pid is None else self._ns_owner(ns_pid)
                 raise LabError(f"attaching the queue model on {where} failed: "
                                f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
+        for dev in self.underlays if self._tunnel_ends() else ():
+            proc = subprocess.run(["tc", "-batch", "-"], capture_output=True, text=True, input=(
+                f"qdisc replace dev {dev} clsact\n"
+                f"filter add dev {dev} egress prio {WIRE_PRIO} handle {self.wire_handle} bpf da pinned "
+                f"{pins.program_pin('fq_wire')}\n"))
+            if proc.returncode != 0:
+                raise LabError(f"attaching the queue model's wire program to {dev} failed: "
+                               f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
+            self.wired.append(dev)
 
     def ensure_ovs_buffers(self):
         """Make room in OVS's transmit socket and its ports' receive sockets (see ovsbuf); OVS
         opens the transmit socket on its first forwarded packet, so one ping goes through the
         fabric first when it is not there yet."""
         size = enlarge_ovs_send_buffer()
-        if size is None and len(self.fabric.hosts) > 1:
+        if size is None and len(self.fabric.hosts) > 1 and self.net is not None:
             first, second = sorted(self.fabric.hosts, key=lambda h: int(h[1:]))[:2]
             self.net.get(first).cmd(f"ping -c 1 -W 1 {self.fabric.hosts[second].ports[0].ip}")
             size = enlarge_ovs_send_buffer()
@@ -247,11 +308,19 @@ class QueueModel:
         return size
 
     def ovs_drops_total(self):
-        """Frames OVS's port sockets dropped since the model enlarged them."""
+        """Frames OVS's port sockets dropped since the model enlarged them (on every machine)."""
+        elsewhere = sum(peer.ovs_drops() for peer in self.peers.values())
         with self._ovs_lock:
             if self.ovs_receive_sockets:
                 self._ovs_drops += ovs_receive_drops()
-            self._ovs_readings.append((time.monotonic_ns(), self._ovs_drops))
+            self._ovs_readings.append((time.monotonic_ns(), self._ovs_drops + elsewhere))
+            return self._ovs_drops + elsewhere
+
+    def own_ovs_drops(self):
+        """ovs_drops_total on this machine alone (what a peer reports)."""
+        with self._ovs_lock:
+            if self.ovs_receive_sockets:
+                self._ovs_drops += ovs_receive_drops()
             return self._ovs_drops
 
     def _ns_owner(self, ns_pid):
@@ -271,6 +340,8 @@ class QueueModel:
                 self._write_thresholds(p)
                 if self.red is not None:
                     self._set_red(p)
+            for peer in self.peers.values():
+                peer.set_ecn(target, reset=True)
             return [p.name for p in ports]
         if mode is not None and mode not in config.ECN_MODES:
             raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {excerpt(mode)}")
@@ -291,6 +362,8 @@ class QueueModel:
             self._write_thresholds(p)
             if self.red is not None:
                 self._set_red(p)
+        for peer in self.peers.values():
+            peer.set_ecn(target, mode=mode, kmin=kmin, kmax=kmax, pmax=pmax)
         return [p.name for p in ports]
 
     def cables_down(self, intfs, down):
@@ -299,6 +372,8 @@ class QueueModel:
         ports = [self.by_name[name] for name in intfs if name in self.by_name]
         if self.leaks is not None:
             self.leaks.set_dead([p.idx * NCLASS + cls for p in ports for cls in range(NCLASS)], down)
+        for peer in self.peers.values():
+            peer.cables_down(intfs, down)
 
     def empty_queues(self, intfs):
         """Ports whose cable is down hold nothing: the kernel reset their qdiscs when the link
@@ -312,6 +387,8 @@ class QueueModel:
                 if st is not None and (st.occ or st.ce_queued):
                     st.occ, st.ce_queued = 0, 0
                     self.datapath.stats.update(row, st)
+        for peer in self.peers.values():
+            peer.empty_queues(intfs)
 
     def _ports_of(self, target):
         if target in config.SWITCH_ROLES:
@@ -329,21 +406,62 @@ class QueueModel:
         if not seconds >= 0:
             raise LabError(f"storm duration must be >= 0 seconds, got {excerpt(seconds)}")
         leaf_port = self.ports[self.by_name[ref.intf].peer]
-        self.agent.storm(leaf_port.idx, seconds)
+        self.storm_port(leaf_port.idx, seconds)
         return leaf_port.name
 
+    def storm_port(self, idx, seconds):
+        """Hold port `idx`'s lossless gate closed for `seconds`, on the machine it runs on."""
+        machine = self._machine(self.ports[idx])
+        if machine == self.here:
+            self.agent.storm(idx, seconds)
+        else:
+            self.peers[machine].storm(idx, seconds)
+
+    def pause(self, kind, idx):
+        """A pause (EV_XOFF / EV_XON) the data path of another machine sent to port `idx`: for its
+        gate here, or passed on to the machine it runs on."""
+        machine = self._machine(self.ports[idx])
+        if machine == self.here:
+            self.agent.relayed(kind, idx)
+        else:
+            self.peers[machine].pause(kind, idx)
+
     # -- reading --------------------------------------------------------------------------------
+    def own_rows(self):
+        """This machine's stats and bias maps, every row."""
+        n = len(self.ports) * NCLASS
+        return self.datapath.stats.lookup_all(n), self.datapath.bias.lookup_all(n)
+
+    def read_rows(self):
+        """(stats, bias), every row, as one machine's maps would hold them: a row's counters are
+        spread over the machines its port's packets were seen on (merge_rows)."""
+        stats, bias = self.own_rows()
+        if self.peers:
+            stats, bias = merge_rows([(stats, bias), *(peer.read_rows() for peer in self.peers.values())])
+        return stats, bias
+
+    def own_gates(self):
+        return self.agent.snapshot() if self.agent else {}
+
+    def own_red(self):
+        """{(port name, class): RED's counters} of this machine's ports."""
+        red = self.red.stats() if self.red is not None else {}
+        return {(p.name, cls): red.get((p.ifindex, RED_PLACES[cls][0]), {})
+                for p in self._red_ports() for cls in RED_PLACES}
+
     def counters(self, nonzero=False):
         """One row per port and class: the data path's counters plus the gate's."""
         self.ovs_drops_total()        # a reading for report(since_ns) to start from
-        gates = self.agent.snapshot() if self.agent else {}
-        red = self.red.stats() if self.red is not None else {}
-        bias = self.datapath.bias.lookup_all(len(self.ports) * NCLASS)
+        gates, red = self.own_gates(), self.own_red()
+        for peer in self.peers.values():
+            gates.update(peer.gates())
+            red.update(peer.red())
+        stats, bias = self.read_rows()
         rows = []
         for p in self.ports:
             for cls in range(NCLASS):
                 row = p.idx * NCLASS + cls
-                st = self.datapath.stats.lookup(row)
+                st = stats[row]
                 values = {f: getattr(st, f) for f in STAT_FIELDS if f not in INTERNAL_FIELDS} if st else {}
                 if st:
                     # held as the data path uses it: less the leaked bytes repaired (queues/leaks.py)
@@ -352,7 +470,7 @@ class QueueModel:
                 if self._red_marks(p) and config.CLASSES[cls] in RED_PLACES:
                     # RED's own counters: what it marked (packets that came in CE included) and
                     # dropped (never, unless its backstop overflowed).
-                    r = red.get((p.ifindex, RED_PLACES[config.CLASSES[cls]][0]), {})
+                    r = red.get((p.name, config.CLASSES[cls]), {})
                     values["red_marked"] = r.get("marked", 0)
                     values["red_drops"] = r.get("early", 0) + r.get("pdrop", 0)
                 values["paused"] = bool(st.paused) if st else False
@@ -384,7 +502,7 @@ class QueueModel:
             rows.append({"port": row["port"], "node": row["node"], "role": row["role"], "class": row["class"],
                          **moved})
             for key in ("marks", "drops", "lossless_drops", "wd_drops", "pause_tx", "pause_ms", "held_repaired",
-                        *(("red_marked", "red_drops") if self.red is not None else ())):
+                        *(("red_marked", "red_drops") if self.ecn_mechanism == "red" else ())):
                 totals[key] = round(totals.get(key, 0) + moved.get(key, 0), 3)
         # A frame OVS dropped on receive was counted into its switch and never left it: the leak
         # repair takes its bytes off (leak_repairs), but the frame is lost. Not zero: suspect run.
@@ -393,24 +511,37 @@ class QueueModel:
             (total for ns, total in reversed(self._ovs_readings) if ns <= since_ns), 0)
         return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism, "totals": totals, "ports": rows,
                 "alarms": self.alarms(), "leak_repairs": self.leak_repairs(since_ns),
-                "pfc_reaction": self.agent.reaction_stats(since_ns) if self.agent else None}
+                "pfc_reaction": self.reaction_stats(since_ns)}
+
+    def reaction_stats(self, since_ns=0):
+        """The PFC agent's reaction times (pfc.py); on a split fabric, each other machine's too."""
+        stats = self.agent.reaction_stats(since_ns) if self.agent else None
+        if self.peers and stats is not None:
+            stats["machines"] = {name: peer.reaction_stats(since_ns) for name, peer in self.peers.items()}
+        return stats
 
     def alarms(self):
-        return list(self.agent.alarms) if self.agent else []
+        return (list(self.agent.alarms) if self.agent else []) + self._from_peers("alarms")
 
     def leak_repairs(self, since_ns=0):
         """The leaked accounts repaired since `since_ns` (time.monotonic_ns()), oldest first."""
-        return [r.describe() for r in list(self.agent.repairs if self.agent else ()) if r.t_ns >= since_ns]
+        return ([r.describe() for r in list(self.agent.repairs if self.agent else ()) if r.t_ns >= since_ns]
+                + self._from_peers("leak_repairs", since_ns))
 
     def errors(self):
-        return list(self.agent.errors) if self.agent else []
+        return (list(self.agent.errors) if self.agent else []) + \
+            [f"{name}: {e}" for name, peer in self.peers.items() for e in peer.errors()]
+
+    def _from_peers(self, what, *args):
+        """The other machines' records of `what`, each tagged with its machine."""
+        return [{**r, "machine": name} for name, peer in self.peers.items() for r in getattr(peer, what)(*args)]
 
     def describe(self):
         """What results record about the model: mechanism, classes and the thresholds in force."""
         mtu = self.fabric.spec.mtu
         per_role = {}
         # per role, its port with the longest cable: the smallest XOFF (the most headroom)
-        for p in sorted(self.ports, key=lambda p: -p.delay_ms):
+        for p in sorted(self.ports, key=lambda p: -(p.delay_ms + p.relay_ms)):
             if p.role in per_role:
                 continue
             t = self._thresholds(p, config.LOSSLESS)
@@ -422,7 +553,8 @@ class QueueModel:
                               for cls in RED_CLASSES}
             per_role[p.role] = {"buffer_bytes": p.buffer, "rate_mbps": p.rate_mbps, "ecn": ecn,
                                 "pfc": {"xoff": t.xoff, "xon": t.xon, "headroom": t.headroom_limit - t.xoff,
-                                        "cable_delay_ms": p.delay_ms} if t.pfc else None}
+                                        "cable_delay_ms": p.delay_ms,
+                                        **({"relay_ms": p.relay_ms} if p.relay_ms else {})} if t.pfc else None}
         scale = self.fabric.spec.time_scale or 1.0
         watchdog = self.pfc.watchdog_ms
         return {"mechanism": MECHANISM, "ecn_mechanism": self.ecn_mechanism,
@@ -431,13 +563,39 @@ class QueueModel:
                              f"{config.REAL_WATCHDOG_MS:g} ms real x time scale {scale:g}"},
                 "ovs_send_buffer_bytes": self.ovs_send_buffer,
                 "ovs_receive_buffer_bytes": RECEIVE_BUFFER_BYTES if self.ovs_receive_sockets else None,
-                "spec": self.spec.to_dict(), "ports_by_role": per_role}
+                "spec": self.spec.to_dict(), "ports_by_role": per_role,
+                **({"machines": self._machines()} if self.peers else {})}
+
+    def _machines(self):
+        """Where the model runs on a split fabric: the ports per machine and what crosses."""
+        crossing = [p for p in self.ports if p.relay_ms or self._machine(p) != self._machine(self.ports[p.peer])]
+        return {"ports": {str(m): sum(1 for p in self.ports if self._machine(p) == m)
+                          for m in sorted({self._machine(p) for p in self.ports}, key=str)},
+                "crossing_ports": sorted(p.name for p in crossing),
+                "relay_ms": max((p.relay_ms for p in crossing), default=0.0),
+                "pauses_across": "relayed through the lab's SSH connections (lab/remotequeues.py)"}
+
+
+def merge_rows(readings):
+    """One (stats, bias) from each machine's: counters add up (a machine counts only the packets
+    it sees), high-water marks and flags take the largest."""
+    import numpy as np
+
+    dtype = np.dtype(QStat)
+    stats = [np.frombuffer(bytes(s), dtype=dtype) for s, _ in readings]
+    out = stats[0].copy()
+    for more in stats[1:]:
+        for field in dtype.names:
+            if field.endswith("_hwm") or field in ("paused", "xoff_ts"):
+                out[field] = np.maximum(out[field], more[field])
+            elif field != "pad":
+                out[field] += more[field]
+    bias = sum(np.frombuffer(bytes(b), dtype=np.int64) for _, b in readings)
+    n = len(out)
+    return (QStat * n).from_buffer_copy(out.tobytes()), (ctypes.c_int64 * n).from_buffer_copy(bias.tobytes())
 
 
 def port_classid(idx):
     """The tc classid that tells the eBPF program which port it runs on (PORT_MAJOR there)."""
     return f"fab:{idx + 1:x}"
 
-
-def _root_cmd(script):
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout

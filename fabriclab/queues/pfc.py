@@ -10,6 +10,10 @@ gate opens, pauses aimed at that port are ignored for `restore_ms`, and with act
 path drops new packets of that class at that port for the same time (the stuck queue drains onto
 the wire first). After the restoration period a port still asked to pause is paused again.
 
+Across machines (a fabric split over a cluster) each machine runs an agent for the gates of its
+own ports. An XOFF or XON for a port on another machine goes to `relay(kind, port)`, which the lab
+carries there, and arrives at that machine's agent as `relayed(kind, port)`.
+
 Leak repair (queues/leaks.py): every LEAK_CHECK_NS the agent corrects ingress accounts that a
 packet dropped inside OVS left high, and opens the gate of a port that was left paused by them.
 """
@@ -49,11 +53,18 @@ LEAK_CHECK_NS = 25_000_000
 
 
 class PfcAgent:
-    def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns, leaks=None):
+    def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns, leaks=None, relay=None, rows=None):
         """`ports` maps a port index to an object with ns_pid, ifindex, name, open_rate_bytes,
-        open_burst, gate_limit and closed_burst; `leaks` is a LeakRepair (None: no repair)."""
+        open_burst, gate_limit and closed_burst: the ports whose gates this agent runs; `leaks` is
+        a LeakRepair (None: no repair); `relay(kind, port)` carries a pause for any other port to
+        the machine it runs on (None: there is no other); `rows` the data path's map rows (by
+        default, those of `ports`)."""
         self.datapath, self.ports, self.gates, self.pfc = datapath, ports, gates, pfc
         self.leaks = leaks
+        self.relay = relay
+        self.rows = rows if rows is not None else len(ports) * NCLASS
+        self.relayed_out = 0         # pauses and resumes sent to another machine's agent
+        self.relayed_in = 0
         self.repairs = collections.deque(maxlen=REPAIRS_KEPT)
         self._next_leak_check = 0
         self.clock = clock
@@ -101,7 +112,10 @@ class PfcAgent:
                 time.sleep(0.05)
 
     def _on_event(self, event):
-        if event.cls != LOSSLESS or event.target not in self.state:
+        if event.cls != LOSSLESS:
+            return
+        if event.target not in self.state:
+            self._send(event.kind, event.target)
             return
         self.events += 1
         try:
@@ -116,6 +130,25 @@ class PfcAgent:
                     self.reactions.append((event.ts, self.clock() - event.ts))
         except Exception as exc:               # raised inside libbpf's callback: keep it, don't lose it
             self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _send(self, kind, target):
+        if self.relay is None:
+            return
+        try:
+            self.relay(kind, target)
+            self.relayed_out += 1
+        except Exception as exc:               # a pause lost on the way must show in the results
+            self.errors.append(f"relaying a pause to port {target}: {type(exc).__name__}: {exc}")
+
+    def relayed(self, kind, target):
+        """An XOFF (EV_XOFF) or XON (EV_XON) another machine's data path sent to local port `target`."""
+        if kind not in (EV_XOFF, EV_XON) or target not in self.state:
+            raise ValueError(f"no pause {kind!r} for port {target!r} here")
+        with self.lock:
+            self.relayed_in += 1
+            st = self.state[target]
+            st.wanted = kind == EV_XOFF
+            self._apply(target, st, self.clock())
 
     # -- decisions ----------------------------------------------------------------------------
     def _apply(self, idx, st, now):
@@ -151,7 +184,7 @@ class PfcAgent:
 
     def repair_leaks(self, now):
         """Correct leaked ingress accounts (see queues/leaks.py); returns the repairs made."""
-        stats = self.datapath.stats.lookup_all(len(self.ports) * NCLASS)
+        stats = self.datapath.stats.lookup_all(self.rows)
         repairs = self.leaks.check(now, stats)
         for fix in repairs:
             self.datapath.bias.update(fix.row, ctypes.c_int64(fix.bias))
@@ -162,6 +195,8 @@ class PfcAgent:
                     st = self.state[fix.resume]
                     st.wanted = False
                     self._apply(fix.resume, st, now)
+            elif fix.resume is not None:
+                self._send(EV_XON, fix.resume)
         self.repairs.extend(repairs)
         return repairs
 
@@ -189,11 +224,12 @@ class PfcAgent:
         median, p99 and worst."""
         with self.lock:
             values = sorted(delay for ts, delay in self.reactions if ts >= since_ns)
+        relayed = {"relayed_out": self.relayed_out, "relayed_in": self.relayed_in} if self.relay else {}
         if not values:
-            return {"pauses": 0}
+            return {"pauses": 0, **relayed}
         pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))] / 1e6, 3)   # noqa: E731
         return {"pauses": len(values), "p50_ms": pick(0.5), "p99_ms": pick(0.99),
-                "max_ms": round(values[-1] / 1e6, 3)}
+                "max_ms": round(values[-1] / 1e6, 3), **relayed}
 
     def snapshot(self):
         """Per port: closes, time closed (ms, including a pause in progress), watchdog fires."""

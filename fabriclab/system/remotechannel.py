@@ -33,6 +33,22 @@ class Channel:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
 
+    @classmethod
+    def opened(cls, machine, module, args, what, record=None, first=(), then=None):
+        """The helper started and ready: the lines `first` sent before it answers, `record(pid)`
+        told of its process, `then(channel)` run once it is ready; closed again if any of it fails."""
+        channel = cls(machine, module, args, what)
+        try:
+            for line in first:
+                channel.send(line)
+            channel.ready(record)
+            if then is not None:
+                then(channel)
+        except BaseException:
+            channel.close()
+            raise
+        return channel
+
     def send(self, line):
         try:
             self.proc.stdin.write(line + "\n")

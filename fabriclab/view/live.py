@@ -55,7 +55,7 @@ def read_queue_ports(model):
         return None
     from fabriclab.queues.datapath import NCLASS
 
-    stats = model.datapath.stats.lookup_all(len(model.ports) * NCLASS)
+    stats = model.read_rows()[0]
     out = {}
     for p in model.ports:
         rows = [stats[p.idx * NCLASS + cls] for cls in range(NCLASS)]

@@ -3,7 +3,8 @@ booted as a second lab machine on a virtual wire (one guest for the module). `do
 checks both over SSH, a sweep of 4 cases spreads over them into one comparison, one fabric split
 over both comes up, runs a ring and all-pairs traffic between them (counters read on both), loses
 packets on cables in the guest and between the kernels, and routes around a failed cable between
-them; SwitchML aggregates over both in two levels; `clean --inventory` finds nothing left on
+them; with the queue model on both, a PFC pause from a switch in the guest closes a gate here, and
+SwitchML aggregates over both in two levels; `clean --inventory` finds nothing left on
 either, and stopping the guest leaves nothing here (nor does `clean` after a killed one)."""
 
 import json
@@ -25,7 +26,8 @@ from fabriclab.measure import telemetry
 from fabriclab.measure.portsampler import ColumnReader, columns
 from fabriclab.switchml.launcher import AggregationSpec, run_aggregation
 from fabriclab.topologies.spec import FabricSpec, load_spec
-from fabriclab.topologies.split import parse_split
+from fabriclab.topologies.split import parse_split, split_from_doc
+from fabriclab.queues.config import PfcSettings, QueueSpec
 from fabriclab.traffic.allpairs import AllPairsSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 from fabriclab.workflows.pipeline import run_plan
@@ -204,17 +206,66 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
     assert labutil.leaked(before, labutil.resources()) == {}
 
 
-def test_switchml_aggregates_across_two_kernels(guest, tmp_path):
+def wire_filters(guest=None):
+    """The queue model's wire programs on the interface between the two kernels (here, or in the
+    guest)."""
+    here = next(iter(wires()), None)
+    if guest is None:
+        out = subprocess.run(["tc", "filter", "show", "dev", here, "egress"], capture_output=True, text=True).stdout
+    else:
+        out = guest.ssh("tc filter show dev $(ip -o route get 172.31.253.1 | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p') "
+                        "egress").stdout
+    return sum("fq_wire" in line for line in out.splitlines())
+
+
+def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_path):
+    """The queue model on both kernels: a pause from the guest's leaf closes a spine's gate here;
+    then SwitchML on the same fabric, in two levels."""
     before = labutil.resources()
     inventory = guest.inventory(tmp_path / "two.ini", project_dir=str(REPO))
-    spec = FabricSpec(name="t-sml2", leaves=2, spines=2, hosts_per_leaf=2, host_rate_mbps=10,
-                      fabric_rate_mbps=10, real_host_rate_mbps=400_000)
-    lab = Lab(spec, split=parse_split("leaf:2"), machines=machines_from_inventory(inventory))
+    # 5 Mbit/s: the emulated guest keeps up, so the incast at h3 is the only congestion
+    spec = FabricSpec(name="t-q2k", leaves=2, spines=2, hosts_per_leaf=2, host_rate_mbps=5,
+                      fabric_rate_mbps=5, real_host_rate_mbps=400_000,
+                      queues=QueueSpec(pfc=PfcSettings(watchdog_ms=300, restore_ms=500)))
+    # the spines here, leaf 2 (with h3 and h4) in the guest: both of its uplinks cross
+    split = split_from_doc({"machines": 2, "place": {1: ["l1", "s1", "s2"], 2: ["l2"]}})
+    lab = Lab(spec, split=split, machines=machines_from_inventory(inventory))
     try:
         lab.start(timeout=240)
         group = lab.run.data["link_group"]
-        # Two levels: h1's rack here, h3's in the guest (its aggregator h4 there too), the root
-        # beside leaf 1; each worker's result is read back from its machine and equals numpy's
+        machines = lab.queues.describe()["machines"]
+        assert machines["crossing_ports"] == ["l2-eth3", "l2-eth4", "s1-eth2", "s2-eth2"], machines
+        assert machines["ports"] == {"guest": 6, "here": 10} and machines["relay_ms"] >= 2.0, machines
+        assert wire_filters() == 1 and wire_filters(guest) == 1
+        # A 3:1 incast into h3 (in the guest) from h1, h2 (here) and h4
+        first = labutil.queue_snapshot(lab)
+        gather = CollectiveSpec("gather", sizes=(1 << 20,), hosts=("h3", "h1", "h2", "h4"), iterations=2,
+                                warmup=0, verify=True)
+        (row,) = run_collective(lab, gather).sizes
+        assert row["verify"]["ok"] and row["valid"], row["verify"]
+        after = labutil.queue_snapshot(lab)
+        pause_tx = labutil.queue_delta(after, first, "pause_tx")
+        closes = labutil.queue_delta(after, first, "gate_closes")
+        # l2's uplinks (guest) paused the spines' ports (here): relayed, and closed there
+        across = {port: n for (port, _cls), n in pause_tx.items() if port in ("l2-eth3", "l2-eth4")}
+        assert across, pause_tx
+        for port, n in across.items():
+            spine_port = after[(port, "lossless")]["peer"]
+            assert closes.get((spine_port, "lossless"), 0) >= 1, (port, closes)
+            assert labutil.queue_delta(after, first, "pause_rx")[(spine_port, "lossless")] == n
+        reaction = lab.queues.reaction_stats()
+        assert reaction["relayed_in"] > 0 and reaction["machines"]["guest"]["relayed_out"] > 0, reaction
+        # Lossless, and every queue and account drained on both machines: departures into a
+        # tunnel are seen on the machine they leave
+        assert labutil.queue_delta(after, first, "lossless_drops") == {}
+        assert settled(lab) == [] and lab.queues.errors() == [] and lab.queues.alarms() == []
+        # A storm from h4 closes its leaf's gate in the guest
+        assert lab.queues.storm("h4", 0.1) == "l2-eth2"
+        time.sleep(0.5)
+        assert labutil.queue_delta(labutil.queue_snapshot(lab), after, "gate_closes") == {("l2-eth2", "lossless"): 1}
+        # SwitchML on the same fabric, two levels: h1's rack here, h3's in the guest (its
+        # aggregator h4 there too), the root beside leaf 1; each worker's result is read back
+        # from its machine and equals numpy's
         r = run_aggregation(lab, AggregationSpec(elements=5000, hierarchy=True, iterations=1))
         assert r["verify"]["ok"] and r["verify"]["exact"], r["verify"]
         assert r["aggregators"] == {"l1": "h2", "l2": "h4"} and r["worker_hosts"] == {"l1": ["h1"], "l2": ["h3"]}
@@ -226,4 +277,16 @@ def test_switchml_aggregates_across_two_kernels(guest, tmp_path):
     finally:
         lab.stop()
     assert in_guest(guest, group) == [[], [], []]
+    assert wire_filters() == 0 and wire_filters(guest) == 0
+    assert guest.ssh("pgrep -f fabriclab.lab.remotequeues").returncode == 1
     assert labutil.leaked(before, labutil.resources()) == {}
+
+
+def settled(lab, within_s=3.0):
+    """No queue or ingress account holds anything (the last packets may still be on their way)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [(r["port"], r["class"], r["occ"], r["held"]) for r in lab.queues.counters() if r["occ"] or r["held"]]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)

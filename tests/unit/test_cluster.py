@@ -7,6 +7,7 @@ import pytest
 
 from fabriclab.errors import LabError
 from fabriclab.lab import member
+from fabriclab.queues.model import WIRE_PRIO
 from fabriclab.lab.cluster import Cluster, Machine
 from fabriclab.lab.lab import Lab
 from fabriclab.lab.network import MAX_CROSSING, vxlan_id
@@ -69,8 +70,8 @@ def test_a_lab_over_machines_checks_its_plan_before_building():
         Lab(load_spec("tiny"), split=parse_split("leaf:2"))
     with pytest.raises(LabError, match="the split has 3 machines and the inventory 2"):
         Lab(load_spec("default"), split=parse_split("leaf:3"), machines=[here, guest])
-    with pytest.raises(LabError, match="queue model"):
-        Lab(load_spec("multiplane_pfc"), split=parse_split("plane:2"), machines=[here, guest])
+    # the queue model runs across machines (a model per machine, lab/remotequeues.py)
+    assert Lab(load_spec("multiplane_pfc"), split=parse_split("plane:2"), machines=[here, guest]).split
     lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), machines=[here, guest])
     assert lab.split.machine_of == {"l1": 1, "s1": 1, "h1": 1, "l2": 2, "s2": 2, "h2": 2}
     assert sorted(link.label for link in lab.split.boundary) == ["l1-s2", "l2-s1"]
@@ -90,10 +91,33 @@ def test_the_member_records_only_well_formed_messages(tmp_path, monkeypatch):
     for line in ['{"bridges": ["l2", "s2"], "interfaces": ["l2-eth1"]}',
                  '{"process": {"pid": 42, "role": "host-shell", "match": "mininet:h2"}}',
                  '{"bridges": "l2"}', '{"bridges": [1]}', '[1, 2]', 'not json',
-                 '{"process": {"pid": "42", "match": "x"}}', json.dumps({"bridges": ["x"] * (1 << 16)})]:
+                 '{"process": {"pid": "42", "match": "x"}}', json.dumps({"bridges": ["x"] * (1 << 16)}),
+                 '{"wire": ["eth1"]}', '{"wire": ["../eth1"]}', '{"wire": "eth1"}', '{"wire": ["a-name-too-long-x"]}']:
         member._record(run, line)
     assert run.data["bridges"] == ["l2", "s2"] and run.data["interfaces"] == ["l2-eth1"]
     assert run.data["processes"] == [{"pid": 42, "role": "host-shell", "match": "mininet:h2"}]
+    assert run.data["wire"] == ["eth1"]
+
+
+def test_clean_takes_off_the_wire_filter_of_a_gone_run_by_its_link_group(monkeypatch):
+    from fabriclab.lab import clean
+
+    ran = []
+    monkeypatch.setattr(clean.subprocess, "run", lambda argv, **kw: ran.append(argv))
+    for name in ("delete_link_group", "delete_bridges", "remove_pins"):
+        monkeypatch.setattr(clean, name, lambda *a, **kw: None)
+    monkeypatch.setattr(clean, "interfaces_in_group", lambda *a: [])
+    monkeypatch.setattr(clean, "tagged_bridges", lambda: {})
+    monkeypatch.setattr(RunState, "remove", lambda self: None)
+    run = RunState("20261126-120000-abcdef")
+    run.data.update(link_group=LINK_GROUP_BASE + 9, wire=["eth1"])
+    clean.remove_run(run)
+    assert ran == [["tc", "filter", "del", "dev", "eth1", "egress", "prio", str(WIRE_PRIO), "handle",
+                    str(LINK_GROUP_BASE + 9), "bpf"]]
+    ran.clear()
+    run.data["link_group"] = 12            # not the lab's: nothing of it is touched
+    clean.remove_run(run)
+    assert ran == []
 
 
 def test_the_member_refuses_what_is_not_a_run_of_the_lab(capsys):

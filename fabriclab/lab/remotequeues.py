@@ -1,0 +1,433 @@
+"""The queue model on another machine of a cluster: the data path, gates and PFC agent of the ports
+placed there, run by a helper of the lab over its SSH connection (system/remotechannel.py):
+
+    python -m fabriclab.lab.remotequeues --run-id ID
+
+The lab's own model (queues/model.py) holds one `RemoteQueues` per other machine as a peer, reads
+every machine's maps through them and changes the fabric through all of them. One JSON object per
+line each way; the first request starts the model there:
+
+    out {"ready": PID}
+    in  clock                                    out {"wall": time.time()}
+    in  {"start": {spec, ecn, placement, here, namespaces, tunnels, peers, wire_handle, relay_ms}}
+                                                 out {"started": [the interfaces the wire program is on]}
+    in  rows                                     out {"rows": [stats, bias]}  (base64 of the maps' rows)
+    in  gates | red | alarms | errors | ovs | ovs_drops   (a bare word, as clock)
+    in  {"set_ecn": {target, mode, kmin, kmax, pmax, reset}}    {"storm": [port, seconds]}
+    in  {"cables": [[interface, ...], down]}    {"empty": [interface, ...]}
+    in  {"repairs": since} | {"reaction": since}  (since: a wall-clock time there)
+    in  {"pfc": [kind, port]}   a pause for a port here (no answer)
+    out {"pfc": [kind, port]}   a pause for a port on another machine, at any time
+
+Every answer is one line; a request it cannot carry out gets {"error": "..."} and changes nothing
+more. The helper stops its model (and takes its wire filters off) when its input ends: with the
+run, or with a dropped connection; its pins are in the run's BPF folder there, which the run's
+member removes, and the member takes off the wire filters too if the helper was killed.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from fabriclab.errors import LabError, SpecError
+from fabriclab.lab.runstate import RunState, is_lab_link_group
+from fabriclab.loading import excerpt
+from fabriclab.queues.datapath import EV_XOFF, EV_XON, NCLASS, QStat
+from fabriclab.queues.model import QueueModel
+from fabriclab.system.remotechannel import Channel, safe_name
+from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.spec import validate
+
+MODULE = "fabriclab.lab.remotequeues"
+MAX_LINE = 1 << 22
+MAX_NODES = 1 << 12
+ANSWER_TIMEOUT_S = 60.0
+MAX_RELAY_MS = 1000.0
+_NAMED = ("gates", "red", "alarms", "errors", "ovs", "ovs_drops", "rows", "clock")
+
+
+# -- on the other machine ------------------------------------------------------------------------
+def main(argv=None):
+    run_id = RunState.helper_id(MODULE, argv)
+    if run_id is None:
+        return 2
+    out = _Out()
+    out.say({"ready": os.getpid()})
+    model = None
+    try:
+        for line in iter(lambda: sys.stdin.readline(MAX_LINE), ""):
+            if model is None and line.strip() != "clock":
+                model, answer = _start(run_id, line, out)
+            else:
+                answer = _answer(model, line)
+            if answer is not None:
+                out.say(answer)
+    finally:
+        if model is not None:
+            model.stop()
+    return 0
+
+
+class _Out:
+    """Answers and relayed pauses share the output: one line at a time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+    def say(self, obj):
+        with self.lock:
+            sys.stdout.write(json.dumps(obj) + "\n")
+            sys.stdout.flush()
+
+
+def _start(run_id, line, out):
+    try:
+        config = start_config(json.loads(line))
+        model = QueueModel(config["fabric"], None, run_id, ecn_mechanism=config["ecn"],
+                           placement=config["placement"], here=config["here"], namespaces=config["namespaces"],
+                           tunnels=config["tunnels"], underlays=underlays(config["peers"]),
+                           wire_handle=config["wire_handle"], relay_ms=config["relay_ms"],
+                           relay=lambda kind, port: out.say({"pfc": [kind, port]}))
+        model.start()
+    except (ValueError, LabError, OSError) as exc:
+        return None, {"error": str(exc)[:200]}
+    return model, {"started": list(model.wired)}
+
+
+def start_config(msg):
+    """The start request, checked as hostile: ValueError naming what is wrong."""
+    keys = {"spec", "ecn", "placement", "here", "namespaces", "tunnels", "peers", "wire_handle", "relay_ms"}
+    config = msg.get("start") if isinstance(msg, dict) and set(msg) == {"start"} else None
+    if not isinstance(config, dict) or set(config) != keys:
+        raise ValueError(f"expected {{\"start\": {{{', '.join(sorted(keys))}}}}}")
+    try:
+        fabric = Fabric.from_spec_dict(config["spec"])
+    except (TypeError, ValueError, KeyError, AttributeError, SpecError) as exc:
+        raise ValueError(f"start: not a fabric spec: {excerpt(str(exc))}") from None
+    problems = validate(fabric.spec)
+    if problems or fabric.spec.queues is None:
+        raise ValueError(f"start: spec: {excerpt(problems[0] if problems else 'no queues: section')}")
+    nodes = {*fabric.switches, *fabric.hosts}
+    placement, here = config["placement"], config["here"]
+    if (not isinstance(placement, dict) or set(placement) != nodes
+            or not all(isinstance(m, str) and 0 < len(m) <= 64 for m in placement.values())
+            or here not in set(placement.values())):
+        raise ValueError("start: placement must put every node of the fabric on a machine, this one among them")
+    spaces = config["namespaces"]
+    if not isinstance(spaces, dict) or not all(
+            h in fabric.hosts and placement[h] == here and _int(pid, 2, 1 << 22) for h, pid in spaces.items()):
+        raise ValueError("start: namespaces must give a PID for hosts placed here")
+    tunnels = config["tunnels"]
+    ports = {intf for link in fabric.links for intf in (link.a_intf, link.b_intf)}
+    if not isinstance(tunnels, dict) or len(tunnels) > len(ports) or not all(
+            intf in ports and _int(vni, 1, 1 << 24) for intf, vni in tunnels.items()):
+        raise ValueError("start: tunnels must map the fabric's interfaces to VXLAN ids")
+    peers = config["peers"]
+    if not isinstance(peers, list) or not 0 < len(peers) <= MAX_NODES or not all(_address(a) for a in peers):
+        raise ValueError("start: peers must list the other machines' addresses")
+    relay = config["relay_ms"]
+    if not isinstance(relay, (int, float)) or isinstance(relay, bool) or not (
+            math.isfinite(relay) and 0 <= relay <= MAX_RELAY_MS):
+        raise ValueError(f"start: relay_ms must be 0..{MAX_RELAY_MS:g}")
+    if not is_lab_link_group(config["wire_handle"]):
+        raise ValueError("start: wire_handle must be the run's link group")
+    if config["ecn"] not in ("bpf-clsact", "red"):
+        raise ValueError("start: ecn must be bpf-clsact or red")
+    return {**config, "fabric": fabric}
+
+
+def _int(value, low, high):
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
+
+
+def _address(text):
+    parts = text.split(".") if isinstance(text, str) else []
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+
+
+def underlays(addresses):
+    """The interfaces this machine reaches `addresses` by: where the run's tunnels leave."""
+    devices = []
+    for address in addresses:
+        proc = subprocess.run(["ip", "-o", "route", "get", address], capture_output=True, text=True)
+        words = proc.stdout.split()
+        dev = words[words.index("dev") + 1] if "dev" in words[:-1] else None
+        if proc.returncode != 0 or not safe_name(dev):
+            raise LabError(f"no route to machine {address} here")
+        if dev not in devices:
+            devices.append(dev)
+    return devices
+
+
+def _answer(model, line):
+    try:
+        msg = line.strip() if line.strip() in _NAMED else json.loads(line)
+    except ValueError:
+        return {"error": "not JSON"}
+    try:
+        if isinstance(msg, str) and msg in _NAMED:
+            return _named(model, msg)
+        if isinstance(msg, dict) and len(msg) == 1:
+            (key, value), = msg.items()
+            return _keyed(model, key, value)
+    except (LabError, OSError, ValueError, KeyError, TypeError) as exc:
+        return {"error": str(exc)[:200]}
+    return {"error": f"unknown request {excerpt(line.strip())}"}
+
+
+def _named(model, name):
+    if name == "clock":
+        return {"wall": time.time()}
+    if name == "rows":
+        stats, bias = model.own_rows()
+        return {"rows": [base64.b64encode(bytes(stats)).decode(), base64.b64encode(bytes(bias)).decode()]}
+    if name == "gates":
+        return {"gates": [[idx, row] for idx, row in model.own_gates().items()]}
+    if name == "red":
+        return {"red": [[port, cls, row] for (port, cls), row in model.own_red().items()]}
+    if name == "alarms":
+        return {"alarms": list(model.agent.alarms)}
+    if name == "errors":
+        return {"errors": list(model.agent.errors)}
+    if name == "ovs":
+        return {"done": model.ensure_ovs_buffers()}
+    return {"ovs_drops": model.own_ovs_drops()}
+
+
+def _keyed(model, key, value):
+    if key == "pfc":
+        try:
+            if not (isinstance(value, list) and len(value) == 2 and all(_int(v, 0, 1 << 20) for v in value)):
+                raise ValueError("not [kind, port]")
+            model.agent.relayed(*value)
+        except (ValueError, LabError, OSError) as exc:
+            model.agent.errors.append(f"a relayed pause {excerpt(json.dumps(value))}: {exc}")
+        return None                      # pauses are not answered
+    if key == "set_ecn" and isinstance(value, dict) and set(value) <= {"target", "mode", "kmin", "kmax", "pmax",
+                                                                      "reset"}:
+        return {"done": model.set_ecn(**value)}
+    if key == "storm" and isinstance(value, list) and len(value) == 2 and _int(value[0], 0, len(model.ports)) \
+            and isinstance(value[1], (int, float)) and math.isfinite(value[1]) and 0 <= value[1] <= 3600:
+        model.agent.storm(*value)
+        return {"done": 1}
+    if key == "cables" and isinstance(value, list) and len(value) == 2 and _names(value[0]) \
+            and isinstance(value[1], bool):
+        model.cables_down(*value)
+        return {"done": len(value[0])}
+    if key == "empty" and _names(value):
+        model.empty_queues(value)
+        return {"done": len(value)}
+    if key in ("repairs", "reaction") and isinstance(value, (int, float)) and math.isfinite(value):
+        since_ns = time.monotonic_ns() - int((time.time() - value) * 1e9)
+        if key == "repairs":
+            return {"repairs": [r.describe() for r in list(model.agent.repairs) if r.t_ns >= since_ns]}
+        return {"reaction": model.agent.reaction_stats(since_ns)}
+    return {"error": f"a malformed {excerpt(key)} request"}
+
+
+def _names(value):
+    return isinstance(value, list) and len(value) <= MAX_NODES and all(safe_name(v) for v in value)
+
+
+# -- here ----------------------------------------------------------------------------------------
+# A pause for a port on another machine crosses one or two SSH connections; the headroom of the
+# ports that send one covers this much on top of their cable (the round trip measured at start,
+# at rest, is small next to what a loaded machine adds: hence the factor and the floor).
+RELAY_FACTOR = 4.0
+RELAY_FLOOR_MS = 2.0
+
+
+def relay_allowance_ms(round_trips_s):
+    """The relay time a crossing cable's headroom covers, from the peers' measured round trips."""
+    return round(max(RELAY_FLOOR_MS, RELAY_FACTOR * 1e3 * max(round_trips_s, default=0.0)), 3)
+
+
+def model_across(fabric, net, run, cluster, machine_of, ecn_mechanism, tunnels):
+    """The lab's queue model of a fabric split over `cluster`'s machines (`machine_of(node)`: its
+    Machine; `tunnels`: {interface: VXLAN id} of the cables between machines), with a peer model
+    on each other machine, all started; on failure nothing is left running."""
+    placement = {node: machine_of(node).name for node in (*fabric.switches, *fabric.hosts)}
+    here, others = cluster.machines[0], cluster.machines[1:]
+    nports = 2 * len(fabric.links)
+    model = None
+
+    def on_pause(kind, idx):
+        model.pause(kind, idx)
+
+    peers = {}
+    try:
+        for machine in others:
+            peers[machine.name] = RemoteQueues(machine, run.id, nports, on_pause, lambda pid, m=machine: cluster.record(
+                m, process={"pid": pid, "role": "queue-model", "match": MODULE})).open()
+        relay_ms = relay_allowance_ms([peer.round_trip_s for peer in peers.values()])
+        group = run.data["link_group"]
+        devices = underlays([m.private_ip for m in others])
+        run.add_wire_filters(devices)
+        model = QueueModel(fabric, net, run.id, ecn_mechanism=ecn_mechanism, placement=placement, here=here.name,
+                           tunnels=tunnels, underlays=devices, wire_handle=group, relay=on_pause,
+                           relay_ms=relay_ms)
+        model.peers = peers
+        model.start()
+        for machine in others:
+            config = {"spec": fabric.spec.to_dict(), "ecn": ecn_mechanism, "placement": placement,
+                      "here": machine.name, "tunnels": tunnels, "wire_handle": group, "relay_ms": relay_ms,
+                      "namespaces": {h: net.get(h).pid for h in fabric.hosts if placement[h] == machine.name},
+                      "peers": [m.private_ip for m in cluster.machines if m is not machine]}
+            cluster.record(machine, wire=peers[machine.name].start(config))
+    except BaseException:
+        if model is not None:
+            model.stop()
+        for peer in peers.values():
+            peer.close()
+        raise
+    return model
+
+
+class RemoteQueues:
+    """The model on `machine`, as a peer of the lab's: pauses it relays go to `on_pause(kind,
+    port)` (the lab's model, which routes them), and it answers the lab's model's reads."""
+
+    def __init__(self, machine, run_id, nports, on_pause, record=None):
+        self.machine, self.run_id, self.nports = machine, run_id, nports
+        self.on_pause, self.record = on_pause, record
+        self.channel = None
+        self.offset_s = 0.0          # its clock minus this one
+        self.round_trip_s = None
+        self.errors_here = []        # relayed pauses it sent that could not be delivered
+        self._answers = queue.Queue()
+        self._ask_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._reader = None
+
+    def open(self):
+        """Start the helper and measure its clock and round trip (before start())."""
+        self.channel = Channel.opened(self.machine, MODULE, ["--run-id", self.run_id],
+                                      f"queue model on {self.machine.name}", self.record, then=self._clock)
+        self._reader = threading.Thread(target=self._read, name=f"queues-{self.machine.name}", daemon=True)
+        self._reader.start()
+        return self
+
+    def _clock(self, channel):
+        self.offset_s, self.round_trip_s = channel.clock_offset()
+
+    def start(self, config):
+        """Start the model there with `config` (the start request's fields)."""
+        reply = self._ask({"start": config}, "started")
+        if not isinstance(reply, list) or not all(safe_name(d) for d in reply):
+            raise LabError(f"queue model on {self.machine.name}: a malformed reply")
+        return reply
+
+    def _read(self):
+        channel = self.channel
+        while True:
+            try:
+                msg = channel.read(MAX_LINE)
+            except LabError as exc:
+                self._answers.put(exc)
+                return
+            pause = msg.get("pfc") if len(msg) == 1 else None
+            if pause is None:
+                self._answers.put(msg)
+                continue
+            try:
+                if not (isinstance(pause, list) and len(pause) == 2 and pause[0] in (EV_XOFF, EV_XON)
+                        and _int(pause[1], 0, self.nports)):
+                    raise ValueError(f"a malformed pause {excerpt(json.dumps(pause))}")
+                self.on_pause(*pause)
+            except (LabError, ValueError, KeyError, OSError) as exc:
+                self.errors_here.append(f"a pause from {self.machine.name}: {exc}")
+
+    def _ask(self, request, key):
+        with self._ask_lock:
+            self._send(request if isinstance(request, str) else json.dumps(request))
+            try:
+                reply = self._answers.get(timeout=ANSWER_TIMEOUT_S)
+            except queue.Empty:
+                raise LabError(f"queue model on {self.machine.name}: no answer") from None
+        if isinstance(reply, LabError):
+            self._answers.put(reply)         # every later request fails the same way
+            raise reply
+        if key not in reply:
+            raise LabError(f"queue model on {self.machine.name}: "
+                           f"{str(reply.get('error', 'a malformed reply'))[:200]}")
+        return reply[key]
+
+    def _send(self, line):
+        with self._send_lock:
+            if self.channel is None:
+                raise LabError(f"queue model on {self.machine.name}: closed")
+            self.channel.send(line)
+
+    # -- what the lab's model asks -----------------------------------------------------------------
+    def pause(self, kind, idx):
+        self._send(json.dumps({"pfc": [kind, idx]}))
+
+    def read_rows(self):
+        rows = self._ask("rows", "rows")
+        n = self.nports * NCLASS
+        try:
+            stats, bias = (base64.b64decode(text, validate=True) for text in rows)
+        except (TypeError, ValueError):
+            stats = bias = b""
+        if len(stats) != n * ctypes.sizeof(QStat) or len(bias) != n * 8:
+            raise LabError(f"queue model on {self.machine.name}: its maps are not this fabric's")
+        return (QStat * n).from_buffer_copy(stats), (ctypes.c_int64 * n).from_buffer_copy(bias)
+
+    def gates(self):
+        rows = self._ask("gates", "gates")
+        return {idx: row for idx, row in rows if _int(idx, 0, self.nports) and isinstance(row, dict)}
+
+    def red(self):
+        return {(port, cls): row for port, cls, row in self._ask("red", "red") if isinstance(row, dict)}
+
+    def set_ecn(self, target, **settings):
+        return self._ask({"set_ecn": {"target": target, **settings}}, "done")
+
+    def storm(self, idx, seconds):
+        self._ask({"storm": [idx, seconds]}, "done")
+
+    def cables_down(self, intfs, down):
+        self._ask({"cables": [list(intfs), bool(down)]}, "done")
+
+    def empty_queues(self, intfs):
+        self._ask({"empty": list(intfs)}, "done")
+
+    def ensure_ovs_buffers(self):
+        return self._ask("ovs", "done")
+
+    def ovs_drops(self):
+        return self._ask("ovs_drops", "ovs_drops")
+
+    def alarms(self):
+        return self._ask("alarms", "alarms")
+
+    def errors(self):
+        return self._ask("errors", "errors") + self.errors_here
+
+    def leak_repairs(self, since_ns=0):
+        return self._ask({"repairs": self._there(since_ns)}, "repairs")
+
+    def reaction_stats(self, since_ns=0):
+        return self._ask({"reaction": self._there(since_ns)}, "reaction")
+
+    def _there(self, since_ns):
+        """A time.monotonic_ns() here as a wall-clock time there."""
+        return time.time() - (time.monotonic_ns() - since_ns) / 1e9 + self.offset_s
+
+    def close(self):
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
