@@ -16,8 +16,8 @@ line each way; the first request starts the model there:
     in  {"set_ecn": {target, mode, kmin, kmax, pmax, reset}}    {"storm": [port, seconds]}
     in  {"cables": [[interface, ...], down]}    {"empty": [interface, ...]}
     in  {"repairs": since} | {"reaction": since}  (since: a wall-clock time there)
-    in  {"pfc": [kind, port]}   a pause for a port here (no answer)
-    out {"pfc": [kind, port]}   a pause for a port on another machine, at any time
+    in  {"pfc": [kind, port, us]}   a pause for a port here, sent us microseconds ago (no answer)
+    out {"pfc": [kind, port, us]}   a pause for a port on another machine, at any time
 
 Every answer is one line; a request it cannot carry out gets {"error": "..."} and changes nothing
 more. The helper stops its model (and takes its wire filters off) when its input ends: with the
@@ -52,6 +52,7 @@ MAX_LINE = 1 << 22
 MAX_NODES = 1 << 12
 ANSWER_TIMEOUT_S = 60.0
 MAX_RELAY_MS = 1000.0
+MAX_AGE_US = 10 ** 9            # a relayed pause's age: under 1000 s
 _NAMED = ("gates", "red", "alarms", "errors", "ovs", "ovs_drops", "rows", "clock")
 
 
@@ -96,7 +97,7 @@ def _start(run_id, line, out):
                            placement=config["placement"], here=config["here"], namespaces=config["namespaces"],
                            tunnels=config["tunnels"], underlays=underlays(config["peers"]),
                            wire_handle=config["wire_handle"], relay_ms=config["relay_ms"],
-                           relay=lambda kind, port: out.say({"pfc": [kind, port]}))
+                           relay=lambda kind, port, age_ns: out.say({"pfc": [kind, port, age_ns // 1000]}))
         model.start()
     except (ValueError, LabError, OSError) as exc:
         return None, {"error": str(exc)[:200]}
@@ -206,9 +207,10 @@ def _named(model, name):
 def _keyed(model, key, value):
     if key == "pfc":
         try:
-            if not (isinstance(value, list) and len(value) == 2 and all(_int(v, 0, 1 << 20) for v in value)):
-                raise ValueError("not [kind, port]")
-            model.agent.relayed(*value)
+            if not (isinstance(value, list) and len(value) == 3 and all(_int(v, 0, 1 << 20) for v in value[:2])
+                    and _int(value[2], 0, MAX_AGE_US)):
+                raise ValueError("not [kind, port, age in us]")
+            model.agent.relayed(value[0], value[1], value[2] * 1000)
         except (ValueError, LabError, OSError) as exc:
             model.agent.errors.append(f"a relayed pause {excerpt(json.dumps(value))}: {exc}")
         return None                      # pauses are not answered
@@ -260,8 +262,8 @@ def model_across(fabric, net, run, cluster, machine_of, ecn_mechanism, tunnels):
     nports = 2 * len(fabric.links)
     model = None
 
-    def on_pause(kind, idx):
-        model.pause(kind, idx)
+    def on_pause(kind, idx, waited_ns=0):
+        model.pause(kind, idx, waited_ns)
 
     peers = {}
     try:
@@ -339,10 +341,10 @@ class RemoteQueues:
                 self._answers.put(msg)
                 continue
             try:
-                if not (isinstance(pause, list) and len(pause) == 2 and pause[0] in (EV_XOFF, EV_XON)
-                        and _int(pause[1], 0, self.nports)):
+                if not (isinstance(pause, list) and len(pause) == 3 and pause[0] in (EV_XOFF, EV_XON)
+                        and _int(pause[1], 0, self.nports) and _int(pause[2], 0, MAX_AGE_US)):
                     raise ValueError(f"a malformed pause {excerpt(json.dumps(pause))}")
-                self.on_pause(*pause)
+                self.on_pause(pause[0], pause[1], pause[2] * 1000 + self.one_way_ns())
             except (LabError, ValueError, KeyError, OSError) as exc:
                 self.errors_here.append(f"a pause from {self.machine.name}: {exc}")
 
@@ -368,8 +370,12 @@ class RemoteQueues:
             self.channel.send(line)
 
     # -- what the lab's model asks -----------------------------------------------------------------
-    def pause(self, kind, idx):
-        self._send(json.dumps({"pfc": [kind, idx]}))
+    def pause(self, kind, idx, waited_ns=0):
+        self._send(json.dumps({"pfc": [kind, idx, (waited_ns + self.one_way_ns()) // 1000]}))
+
+    def one_way_ns(self):
+        """The relay's one-way time to or from that machine, estimated: half the round trip."""
+        return int((self.round_trip_s or 0.0) * 5e8)
 
     def read_rows(self):
         rows = self._ask("rows", "rows")

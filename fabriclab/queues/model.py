@@ -417,14 +417,14 @@ class QueueModel:
         else:
             self.peers[machine].storm(idx, seconds)
 
-    def pause(self, kind, idx):
-        """A pause (EV_XOFF / EV_XON) the data path of another machine sent to port `idx`: for its
-        gate here, or passed on to the machine it runs on."""
+    def pause(self, kind, idx, waited_ns=0):
+        """A pause (EV_XOFF / EV_XON) a data path sent `waited_ns` ago to port `idx` of another
+        machine than its own: for its gate here, or passed on to the machine it runs on."""
         machine = self._machine(self.ports[idx])
         if machine == self.here:
-            self.agent.relayed(kind, idx)
+            self.agent.relayed(kind, idx, waited_ns)
         else:
-            self.peers[machine].pause(kind, idx)
+            self.peers[machine].pause(kind, idx, waited_ns)
 
     # -- reading --------------------------------------------------------------------------------
     def own_rows(self):

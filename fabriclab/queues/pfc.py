@@ -65,6 +65,8 @@ class PfcAgent:
         self.rows = rows if rows is not None else len(ports) * NCLASS
         self.relayed_out = 0         # pauses and resumes sent to another machine's agent
         self.relayed_in = 0
+        # XOFF-to-gate-closed of pauses relayed from another machine (estimated: see relayed())
+        self.relayed_reactions = collections.deque(maxlen=REACTIONS_KEPT)
         self.repairs = collections.deque(maxlen=REPAIRS_KEPT)
         self._next_leak_check = 0
         self.clock = clock
@@ -115,7 +117,7 @@ class PfcAgent:
         if event.cls != LOSSLESS:
             return
         if event.target not in self.state:
-            self._send(event.kind, event.target)
+            self._send(event.kind, event.target, event.ts)
             return
         self.events += 1
         try:
@@ -131,24 +133,28 @@ class PfcAgent:
         except Exception as exc:               # raised inside libbpf's callback: keep it, don't lose it
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
-    def _send(self, kind, target):
+    def _send(self, kind, target, ts=0):
         if self.relay is None:
             return
         try:
-            self.relay(kind, target)
+            self.relay(kind, target, max(0, self.clock() - ts) if ts else 0)
             self.relayed_out += 1
         except Exception as exc:               # a pause lost on the way must show in the results
             self.errors.append(f"relaying a pause to port {target}: {type(exc).__name__}: {exc}")
 
-    def relayed(self, kind, target):
-        """An XOFF (EV_XOFF) or XON (EV_XON) another machine's data path sent to local port `target`."""
+    def relayed(self, kind, target, waited_ns=0):
+        """An XOFF (EV_XOFF) or XON (EV_XON) another machine's data path sent to local port `target`,
+        `waited_ns` ago (its age when sent there plus the relay's one-way estimate: an estimate)."""
         if kind not in (EV_XOFF, EV_XON) or target not in self.state:
             raise ValueError(f"no pause {kind!r} for port {target!r} here")
         with self.lock:
             self.relayed_in += 1
             st = self.state[target]
             st.wanted = kind == EV_XOFF
-            self._apply(target, st, self.clock())
+            start = self.clock()
+            self._apply(target, st, start)
+            if kind == EV_XOFF and waited_ns:
+                self.relayed_reactions.append((start - waited_ns, waited_ns + self.clock() - start))
 
     # -- decisions ----------------------------------------------------------------------------
     def _apply(self, idx, st, now):
@@ -221,15 +227,15 @@ class PfcAgent:
 
     def reaction_stats(self, since_ns=0):
         """The XOFF-to-gate-closed delay (ms) over the pauses since `since_ns` (the clock's time):
-        median, p99 and worst."""
+        median, p99 and worst; with other machines, how many pauses went to and came from them,
+        and the delay of those that came (`relayed`, estimated)."""
         with self.lock:
-            values = sorted(delay for ts, delay in self.reactions if ts >= since_ns)
-        relayed = {"relayed_out": self.relayed_out, "relayed_in": self.relayed_in} if self.relay else {}
-        if not values:
-            return {"pauses": 0, **relayed}
-        pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))] / 1e6, 3)   # noqa: E731
-        return {"pauses": len(values), "p50_ms": pick(0.5), "p99_ms": pick(0.99),
-                "max_ms": round(values[-1] / 1e6, 3), **relayed}
+            stats = _percentiles([delay for ts, delay in self.reactions if ts >= since_ns])
+            if self.relay is None:
+                return stats
+            relayed = _percentiles([delay for ts, delay in self.relayed_reactions if ts >= since_ns])
+        return {**stats, "relayed_out": self.relayed_out, "relayed_in": self.relayed_in,
+                "relayed": {**relayed, "estimated": "its age when relayed + half the relay's round trip"}}
 
     def snapshot(self):
         """Per port: closes, time closed (ms, including a pause in progress), watchdog fires."""
@@ -241,3 +247,12 @@ class PfcAgent:
                           "gate_closed": st.closed,
                           "watchdog_fires": st.watchdog_fires}
                     for idx, st in self.state.items()}
+
+
+def _percentiles(delays_ns):
+    """{"pauses", "p50_ms", "p99_ms", "max_ms"} of delays in ns ({"pauses": 0} when none)."""
+    values = sorted(delays_ns)
+    if not values:
+        return {"pauses": 0}
+    pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))] / 1e6, 3)   # noqa: E731
+    return {"pauses": len(values), "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": round(values[-1] / 1e6, 3)}

@@ -223,10 +223,11 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
     then SwitchML on the same fabric, in two levels."""
     before = labutil.resources()
     inventory = guest.inventory(tmp_path / "two.ini", project_dir=str(REPO))
-    # 5 Mbit/s: the emulated guest keeps up, so the incast at h3 is the only congestion
+    # 5 Mbit/s: the emulated guest keeps up, so the incast at h3 is the only congestion (at 20
+    # it falls behind and drops inside itself); a watchdog of 1 s: its pauses can last 300 ms
     spec = FabricSpec(name="t-q2k", leaves=2, spines=2, hosts_per_leaf=2, host_rate_mbps=5,
                       fabric_rate_mbps=5, real_host_rate_mbps=400_000,
-                      queues=QueueSpec(pfc=PfcSettings(watchdog_ms=300, restore_ms=500)))
+                      queues=QueueSpec(pfc=PfcSettings(watchdog_ms=1000, restore_ms=500)))
     # the spines here, leaf 2 (with h3 and h4) in the guest: both of its uplinks cross
     split = split_from_doc({"machines": 2, "place": {1: ["l1", "s1", "s2"], 2: ["l2"]}})
     lab = Lab(spec, split=split, machines=machines_from_inventory(inventory))
@@ -255,6 +256,7 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
             assert labutil.queue_delta(after, first, "pause_rx")[(spine_port, "lossless")] == n
         reaction = lab.queues.reaction_stats()
         assert reaction["relayed_in"] > 0 and reaction["machines"]["guest"]["relayed_out"] > 0, reaction
+        assert reaction["relayed"]["pauses"] > 0, reaction              # XOFFs from the guest, timed
         # Lossless, and every queue and account drained on both machines: departures into a
         # tunnel are seen on the machine they leave
         assert labutil.queue_delta(after, first, "lossless_drops") == {}

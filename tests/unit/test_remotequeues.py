@@ -77,10 +77,10 @@ class FakeAgent:
     def __init__(self):
         self.relayed_calls, self.errors, self.alarms, self.storms = [], [], [{"port": "l2-eth1"}], []
 
-    def relayed(self, kind, port):
+    def relayed(self, kind, port, waited_ns):
         if port > 10:
             raise ValueError("no such port here")
-        self.relayed_calls.append((kind, port))
+        self.relayed_calls.append((kind, port, waited_ns))
 
     def storm(self, idx, seconds):
         self.storms.append((idx, seconds))
@@ -130,10 +130,12 @@ def test_the_helper_answers_each_request_and_refuses_what_is_malformed():
 
 def test_a_relayed_pause_gets_no_answer_and_a_bad_one_is_kept_as_an_error():
     model = FakeModel()
-    assert answer(model, {"pfc": [EV_XOFF, 3]}) is None and model.agent.relayed_calls == [(EV_XOFF, 3)]
-    assert answer(model, {"pfc": [EV_XON, 99]}) is None                  # not a port of that machine
-    assert answer(model, {"pfc": ["XOFF", 3]}) is None and answer(model, {"pfc": [1]}) is None
-    assert len(model.agent.errors) == 3 and model.agent.relayed_calls == [(EV_XOFF, 3)]
+    assert answer(model, {"pfc": [EV_XOFF, 3, 1500]}) is None
+    assert model.agent.relayed_calls == [(EV_XOFF, 3, 1_500_000)]            # sent 1.5 ms ago
+    assert answer(model, {"pfc": [EV_XON, 99, 0]}) is None                   # not a port of that machine
+    for bad in (["XOFF", 3, 0], [1], [EV_XOFF, 3], [EV_XOFF, 3, -1], [EV_XOFF, 3, 10 ** 12]):
+        assert answer(model, {"pfc": bad}) is None
+    assert len(model.agent.errors) == 6 and len(model.agent.relayed_calls) == 1
 
 
 # -- the lab's side ------------------------------------------------------------------------------
@@ -159,7 +161,8 @@ class Machine:
 
 def remote(lines, nports=2):
     pauses = []
-    peer = RemoteQueues(Machine(), "run", nports, lambda kind, idx: pauses.append((kind, idx)))
+    peer = RemoteQueues(Machine(), "run", nports, lambda kind, idx, waited: pauses.append((kind, idx, waited)))
+    peer.round_trip_s = 0.004
     peer.channel = FakeChannel(lines)
     peer._read()            # every line the channel has, then its end
     return peer, pauses
@@ -170,13 +173,16 @@ def test_pauses_from_another_machine_are_routed_and_answers_queued_in_order():
     rows[4].pause_tx = 7
     bias = (ctypes.c_int64 * (2 * NCLASS))(*range(6))
     reply = {"rows": [base64.b64encode(bytes(rows)).decode(), base64.b64encode(bytes(bias)).decode()]}
-    peer, pauses = remote([{"pfc": [EV_XOFF, 1]}, reply, {"pfc": [EV_XON, 1]}, {"pfc": [9, 1]},
-                           {"pfc": [EV_XOFF, 2]}])
-    assert pauses == [(EV_XOFF, 1), (EV_XON, 1)]
-    assert len(peer.errors_here) == 2              # a kind it cannot be, a port the fabric has not
+    peer, pauses = remote([{"pfc": [EV_XOFF, 1, 300]}, reply, {"pfc": [EV_XON, 1, 0]}, {"pfc": [9, 1, 0]},
+                           {"pfc": [EV_XOFF, 2, 0]}, {"pfc": [EV_XOFF, 1]}])
+    # its age there plus half the round trip (2 ms)
+    assert pauses == [(EV_XOFF, 1, 2_300_000), (EV_XON, 1, 2_000_000)]
+    assert len(peer.errors_here) == 3              # a kind it cannot be, a port the fabric has not, no age
     stats, got_bias = peer.read_rows()
     assert stats[4].pause_tx == 7 and list(got_bias) == list(range(6))
     assert peer.channel.sent == ["rows"]
+    peer.pause(EV_XOFF, 1, 1_000_000)              # passed on, older by the next hop
+    assert json.loads(peer.channel.sent[-1]) == {"pfc": [EV_XOFF, 1, 3000]}
     with pytest.raises(LabError, match="no answer"):
         peer.read_rows()                           # the channel ended: so does every request
     with pytest.raises(LabError, match="no answer"):
@@ -239,22 +245,25 @@ class Port:
 
 
 def test_an_agent_relays_pauses_for_other_machines_and_applies_relayed_ones():
-    sent, gates = [], Gates()
-    agent = PfcAgent(None, {0: Port("s1-eth2")}, gates, PfcSettings(watchdog_ms=0),
-                     relay=lambda kind, idx: sent.append((kind, idx)), rows=6)
-    agent._on_event(Event(EV_XOFF, 0, 1, 0, 1, 0))       # port 1 runs on another machine
-    agent._on_event(Event(EV_XOFF, 0, 1, 2, 1, 0))       # not the lossless class: no pause
-    assert sent == [(EV_XOFF, 1)] and agent.relayed_out == 1 and gates.calls == []
-    agent.relayed(EV_XOFF, 0)
-    agent.relayed(EV_XON, 0)
+    sent, gates, now = [], Gates(), [50_000_000]
+    agent = PfcAgent(None, {0: Port("s1-eth2")}, gates, PfcSettings(watchdog_ms=0), clock=lambda: now[0],
+                     relay=lambda kind, idx, age: sent.append((kind, idx, age)), rows=6)
+    agent._on_event(Event(EV_XOFF, 0, 1, 0, 49_000_000, 0))   # port 1 runs on another machine
+    agent._on_event(Event(EV_XOFF, 0, 1, 2, 49_000_000, 0))   # not the lossless class: no pause
+    assert sent == [(EV_XOFF, 1, 1_000_000)] and agent.relayed_out == 1 and gates.calls == []
+    agent.relayed(EV_XOFF, 0, 3_000_000)
+    agent.relayed(EV_XON, 0, 2_000_000)
     assert [rate for _what, rate in gates.calls] == [1, 1000] and agent.relayed_in == 2
     with pytest.raises(ValueError):
         agent.relayed(EV_XOFF, 1)
-    assert agent.reaction_stats() == {"pauses": 0, "relayed_out": 1, "relayed_in": 2}
+    stats = agent.reaction_stats()
+    assert {k: stats[k] for k in ("pauses", "relayed_out", "relayed_in")} == \
+        {"pauses": 0, "relayed_out": 1, "relayed_in": 2}
+    assert stats["relayed"]["pauses"] == 1 and stats["relayed"]["p50_ms"] == 3.0
 
 
 def test_a_relay_that_fails_is_kept_as_an_error():
-    def broken(kind, idx):
+    def broken(kind, idx, age):
         raise LabError("queue model on m2: closed")
     agent = PfcAgent(None, {0: Port("p")}, Gates(), PfcSettings(watchdog_ms=0), relay=broken)
     agent._on_event(Event(EV_XOFF, 0, 1, 0, 1, 0))
