@@ -309,12 +309,9 @@ class QueueModel:
 
     def ovs_drops_total(self):
         """Frames OVS's port sockets dropped since the model enlarged them (on every machine)."""
-        elsewhere = sum(peer.ovs_drops() for peer in self.peers.values())
-        with self._ovs_lock:
-            if self.ovs_receive_sockets:
-                self._ovs_drops += ovs_receive_drops()
-            self._ovs_readings.append((time.monotonic_ns(), self._ovs_drops + elsewhere))
-            return self._ovs_drops + elsewhere
+        total = self.own_ovs_drops() + sum(peer.ovs_drops() for peer in self.peers.values())
+        self._ovs_readings.append((time.monotonic_ns(), total))
+        return total
 
     def own_ovs_drops(self):
         """ovs_drops_total on this machine alone (what a peer reports)."""
