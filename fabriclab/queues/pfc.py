@@ -11,8 +11,8 @@ path drops new packets of that class at that port for the same time (the stuck q
 the wire first). After the restoration period a port still asked to pause is paused again.
 
 Across machines (a fabric split over a cluster) each machine runs an agent for the gates of its
-own ports. An XOFF or XON for a port on another machine goes to `relay(kind, port)`, which the lab
-carries there, and arrives at that machine's agent as `relayed(kind, port)`.
+own ports. An XOFF or XON for a port on another machine goes to `relay(kind, port, age_ns)`, which
+the lab carries there, and arrives at that machine's agent as `relayed(kind, port, waited_ns)`.
 
 Leak repair (queues/leaks.py): every LEAK_CHECK_NS the agent corrects ingress accounts that a
 packet dropped inside OVS left high, and opens the gate of a port that was left paused by them.
@@ -56,8 +56,8 @@ class PfcAgent:
     def __init__(self, datapath, ports, gates, pfc, clock=time.monotonic_ns, leaks=None, relay=None, rows=None):
         """`ports` maps a port index to an object with ns_pid, ifindex, name, open_rate_bytes,
         open_burst, gate_limit and closed_burst: the ports whose gates this agent runs; `leaks` is
-        a LeakRepair (None: no repair); `relay(kind, port)` carries a pause for any other port to
-        the machine it runs on (None: there is no other); `rows` the data path's map rows (by
+        a LeakRepair (None: no repair); `relay(kind, port, age_ns)` carries a pause for any other
+        port (raised age_ns ago) to the machine it runs on (None: there is no other); `rows` the data path's map rows (by
         default, those of `ports`)."""
         self.datapath, self.ports, self.gates, self.pfc = datapath, ports, gates, pfc
         self.leaks = leaks
