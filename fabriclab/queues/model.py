@@ -459,18 +459,17 @@ class QueueModel:
             for cls in range(NCLASS):
                 row = p.idx * NCLASS + cls
                 st = stats[row]
-                values = {f: getattr(st, f) for f in STAT_FIELDS if f not in INTERNAL_FIELDS} if st else {}
-                if st:
-                    # held as the data path uses it: less the leaked bytes repaired (queues/leaks.py)
-                    values["held"] -= bias[row]
-                    values["held_repaired"] = bias[row]
+                values = {f: getattr(st, f) for f in STAT_FIELDS if f not in INTERNAL_FIELDS}
+                # held as the data path uses it: less the leaked bytes repaired (queues/leaks.py)
+                values["held"] -= bias[row]
+                values["held_repaired"] = bias[row]
                 if self._red_marks(p) and config.CLASSES[cls] in RED_PLACES:
                     # RED's own counters: what it marked (packets that came in CE included) and
                     # dropped (never, unless its backstop overflowed).
                     r = red.get((p.name, config.CLASSES[cls]), {})
                     values["red_marked"] = r.get("marked", 0)
                     values["red_drops"] = r.get("early", 0) + r.get("pdrop", 0)
-                values["paused"] = bool(st.paused) if st else False
+                values["paused"] = bool(st.paused)
                 values["pause_ms"] = round(values.pop("pause_ns", 0) / 1e6, 3)
                 row = {"port": p.name, "node": p.node, "role": p.role, "peer": self.ports[p.peer].name,
                        "class": config.CLASSES[cls], **values}
@@ -565,7 +564,7 @@ class QueueModel:
 
     def _machines(self):
         """Where the model runs on a split fabric: the ports per machine and what crosses."""
-        crossing = [p for p in self.ports if p.relay_ms or self._machine(p) != self._machine(self.ports[p.peer])]
+        crossing = [p for p in self.ports if self._machine(p) != self._machine(self.ports[p.peer])]
         return {"ports": {str(m): sum(1 for p in self.ports if self._machine(p) == m)
                           for m in sorted({self._machine(p) for p in self.ports}, key=str)},
                 "crossing_ports": sorted(p.name for p in crossing),

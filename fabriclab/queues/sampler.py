@@ -10,8 +10,9 @@ totals.
 
 Reading one port class is one bpf(2) lookup (a few microseconds from Python), so a 48-port fabric
 is read in well under a millisecond (on a fabric split over machines, each other machine's maps
-are one request over the lab's SSH connection, a round trip of milliseconds); the interval actually reached is measured and recorded
-(`timing()`), because a loaded 2-core machine can stretch it.
+are one request over the lab's SSH connection, a round trip of milliseconds); the interval
+actually reached is measured and recorded (`timing()`), because a loaded 2-core machine can
+stretch it.
 """
 
 from __future__ import annotations
