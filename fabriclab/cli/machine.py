@@ -124,8 +124,11 @@ def register_fullkernel(subparsers):
     p.add_argument("--kvm", action="store_true",
                    help="run the guest with KVM instead of software emulation (where nested KVM works)")
     p.add_argument("--inventory", metavar="FILE", default="guest-inventory.ini",
-                   help="machine: where to write the ansible inventory of this machine and the guest "
+                   help="machine: where to write the ansible inventory of this machine and the guests "
                         "(default guest-inventory.ini)")
+    p.add_argument("--guests", metavar="N", type=int, default=1,
+                   help="machine: how many guests to boot on the wire (default 1, at most 4): this "
+                        "machine and N guests are N+1 lab machines")
     p.set_defaults(func=cmd_fullkernel)
 
 
@@ -142,7 +145,9 @@ def cmd_fullkernel(args):
         # after the action argparse hands everything to pytest_args: read --inventory there too
         tail = argparse.ArgumentParser(prog="fabriclab fullkernel machine")
         tail.add_argument("--inventory", default=args.inventory)
-        args.inventory = tail.parse_args(args.pytest_args or []).inventory
+        tail.add_argument("--guests", type=int, default=args.guests)
+        rest = tail.parse_args(args.pytest_args or [])
+        args.inventory, args.guests = rest.inventory, rest.guests
         return run_guest_machine(args)
     pytest_args = list(args.pytest_args or DEFAULT_SELECTION)
     if pytest_args and pytest_args[0] == "--":
@@ -155,9 +160,10 @@ def cmd_fullkernel(args):
 
 
 def run_guest_machine(args):
-    from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
+    from fabriclab.lab.guestmachine import GuestMachine, check_count
 
     # before a half-minute boot, not after it
+    check_count(args.guests, "--guests")
     folder = os.path.dirname(os.path.abspath(args.inventory))
     if os.path.isdir(args.inventory) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise LabError(f"--inventory {clip(args.inventory)}: cannot write a file there")
@@ -165,18 +171,20 @@ def run_guest_machine(args):
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with GuestMachine(args.kernel, kvm=args.kvm) as guest:
-            path = guest.inventory(args.inventory, project_dir=str(provision.PROJECT_DIR))
-            print(f"guest machine: {guest.tier.kernel} at {WIRE_GUEST}, up in {guest.boot_s:.0f} s; "
+        with GuestMachine(args.kernel, kvm=args.kvm, count=args.guests) as machines:
+            path = machines.inventory(args.inventory, project_dir=str(provision.PROJECT_DIR))
+            where = ", ".join(f"{g.name} at {g.address}" for g in machines.guests)
+            print(f"guest machine: {machines.tier.kernel}: {where}, up in {machines.boot_s:.0f} s; "
                   f"inventory: {path}", flush=True)
             print(f"  e.g. sudo .venv/bin/fabriclab doctor --inventory {path}; Ctrl-C stops it", flush=True)
             try:
-                while not stop.wait(1.0) and guest.proc.poll() is None:
+                while not stop.wait(1.0) and all(g.proc.poll() is None for g in machines.guests):
                     pass
             except KeyboardInterrupt:
                 pass
-            if guest.proc is not None and guest.proc.poll() is not None:
-                print(f"guest machine: qemu exited ({guest.proc.returncode})", file=sys.stderr)
+            ended = [g for g in machines.guests if g.proc is not None and g.proc.poll() is not None]
+            if ended:
+                print(f"guest machine: {ended[0].name}'s qemu exited ({ended[0].proc.returncode})", file=sys.stderr)
                 return 1
     finally:
         signal.signal(signal.SIGTERM, previous)

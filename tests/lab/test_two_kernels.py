@@ -60,14 +60,14 @@ def test_clean_removes_what_a_killed_guest_machine_left(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline()
-        assert f"guest machine: {TIER.kernel} at {WIRE_GUEST}" in line, line + proc.stdout.read()
+        assert f"guest machine: {TIER.kernel}: guest at {WIRE_GUEST}, up in" in line, line + proc.stdout.read()
         assert "[lab]" in inventory.read_text() and wires()
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert wires()                                           # the killed one left its wire and qemu
     out = cli("clean")
-    assert out.returncode == 0 and "stopped 3 processes, deleted 0 bridges and 1 interfaces" in out.stdout, out.stdout
+    assert out.returncode == 0 and "stopped 3 processes, deleted 0 bridges and 2 interfaces" in out.stdout, out.stdout
     assert not wires()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", "ifname=fabg-"]).returncode == 0:

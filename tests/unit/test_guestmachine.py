@@ -1,8 +1,11 @@
 """The guest machine's files, without booting it: the inventory ansible reads, the guest's script
 and sshd set-up (fabriclab/lab/guestmachine.py; the boot itself: tests/lab/test_two_kernels.py)."""
 
+import ipaddress
 import pathlib
 import types
+
+import pytest
 
 from fabriclab.lab import guestmachine
 from fabriclab.lab.guestmachine import GUEST_DIR, WIRE_GUEST, WIRE_HOST, GuestMachine
@@ -10,8 +13,11 @@ from fabriclab.lab.runstate import RUN_ROOT
 from fabriclab.system.inventory import machines
 
 
-def fake(tmp_path):
+def fake(tmp_path, count=1):
+    """A GuestMachine as start() leaves it, without booting (the tier is not probed)."""
     guest = GuestMachine.__new__(GuestMachine)
+    guest.guests = [guestmachine.Guest(i, guestmachine.guest_name(i), guestmachine.guest_address(i),
+                                       f"52:54:00:fa:b1:{i + 1:02x}") for i in range(1, count + 1)]
     guest.run = types.SimpleNamespace(dir=tmp_path, id="20261126-000000-abcdef", path=lambda n: tmp_path / n)
     guest.key = str(tmp_path / "id")
     return guest
@@ -33,9 +39,10 @@ def test_the_inventory_names_both_machines_and_pins_the_guests_host_key(tmp_path
 def test_the_guest_reads_its_files_outside_the_lab_run_root(tmp_path):
     """A `clean` in the guest must not find this machine's run records: everything the guest
     reads or writes is under GUEST_DIR, never under RUN_ROOT."""
-    script = fake(tmp_path).guest_script()
+    machine = fake(tmp_path)
+    script = machine.guest_script(machine.guests[0])
     assert f"{guestmachine.SSHD} -f {GUEST_DIR}/sshd_config" in script
-    assert f"ip addr add {WIRE_GUEST}/{guestmachine.WIRE_PREFIX}" in script and guestmachine.GUEST_MAC in script
+    assert f"ip addr add {WIRE_GUEST}/{guestmachine.WIRE_PREFIX}" in script and machine.guests[0].mac in script
     assert guestmachine.READY in script and "openvswitch" in script
     assert f"{RUN_ROOT}/" not in script and not pathlib.PurePath(GUEST_DIR).is_relative_to(RUN_ROOT)
 
@@ -48,3 +55,34 @@ def test_an_inventory_path_that_cannot_be_written_is_refused_before_booting(tmp_
         err = capsys.readouterr().err
         assert "cannot write a file there" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_more_guests_get_their_own_names_addresses_and_nics_on_one_wire(tmp_path):
+    machine = fake(tmp_path, count=3)
+    found = dict(machines(machine.inventory(tmp_path / "four.ini", project_dir="/srv/f", venv_dir="/srv/v")))
+    assert list(found) == ["here", "guest", "guest2", "guest3"]
+    addresses = [found[name]["fabriclab_private_ip"] for name in found]
+    assert addresses == [WIRE_HOST, "172.31.253.2", "172.31.253.3", "172.31.253.4"]
+    assert [found[name]["ansible_host"] for name in found if name != "here"] == addresses[1:]
+    # all on one subnet, so guests reach each other as well as this machine
+    net = ipaddress.ip_network(f"{WIRE_HOST}/{guestmachine.WIRE_PREFIX}", strict=False)
+    assert all(ipaddress.ip_address(a) in net for a in addresses) and len(set(addresses)) == 4
+    assert net.num_addresses - 2 >= guestmachine.MAX_GUESTS + 1
+    scripts = [machine.guest_script(g) for g in machine.guests]
+    assert len({g.mac for g in machine.guests}) == 3
+    for guest, script in zip(machine.guests, scripts):
+        assert f"ip addr add {guest.address}/" in script and guest.mac in script
+        assert all(other.address not in script for other in machine.guests if other is not guest)
+    assert machine.guest("guest3").address == "172.31.253.4"
+
+
+def test_a_count_of_guests_out_of_range_is_refused_before_anything(capsys):
+    from fabriclab.cli.main import main
+    from fabriclab.errors import LabError
+
+    for bad in (0, guestmachine.MAX_GUESTS + 1, True, "2"):
+        with pytest.raises(LabError, match="between 1 and"):
+            GuestMachine(count=bad)
+    assert main(["fullkernel", "machine", "--guests", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "--guests: between 1 and 4, got 9" in err and err.count("\n") == 1
