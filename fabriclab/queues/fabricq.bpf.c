@@ -13,7 +13,9 @@
  *     bytes the peer's switch holds for the port that packet had entered by (XON when low enough);
  *     a CE packet from a port whose qdisc marks counts as that port's mark unless it entered CE;
  *   - at a switch, the packet now counts against this ingress port (XOFF when high enough) and
- *     the flow is remembered so its departure can be charged back to this port.
+ *     the packet (its flow and IP id) is remembered so its departure can be charged back to this
+ *     port: a flow whose packets take several paths (adaptive routing, a PLB's planes, a rehash)
+ *     enters one switch by several ports at once, and each packet is released against its own.
  * wire (the egress of the interface a cable between machines is tunnelled over, fabriclab.lab.cluster):
  *   - a packet in a VXLAN tunnel of this run has left its port's queue (the tunnel's end, a port of
  *     this machine): the departure the far end's ingress would see, seen on this machine, whose
@@ -108,13 +110,16 @@ struct event {
 	__s64 held;
 };
 
+/* One packet in a switch: its flow and IP id. A packet with id 0 (DF datagrams of an unconnected
+ * socket, rxe's among them) shares its flow's entry, the last ingress port the flow came by. */
 struct flow_key {
 	__u32 node;
 	__u32 saddr;
 	__u32 daddr;
 	__u16 sport;
 	__u16 dport;
-	__u32 proto;
+	__u16 proto;
+	__u16 id;
 };
 
 /* Indexed by port row base. A port is known by the classid of its tc filter (fab:<idx+1>): tc
@@ -198,6 +203,7 @@ struct pkt {
 	__u16 dport;
 	__u32 proto;
 	__u32 tos;
+	__u16 id;
 };
 
 /* The frame at byte `off` of the packet (0, or WIRE_HLEN inside a tunnel). */
@@ -217,6 +223,7 @@ static __always_inline int parse_at(struct __sk_buff *skb, __u32 off, struct pkt
 	p->daddr = ip->daddr;
 	p->proto = ip->protocol;
 	p->tos = ip->tos;
+	p->id = ip->id;
 	p->sport = 0;
 	p->dport = 0;
 	__u32 ihl = (ip->ihl & 0xf) * 4;
@@ -234,6 +241,13 @@ static __always_inline int parse_at(struct __sk_buff *skb, __u32 off, struct pkt
 static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 {
 	return parse_at(skb, 0, p);
+}
+
+static __always_inline struct flow_key flow_of(__u32 node, struct pkt *p)
+{
+	struct flow_key k = {.node = node, .saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+			     .dport = p->dport, .proto = p->proto, .id = p->id};
+	return k;
 }
 
 static __always_inline __u32 class_of(struct pkt *p)
@@ -288,19 +302,21 @@ static __always_inline void resume(struct qstat *st, __u32 idx, __u32 cls, __u64
  * the switch, or was dropped in it); XON when they reach the port's XON threshold. */
 static __always_inline void release(__u32 node, struct pkt *p, __u32 cls, __u32 len, __u64 now)
 {
-	struct flow_key k = {.node = node, .saddr = p->saddr, .daddr = p->daddr,
-			     .sport = p->sport, .dport = p->dport, .proto = p->proto};
+	struct flow_key k = flow_of(node, p);
 	__u32 *in = bpf_map_lookup_elem(&flows, &k);
 	if (!in)
 		return;
-	__u32 row = *in * NCLASS + cls;
+	__u32 in_idx = *in;
+	if (k.id)                       /* the packet's own entry: it leaves once */
+		bpf_map_delete_elem(&flows, &k);
+	__u32 row = in_idx * NCLASS + cls;
 	struct qstat *st = bpf_map_lookup_elem(&stats, &row);
 	struct qcfg *cf = bpf_map_lookup_elem(&qcfg, &row);
 	if (!st || !cf)
 		return;
 	__s64 held = __sync_fetch_and_add(&st->held, -(__s64)len) - len - bias_of(row);
 	if (cf->pfc && st->paused && held <= (__s64)cf->xon)
-		resume(st, *in, cls, now, held);
+		resume(st, in_idx, cls, now, held);
 }
 
 /* A packet entered a switch by ingress port `pt`: count it against the port; XOFF at the
@@ -418,8 +434,7 @@ int fq_egress(struct __sk_buff *skb)
 	__s64 occ = st->occ;
 	if (cf->pfc) {
 		if (pt->is_switch) {
-			struct flow_key k = {.node = pt->node, .saddr = p.saddr, .daddr = p.daddr,
-					     .sport = p.sport, .dport = p.dport, .proto = p.proto};
+			struct flow_key k = flow_of(pt->node, &p);
 			__u32 *in = bpf_map_lookup_elem(&flows, &k);
 			if (in) {
 				__u32 irow = *in * NCLASS + cls;
@@ -476,8 +491,7 @@ int fq_ingress(struct __sk_buff *skb)
 		__sync_fetch_and_add(&st->rx_bytes, len);
 	}
 	if (pt->is_switch) {
-		struct flow_key k = {.node = pt->node, .saddr = p.saddr, .daddr = p.daddr,
-				     .sport = p.sport, .dport = p.dport, .proto = p.proto};
+		struct flow_key k = flow_of(pt->node, &p);
 		__u32 idx = pt->idx;
 		bpf_map_update_elem(&flows, &k, &idx, BPF_ANY);
 		admit(pt, cls, len, now);

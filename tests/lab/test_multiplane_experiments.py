@@ -110,9 +110,10 @@ def test_plane_failover(folder):
     doc = run("plane-failover", folder)
     took = {r["tags"]["plb"]: plane_failover.recovery(r) for r in doc["runs"]}
     per_plane, software = took["per-plane"]["recovery_s"], took["software"]["recovery_s"]
-    # Back at 75%: measured 0.019 s against 1.10 s (57x) in most runs; in 1 of 5 a CNP on a
-    # surviving plane halved its DCQCN rate and the climb back took 0.37 s (against 1.03 s).
-    assert per_plane is not None and software is not None and per_plane < software, took
+    # Back at 75%: measured 0.004-0.020 s against 1.02-1.10 s (52-290x) in 8 runs. Half took
+    # 0.35-0.38 s (once 1.76 s) when the queue model charged a packet's departure to the port its
+    # flow had entered by last: a 0.2-0.3 s PFC pause on an account that leaked (tests/lab/test_queue_leaks.py).
+    assert per_plane is not None and software is not None and per_plane * 20 <= software, took
     assert took["static"]["recovery_s"] is None
     # The plane is out locally within milliseconds (measured 3.1-3.7 ms) against the software
     # balancer's timeout (0.76 s); the target is 20x sooner. Either local sign can come
