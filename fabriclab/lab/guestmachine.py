@@ -80,6 +80,7 @@ class Guest:
     mac: str
     tap: str | None = None
     proc: subprocess.Popen | None = None
+    qemu_recorded: bool = False
 
     @property
     def netdev(self):
@@ -264,14 +265,19 @@ while :; do sleep 3600; done
         log.close()
         self.run.add_process(guest.proc.pid, "guest-vng", in_guest)
 
+    def _record_qemus(self):
+        """Record each guest's qemu once it runs (found by its tap's netdev, its own), every
+        guest's on each look: a killed lab's `clean` then finds the others' while one boots."""
+        for guest in self.guests:
+            if not guest.qemu_recorded:
+                for pid, _ in procs.with_argument_under(guest.netdev):
+                    self.run.add_process(pid, "guest-qemu", guest.netdev)
+                    guest.qemu_recorded = True
+
     def _wait_ready(self, guest):
         deadline = time.monotonic() + BOOT_TIMEOUT_S
-        recorded = False
         while time.monotonic() < deadline:
-            if not recorded:
-                for pid, _ in procs.with_argument_under(guest.netdev):      # qemu: the tap is its own
-                    self.run.add_process(pid, "guest-qemu", guest.netdev)
-                    recorded = True
+            self._record_qemus()
             if guest.proc.poll() is not None:
                 why = SSH_SETUP_FAILURES.get(guest.proc.returncode) or fullkernel.SETUP_FAILURES.get(
                     guest.proc.returncode, f"exit {guest.proc.returncode}")

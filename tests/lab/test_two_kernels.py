@@ -207,11 +207,12 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
 
 
 def wire_filters(guest=None):
-    """The queue model's wire programs on the interface between the two kernels (here, or in the
-    guest)."""
-    here = next(iter(wires()), None)
+    """The queue model's wire programs on the interface between the two kernels (here: the wire's
+    bridge, or in the guest)."""
     if guest is None:
-        out = subprocess.run(["tc", "filter", "show", "dev", here, "egress"], capture_output=True, text=True).stdout
+        here = subprocess.run(["ip", "-o", "route", "get", WIRE_GUEST], capture_output=True, text=True).stdout
+        dev = here.split(" dev ")[1].split()[0]
+        out = subprocess.run(["tc", "filter", "show", "dev", dev, "egress"], capture_output=True, text=True).stdout
     else:
         out = guest.ssh("tc filter show dev $(ip -o route get 172.31.253.1 | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p') "
                         "egress").stdout
