@@ -114,10 +114,14 @@ class FabricApp(app_manager.OSKenApp):
             self.core.handler_failed(f"watch {path.name}", exc)
 
     # -- switch events ----------------------------------------------------------------------------------
-    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    # A switch is ours once os-ken's own handshake has moved it to MAIN (after its own port
+    # description). Asking for ports at the features reply raced that handshake: a reply received
+    # while the connection was still in CONFIG went only to os-ken's handler, never to ours, and
+    # the switch stayed unconnected for good (seen once in CI on a loaded machine).
+    @set_ev_cls(ofp_event.EventOFPStateChange, MAIN_DISPATCHER)
     @guarded
-    def _features(self, ev):
-        self._call(self.core.switch_features, ev.msg.datapath)
+    def _switch_ready(self, ev):
+        self._call(self.core.switch_features, ev.datapath)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     @guarded
