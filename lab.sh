@@ -112,7 +112,8 @@ case "$cmd" in
         # The whole suite also runs the full-kernel tier's selection (the `fullkernel` lab tests on
         # a kernel with OVS, RED, netem and rdma_rxe: a virtme-ng guest here, natively in the VM).
         rc=0
-        "$VENV/bin/python" -m pytest tests -rs || rc=$?
+        # --durations: every CI log names the slowest tests, the ones to trim when the run grows.
+        "$VENV/bin/python" -m pytest tests -rs --durations=40 || rc=$?
         say "running the full-kernel tier: fabriclab fullkernel test (-m fullkernel tests/lab)"
         tier_rc=0
         "$VENV/bin/fabriclab" fullkernel test || tier_rc=$?
