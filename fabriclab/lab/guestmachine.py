@@ -184,17 +184,19 @@ class GuestMachine:
         return path
 
     # -- steps ----------------------------------------------------------------------------------
+    def _keygen(self, path):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fabriclab-{self.run.id}",
+                        "-f", str(path)], check=True, capture_output=True)
+
     def _keys(self):
         d = self.run.dir
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fabriclab-{self.run.id}",
-                        "-f", str(d / "id")], check=True, capture_output=True)
+        self._keygen(d / "id")
         self.key = str(d / "id")
         known = []
         for guest in self.guests:
             g = d / guest.name
             g.mkdir(mode=0o700)
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fabriclab-{self.run.id}",
-                            "-f", str(g / "host_key")], check=True, capture_output=True)
+            self._keygen(g / "host_key")
             (g / "authorized_keys").write_text((d / "id.pub").read_text())
             os.chmod(g / "authorized_keys", 0o600)
             host_key = (g / "host_key.pub").read_text().split()

@@ -16,6 +16,7 @@ line each way; the first request starts the model there:
     in  {"set_ecn": {target, mode, kmin, kmax, pmax, reset}}    {"storm": [port, seconds]}
     in  {"cables": [[interface, ...], down]}    {"empty": [interface, ...]}
     in  {"repairs": since} | {"reaction": since}  (since: a wall-clock time there)
+        alarms and repairs come back with an age (age_ns), not that machine's monotonic time
     in  {"pfc": [kind, port, us]}   a pause for a port here, sent us microseconds ago (no answer)
     out {"pfc": [kind, port, us]}   a pause for a port on another machine, at any time
 
@@ -53,6 +54,7 @@ MAX_NODES = 1 << 12
 ANSWER_TIMEOUT_S = 60.0
 MAX_RELAY_MS = 1000.0
 MAX_AGE_US = 10 ** 9            # a relayed pause's age: under 1000 s
+MAX_AGE_NS = 10 ** 16           # an alarm's or a repair's: under 115 days
 _NAMED = ("gates", "red", "alarms", "errors", "ovs", "ovs_drops", "rows", "clock")
 
 
@@ -196,7 +198,7 @@ def _named(model, name):
     if name == "red":
         return {"red": [[port, cls, row] for (port, cls), row in model.own_red().items()]}
     if name == "alarms":
-        return {"alarms": list(model.agent.alarms)}
+        return {"alarms": _aged(model.agent.alarms)}
     if name == "errors":
         return {"errors": list(model.agent.errors)}
     if name == "ovs":
@@ -231,9 +233,16 @@ def _keyed(model, key, value):
     if key in ("repairs", "reaction") and isinstance(value, (int, float)) and math.isfinite(value):
         since_ns = time.monotonic_ns() - int((time.time() - value) * 1e9)
         if key == "repairs":
-            return {"repairs": [r.describe() for r in list(model.agent.repairs) if r.t_ns >= since_ns]}
+            return {"repairs": _aged(r.describe() for r in list(model.agent.repairs) if r.t_ns >= since_ns)}
         return {"reaction": model.agent.reaction_stats(since_ns)}
     return {"error": f"a malformed {excerpt(key)} request"}
+
+
+def _aged(records):
+    """Records with their time as an age (`age_ns`), not a time of this machine's monotonic clock,
+    which means nothing on the lab's."""
+    now = time.monotonic_ns()
+    return [{**{k: v for k, v in r.items() if k != "t_ns"}, "age_ns": now - r["t_ns"]} for r in records]
 
 
 def _names(value):
@@ -414,16 +423,30 @@ class RemoteQueues:
         return self._ask("ovs_drops", "ovs_drops")
 
     def alarms(self):
-        return self._ask("alarms", "alarms")
+        return self._dated(self._ask("alarms", "alarms"))
 
     def errors(self):
         return self._ask("errors", "errors") + self.errors_here
 
     def leak_repairs(self, since_ns=0):
-        return self._ask({"repairs": self._there(since_ns)}, "repairs")
+        return self._dated(self._ask({"repairs": self._there(since_ns)}, "repairs"))
 
     def reaction_stats(self, since_ns=0):
         return self._ask({"reaction": self._there(since_ns)}, "reaction")
+
+    def _dated(self, records):
+        """Records from there with `t_ns` on this machine's monotonic clock again (from their age,
+        less half the round trip the answer took); a record without a sane age has none."""
+        if not isinstance(records, list):
+            raise LabError(f"queue model on {self.machine.name}: a malformed reply")
+        now = time.monotonic_ns() - int((self.round_trip_s or 0.0) * 5e8)
+        dated = []
+        for r in records:
+            if not isinstance(r, dict):
+                raise LabError(f"queue model on {self.machine.name}: a malformed reply")
+            age = r.pop("age_ns", None)
+            dated.append({**r, "t_ns": now - age if _int(age, 0, MAX_AGE_NS) else None})
+        return dated
 
     def _there(self, since_ns):
         """A time.monotonic_ns() here as a wall-clock time there."""

@@ -124,6 +124,7 @@ class QueueModel:
         self.tunnels = dict(tunnels or {})
         self.underlays, self.wire_handle, self.relay = tuple(underlays), wire_handle, relay
         self.wired = []              # underlays the wire program is attached to
+        self._clsact_added = set()   # ... of which the model added the clsact qdisc
         self.peers = {}              # machine -> its model (lab/remotequeues.py), set by the lab
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
@@ -167,7 +168,12 @@ class QueueModel:
         for dev in self.wired:
             subprocess.run(["tc", "filter", "del", "dev", dev, "egress", "prio", str(WIRE_PRIO),
                             "handle", str(self.wire_handle), "bpf"], capture_output=True)
+            # The clsact goes too if the model added it and nothing else filters there now.
+            if dev in self._clsact_added and not any(_tc_lines("filter", "show", "dev", dev, way)
+                                                     for way in ("ingress", "egress")):
+                subprocess.run(["tc", "qdisc", "del", "dev", dev, "clsact"], capture_output=True)
         self.wired = []
+        self._clsact_added = set()
         if self.agent is not None:
             self.agent.stop()
             self.agent = None
@@ -281,6 +287,8 @@ class QueueModel:
                 raise LabError(f"attaching the queue model on {where} failed: "
                                f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
         for dev in self.underlays if self._tunnel_ends() else ():
+            if not any(" clsact " in line for line in _tc_lines("qdisc", "show", "dev", dev)):
+                self._clsact_added.add(dev)
             proc = subprocess.run(["tc", "-batch", "-"], capture_output=True, text=True, input=(
                 f"qdisc replace dev {dev} clsact\n"
                 f"filter add dev {dev} egress prio {WIRE_PRIO} handle {self.wire_handle} bpf da pinned "
@@ -570,6 +578,12 @@ class QueueModel:
                 "crossing_ports": sorted(p.name for p in crossing),
                 "relay_ms": max((p.relay_ms for p in crossing), default=0.0),
                 "pauses_across": "relayed through the lab's SSH connections (lab/remotequeues.py)"}
+
+
+def _tc_lines(*argv):
+    """What `tc ARGV` prints, a line each (nothing when tc fails: the device is gone)."""
+    proc = subprocess.run(["tc", *argv], capture_output=True, text=True)
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
 def merge_rows(readings):

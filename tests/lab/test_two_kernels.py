@@ -206,17 +206,25 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
     assert labutil.leaked(before, labutil.resources()) == {}
 
 
-def wire_filters(guest=None):
-    """The queue model's wire programs on the interface between the two kernels (here: the wire's
+def on_wire(what, guest=None):
+    """`tc OBJECT VERB dev D REST` on the interface between the two kernels (here: the wire's
     bridge, or in the guest)."""
+    obj, verb, *rest = what.split()
     if guest is None:
         here = subprocess.run(["ip", "-o", "route", "get", WIRE_GUEST], capture_output=True, text=True).stdout
         dev = here.split(" dev ")[1].split()[0]
-        out = subprocess.run(["tc", "filter", "show", "dev", dev, "egress"], capture_output=True, text=True).stdout
-    else:
-        out = guest.ssh("tc filter show dev $(ip -o route get 172.31.253.1 | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p') "
-                        "egress").stdout
-    return sum("fq_wire" in line for line in out.splitlines())
+        return subprocess.run(["tc", obj, verb, "dev", dev, *rest], capture_output=True, text=True).stdout
+    return guest.ssh(f"tc {obj} {verb} dev $(ip -o route get 172.31.253.1 | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p') "
+                     f"{' '.join(rest)}").stdout
+
+
+def wire_filters(guest=None):
+    """The queue model's wire programs on the interface between the two kernels."""
+    return sum("fq_wire" in line for line in on_wire("filter show egress", guest).splitlines())
+
+
+def wire_clsact(guest=None):
+    return " clsact " in on_wire("qdisc show", guest)
 
 
 def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_path):
@@ -281,6 +289,7 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
         lab.stop()
     assert in_guest(guest, group) == [[], [], []]
     assert wire_filters() == 0 and wire_filters(guest) == 0
+    assert not wire_clsact() and not wire_clsact(guest)          # the model added them, and took them
     assert guest.ssh("pgrep -f fabriclab.lab.remotequeues").returncode == 1
     assert labutil.leaked(before, labutil.resources()) == {}
 

@@ -6,6 +6,7 @@ import base64
 import ctypes
 import json
 import math
+import time
 
 import pytest
 
@@ -75,7 +76,8 @@ def test_start_requests_with_unknown_or_missing_keys_are_refused():
 # -- the helper's answers ------------------------------------------------------------------------
 class FakeAgent:
     def __init__(self):
-        self.relayed_calls, self.errors, self.alarms, self.storms = [], [], [{"port": "l2-eth1"}], []
+        self.relayed_calls, self.errors, self.storms = [], [], []
+        self.alarms = [{"port": "l2-eth1", "t_ns": time.monotonic_ns() - 5 * 10 ** 9}]
 
     def relayed(self, kind, port, waited_ns):
         if port > 10:
@@ -115,7 +117,8 @@ def test_the_helper_answers_each_request_and_refuses_what_is_malformed():
     assert set(answer(model, "clock")) == {"wall"}
     stats, bias = answer(model, "rows\n")["rows"]
     assert len(base64.b64decode(stats)) == 3 * ctypes.sizeof(QStat) and len(base64.b64decode(bias)) == 24
-    assert answer(model, "alarms") == {"alarms": [{"port": "l2-eth1"}]}
+    (alarm,) = answer(model, "alarms")["alarms"]           # its time as an age: no clock of that machine's
+    assert set(alarm) == {"port", "age_ns"} and 5e9 <= alarm["age_ns"] < 6e9
     assert answer(model, {"set_ecn": {"target": "l2", "mode": "step"}}) == {"done": ["l2-eth1"]}
     assert answer(model, {"storm": [3, 0.5]}) == {"done": 1} and model.agent.storms == [(3, 0.5)]
     assert answer(model, {"cables": [["l2-eth3"], True]}) == {"done": 1}
@@ -186,6 +189,21 @@ def test_pauses_from_another_machine_are_routed_and_answers_queued_in_order():
     with pytest.raises(LabError, match="no answer"):
         peer.read_rows()                           # the channel ended: so does every request
     with pytest.raises(LabError, match="no answer"):
+        peer.alarms()
+
+
+def test_alarms_and_repairs_from_another_machine_are_timed_on_this_machines_clock():
+    # 3 s old there, plus half the 4 ms round trip: on this machine's monotonic clock, whatever its own says
+    peer, _ = remote([{"alarms": [{"port": "l2-eth1", "age_ns": 3 * 10 ** 9}, {"port": "l2-eth2", "age_ns": -1}]},
+                      {"repairs": [{"port": "l2-eth3", "bytes": 9, "age_ns": 10 ** 9}]}, {"alarms": [7]}])
+    before = time.monotonic_ns()
+    first, bad = peer.alarms()
+    (repair,) = peer.leak_repairs()
+    after = time.monotonic_ns()
+    assert before - 3_002_000_000 <= first["t_ns"] <= after - 3_002_000_000 and "age_ns" not in first
+    assert bad == {"port": "l2-eth2", "t_ns": None}                       # no sane age, no time
+    assert before - 1_002_000_000 <= repair["t_ns"] <= after - 1_002_000_000 and repair["bytes"] == 9
+    with pytest.raises(LabError, match="malformed"):
         peer.alarms()
 
 
