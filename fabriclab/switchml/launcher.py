@@ -196,7 +196,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
     timeout_ms = spec.timeout_ms or default_timeout_ms(fabric, slots, k)
     folder = lab.run.path(f"{tag}-{time.strftime('%H%M%S')}")
     folder.mkdir(parents=True, exist_ok=True)
-    procs, outputs, ranks = {}, {}, {}
+    procs, outputs, ranks, workers_out = {}, {}, {}, {}
     hosts = {}                    # aggregator process name -> its host
     # A switch aggregates inside its pipeline, at line rate on every port at once; the server that
     # stands in for it has one cable, which n workers would share. Its link runs at n times the
@@ -253,11 +253,11 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                 "role": "worker", "rank": rank, "worker_id": i, "address": fabric.hosts[host].ports[0].ip,
                 "service": service, "iterations": spec.iterations, "start_at": None,
                 "timeout_s": timeout_ms / 1000, "deadline_s": spec.deadline_s,
-                "output": str(outputs[rank]),
+                "output": str(outputs[rank]), "stop_file": str(_stop_file(folder, f"w{rank}")),
                 "job": {"job_id": spec.job_id, "workers_here": len(placement.workers[leaf_name]),
                         "workers": total, "slots": slots, "elements": k},
                 "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}},
-                outputs=[outputs[rank]])
+                outputs=[outputs[rank], _stop_file(folder, f"w{rank}")])
         offsets = {host: agent_process.clock_offset_s(lab, host) for host in set(ranks.values())}
         start_at = time.time() + agent_process.start_margin_s(lab, ranks.values(), NODE_MODULE,
                                                               patience.scaled(START_MARGIN_S))
@@ -266,7 +266,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                                      ["--start-at", repr(start_at + offsets[host])])
         if on_start is not None:
             on_start(start_at)
-        workers_out, failure = {}, None
+        failure = None
         try:
             for r in ranks:
                 workers_out[r] = _finish(procs[f"w{r}"], f"worker {r} on {ranks[r]}",
@@ -276,8 +276,9 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
         # Each worker's result, read back from its machine while the run's folder is there.
         results = {} if failure else {r: _tensor(lab, ranks[r], outputs[r], spec.elements) for r in ranks}
     finally:
-        # An aggregator ends when its stop file appears where it runs (here or on another machine).
-        for name, host in hosts.items():
+        # An aggregator ends when its stop file appears where it runs (here or on another machine),
+        # and so does a worker that did not finish (killing its SSH session leaves it running there).
+        for name, host in [*hosts.items(), *((f"w{r}", h) for r, h in ranks.items() if r not in workers_out)]:
             _stop(lab, host, folder, name)
         aggs_out = {name: _finish(proc, name, patience.scaled(10), fail=False) for name, proc in procs.items()
                     if name.startswith("agg")}

@@ -7,7 +7,9 @@ An aggregator says {"ready": NAME} once its socket is bound, runs until its `sto
 (the launcher puts it there, on whichever machine the aggregator runs) or SIGTERM, and then
 prints its counters as one JSON line. A worker waits for
 the shared start time, aggregates its tensor `iterations` times (each continuing the slots'
-versions), saves the last result to `output` (.npy) and prints its timings and counters as JSON.
+versions), saves the last result to `output` (.npy) and prints its timings and counters as JSON;
+its `stop_file`, when it appears, ends it early (a cancelled run: over SSH, killing the session
+here does not reach the worker there).
 
 Addresses come from the launcher (launcher.py): a worker sends to its switch's service address,
 which OpenFlow steers to the aggregator; an aggregator multicasts by sending once to its group
@@ -36,7 +38,7 @@ from fabriclab.switchml.worker import Worker
 
 PORT = 27182
 MAX_START_DELAY_S = 600.0      # a later start is a clock or launcher mistake
-STOP_POLL_S = 0.2              # an idle aggregator looks for its stop file this often
+STOP_POLL_S = 0.2              # an idle aggregator, or any worker, looks for its stop file this often
 RECEIVE_BUFFER = 4 * 2**20
 
 
@@ -113,9 +115,16 @@ def run_worker(cfg):
     tensor = tensor_for(cfg["tensor"], cfg["rank"])
     sock = _socket(cfg["address"])
     service = (cfg["service"], PORT)
-    delay = cfg["start_at"] - time.time()
-    if delay > 0:
-        time.sleep(delay)
+    stop_file = cfg.get("stop_file")
+
+    def stopped():
+        if stop_file and os.path.exists(stop_file):
+            print(json.dumps({"error": "stopped by the launcher"}), flush=True)
+            sys.exit(5)
+    while (delay := cfg["start_at"] - time.time()) > 0:
+        stopped()
+        time.sleep(min(delay, STOP_POLL_S))
+    looked = time.monotonic()
     previous, iterations, totals = None, [], {}
     sends, resends = [], []          # the first iteration's send times (s from its start): Figure 7
     sel = selectors.DefaultSelector()
@@ -135,11 +144,14 @@ def run_worker(cfg):
         send(worker.start(t0))
         while not worker.done:
             now = time.monotonic()
+            if now - looked > STOP_POLL_S:
+                stopped()
+                looked = now
             if now > deadline:
                 print(json.dumps({"error": f"no result within {cfg['deadline_s']:.0f} s",
                                   "counters": dict(worker.counters)}), flush=True)
                 sys.exit(4)
-            wait = max(0.0, min(worker.next_deadline or now + 0.05, deadline) - now)
+            wait = max(0.0, min(worker.next_deadline or now + 0.05, deadline, now + STOP_POLL_S) - now)
             out = []
             if sel.select(wait):
                 while True:

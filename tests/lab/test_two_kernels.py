@@ -13,10 +13,12 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
+from fabriclab.errors import LabError
 from fabriclab.lab.cluster import machines_from_inventory
 from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
 from fabriclab.lab import linkloss
@@ -285,6 +287,15 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
         assert counters["agg-l2"]["completed"] >= chunks and counters["agg-root"]["completed"] >= chunks, counters
         # The guest's aggregator stopped on its stop file; no SwitchML process is left there
         assert guest.ssh("pgrep -f fabriclab.switchml.node").returncode == 1
+        # Cancelled as the workers start: the guest's worker, out of reach of a kill here, ends on
+        # its stop file long before its deadline (120 s)
+        cancel = threading.Event()
+        with pytest.raises(LabError, match="cancelled"):
+            run_aggregation(lab, AggregationSpec(elements=50000, hierarchy=True, iterations=5),
+                            on_start=lambda _t: cancel.set(), cancel=cancel)
+        # (the pattern as a regex, which the loop's own shell does not match)
+        assert guest.ssh("for i in $(seq 50); do pgrep -f 'fabriclab[.]switchml[.]node' || exit 0; sleep 0.2; "
+                         "done; exit 1").returncode == 0
     finally:
         lab.stop()
     assert in_guest(guest, group) == [[], [], []]

@@ -175,3 +175,35 @@ def test_an_aggregator_stops_when_its_stop_file_appears_and_reports_its_counters
         proc.kill()
         proc.wait()
     assert doc["name"] == "agg-l1" and doc["counters"]["received"] == 0
+
+
+@pytest.mark.parametrize("start_in_s", [0.0, 60.0])
+def test_a_worker_stops_when_its_stop_file_appears_waiting_or_aggregating(tmp_path, start_in_s):
+    # Over SSH the launcher cannot kill a cancelled worker on another machine: its stop file ends it
+    import json
+    import subprocess
+    import sys
+    import time
+
+    stop = tmp_path / "w0.stop"
+    cfg = tmp_path / "w0.json"
+    cfg.write_text(json.dumps({
+        "role": "worker", "rank": 0, "worker_id": 0, "address": "127.0.0.1", "service": "127.0.0.1",
+        "iterations": 1, "start_at": time.time() + start_in_s, "timeout_s": 0.05, "deadline_s": 120,
+        "output": str(tmp_path / "out-0.npy"), "stop_file": str(stop),
+        "job": {"job_id": 1, "workers_here": 2, "workers": 2, "slots": 2, "elements": 4},    # no peer: never done
+        "tensor": {"dtype": "int32", "elements": 16, "seed": 1}}))
+    proc = subprocess.Popen([sys.executable, "-m", launcher.NODE_MODULE, str(cfg)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, proc.communicate()
+        stop.write_text("")
+        t0 = time.monotonic()
+        out, _err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert time.monotonic() - t0 < 5 and proc.returncode == 5
+    assert json.loads(out.decode().splitlines()[-1]) == {"error": "stopped by the launcher"}
+    assert not (tmp_path / "out-0.npy").exists()
