@@ -82,11 +82,14 @@ class PortLoss:
     def __init__(self, run_id):
         self.run_id = run_id
         self.stages = {}            # namespace name -> _Stage
+        self.retired = {}           # (node, intf) -> (dropped, passed) of its entries replaced or lifted
 
     def set(self, node, pid, intf, value):
-        """Drop a `value` (threshold()) share of what leaves `intf` of `node`; 0 ends it."""
+        """Drop a `value` (threshold()) share of what leaves `intf` of `node`; 0 ends it. What the
+        port dropped and passed so far stays in counters() (a lifted loss keeps its count)."""
         stage = self._stage(node, pid, intf)
         index = _ifindex(node, pid, intf)
+        self._retire(stage, node, intf, index)
         if value:
             stage.map.update(index, Loss(value, 0, 0, 0))
             if (node, intf) not in stage.attached:
@@ -99,6 +102,16 @@ class PortLoss:
                 stage.map.delete(index)
             except (LabError, OSError):
                 pass
+
+    def _retire(self, stage, node, intf, index):
+        """Move the port's live counts into `retired` before its entry is replaced or deleted."""
+        try:
+            entry = stage.map.lookup(index)
+        except (LabError, OSError, KeyError):
+            entry = None
+        if entry is not None and (entry.dropped or entry.passed):
+            dropped, passed = self.retired.get((node, intf), (0, 0))
+            self.retired[(node, intf)] = (dropped + int(entry.dropped), passed + int(entry.passed))
 
     def _stage(self, node, pid, intf):
         """The program for the port's namespace, loaded on first use (the port checked first)."""
@@ -121,8 +134,9 @@ class PortLoss:
             self.set(node, pid, intf, value)
 
     def counters(self):
-        """{(node, intf): (dropped, passed)} for every port with loss configured."""
-        out = {}
+        """{(node, intf): (dropped, passed)} since the run began, for every port that has or has
+        had loss configured (its count only grows: each run reads a difference)."""
+        out = dict(self.retired)
         for stage in self.stages.values():
             for (node, intf), pid in stage.attached.items():
                 try:
@@ -130,7 +144,8 @@ class PortLoss:
                 except (LabError, OSError, KeyError):
                     continue
                 if entry is not None:
-                    out[(node, intf)] = (int(entry.dropped), int(entry.passed))
+                    dropped, passed = out.get((node, intf), (0, 0))
+                    out[(node, intf)] = (dropped + int(entry.dropped), passed + int(entry.passed))
         return out
 
     def close(self):

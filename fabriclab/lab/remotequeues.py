@@ -17,6 +17,10 @@ line each way; the first request starts the model there:
     in  {"cables": [[interface, ...], down]}    {"empty": [interface, ...]}
     in  {"repairs": since} | {"reaction": since}  (since: a wall-clock time there)
         alarms and repairs come back with an age (age_ns), not that machine's monotonic time
+    in  {"sample": interval_s}                  out {"done": 1}   (its maps sampled there, on its grid)
+    in  {"samples": index}                       out {"samples": {wall, stats, bias, left}}: the series
+        from sample `index` on (the first ends the sampling), as many samples as fit in a line:
+        their wall-clock times there, stats and bias rows as base64 of zlib, and how many are left
     in  {"pfc": [kind, port, us]}   a pause for a port here, sent us microseconds ago (no answer)
     out {"pfc": [kind, port, us]}   a pause for a port on another machine, at any time
 
@@ -38,12 +42,14 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 from fabriclab.errors import LabError, SpecError
 from fabriclab.lab.runstate import RunState, is_lab_link_group
 from fabriclab.loading import excerpt
 from fabriclab.queues.datapath import EV_XOFF, EV_XON, NCLASS, QStat
 from fabriclab.queues.model import QueueModel
+from fabriclab.queues.sampler import MAX_SAMPLES, MIN_INTERVAL_S, QueueSampler
 from fabriclab.system.remotechannel import Channel, safe_name
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import validate
@@ -55,6 +61,8 @@ ANSWER_TIMEOUT_S = 60.0
 MAX_RELAY_MS = 1000.0
 MAX_AGE_US = 10 ** 9            # a relayed pause's age: under 1000 s
 MAX_AGE_NS = 10 ** 16           # an alarm's or a repair's: under 115 days
+MAX_SAMPLE_INTERVAL_S = 10.0
+CHUNK_BYTES = 1 << 21           # a samples answer's rows before compression: its line stays under MAX_LINE
 _NAMED = ("gates", "red", "alarms", "errors", "ovs", "ovs_drops", "rows", "clock")
 
 
@@ -65,13 +73,13 @@ def main(argv=None):
         return 2
     out = _Out()
     out.say({"ready": os.getpid()})
-    model = None
+    model, sampling = None, Sampling()
     try:
         for line in iter(lambda: sys.stdin.readline(MAX_LINE), ""):
             if model is None and line.strip() != "clock":
                 model, answer = _start(run_id, line, out)
             else:
-                answer = _answer(model, line)
+                answer = _answer(model, line, sampling)
             if answer is not None:
                 out.say(answer)
     finally:
@@ -171,7 +179,37 @@ def underlays(addresses):
     return devices
 
 
-def _answer(model, line):
+class Sampling:
+    """The helper's queue sampler (at most one at a time) and the series it hands back in chunks."""
+
+    def __init__(self):
+        self.sampler = None
+
+    def start(self, model, interval_s):
+        if not (isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
+                and math.isfinite(interval_s) and MIN_INTERVAL_S <= interval_s <= MAX_SAMPLE_INTERVAL_S):
+            raise ValueError(f"sample: the interval must be {MIN_INTERVAL_S:g}..{MAX_SAMPLE_INTERVAL_S:g} s")
+        if self.sampler is not None and self.sampler.thread.running:
+            raise ValueError("sample: already sampling")
+        self.sampler = QueueSampler(model, interval_s).start()
+        return {"done": 1}
+
+    def chunk(self, index):
+        if self.sampler is None:
+            raise ValueError("samples: not sampling")
+        if not _int(index, 0, MAX_SAMPLES + 2):
+            raise ValueError("samples: not a sample index")
+        sampler = self.sampler
+        sampler.halt()
+        per = len(sampler.rows) * (ctypes.sizeof(QStat) + 8)
+        end = min(len(sampler.times), index + max(1, CHUNK_BYTES // per))
+        pack = lambda chunks: base64.b64encode(zlib.compress(b"".join(chunks[index:end]))).decode()  # noqa: E731
+        return {"samples": {"wall": [round(sampler.wall0 + t, 6) for t in sampler.times[index:end]],
+                            "stats": pack(sampler.chunks), "bias": pack(sampler.bias_chunks),
+                            "left": len(sampler.times) - max(end, index)}}
+
+
+def _answer(model, line, sampling=None):
     try:
         msg = line.strip() if line.strip() in _NAMED else json.loads(line)
     except ValueError:
@@ -181,6 +219,10 @@ def _answer(model, line):
             return _named(model, msg)
         if isinstance(msg, dict) and len(msg) == 1:
             (key, value), = msg.items()
+            if key == "sample" and sampling is not None:
+                return sampling.start(model, value)
+            if key == "samples" and sampling is not None:
+                return sampling.chunk(value)
             return _keyed(model, key, value)
     except (LabError, OSError, ValueError, KeyError, TypeError) as exc:
         return {"error": str(exc)[:200]}
@@ -424,6 +466,45 @@ class RemoteQueues:
 
     def alarms(self):
         return self._dated(self._ask("alarms", "alarms"))
+
+    def start_sampling(self, interval_s):
+        """Its maps sampled there every `interval_s` (queues/sampler.py merges the series)."""
+        self._ask({"sample": interval_s}, "done")
+
+    def samples(self, nrows):
+        """Ends the sampling there and returns its series: (wall-clock times here, a list;
+        stats, a numpy QStat array of samples x `nrows`; bias, int64 of that shape)."""
+        import numpy as np
+
+        walls, stats, bias = [], [], []
+        while True:
+            chunk = self._ask({"samples": len(walls)}, "samples")
+            if not (isinstance(chunk, dict) and set(chunk) == {"wall", "stats", "bias", "left"}
+                    and isinstance(chunk["wall"], list) and _int(chunk["left"], 0, MAX_SAMPLES + 2)
+                    and all(isinstance(w, (int, float)) and math.isfinite(w) for w in chunk["wall"])
+                    and len(walls) + len(chunk["wall"]) <= MAX_SAMPLES + 1):
+                raise LabError(f"queue model on {self.machine.name}: malformed samples")
+            n = len(chunk["wall"])
+            stats.append(self._inflate(chunk["stats"], n * nrows * ctypes.sizeof(QStat)))
+            bias.append(self._inflate(chunk["bias"], n * nrows * 8))
+            walls += [w - self.offset_s for w in chunk["wall"]]
+            if not chunk["left"] or not n:
+                break
+        if any(b < a for a, b in zip(walls, walls[1:])):
+            raise LabError(f"queue model on {self.machine.name}: samples out of order")
+        return (walls, np.frombuffer(b"".join(stats), dtype=np.dtype(QStat)).reshape(len(walls), nrows),
+                np.frombuffer(b"".join(bias), dtype=np.int64).reshape(len(walls), nrows))
+
+    def _inflate(self, text, size):
+        """base64 of zlib, `size` bytes once inflated, and not one more."""
+        try:
+            inflater = zlib.decompressobj()
+            data = inflater.decompress(base64.b64decode(text, validate=True), size + 1)
+        except (ValueError, TypeError, zlib.error):
+            data = None
+        if data is None or len(data) != size or inflater.unconsumed_tail:
+            raise LabError(f"queue model on {self.machine.name}: samples not of this fabric's size")
+        return data
 
     def errors(self):
         return self._ask("errors", "errors") + self.errors_here

@@ -586,20 +586,26 @@ def _tc_lines(*argv):
     return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
-def merge_rows(readings):
-    """One (stats, bias) from each machine's: counters add up (a machine counts only the packets
-    it sees), high-water marks and flags take the largest."""
+def merge_stats(arrays):
+    """One array of QStat rows (numpy, any shape) from each machine's of that shape: counters add
+    up (a machine counts only the packets it sees), high-water marks and flags take the largest."""
     import numpy as np
 
-    dtype = np.dtype(QStat)
-    stats = [np.frombuffer(bytes(s), dtype=dtype) for s, _ in readings]
-    out = stats[0].copy()
-    for more in stats[1:]:
-        for field in dtype.names:
+    out = arrays[0].copy()
+    for more in arrays[1:]:
+        for field in out.dtype.names:
             if field.endswith("_hwm") or field in ("paused", "xoff_ts"):
                 out[field] = np.maximum(out[field], more[field])
             elif field != "pad":
                 out[field] += more[field]
+    return out
+
+
+def merge_rows(readings):
+    """merge_stats of each machine's (stats, bias) as its maps hold them; the biases add up."""
+    import numpy as np
+
+    out = merge_stats([np.frombuffer(bytes(s), dtype=np.dtype(QStat)) for s, _ in readings])
     bias = sum(np.frombuffer(bytes(b), dtype=np.int64) for _, b in readings)
     n = len(out)
     return (QStat * n).from_buffer_copy(out.tobytes()), (ctypes.c_int64 * n).from_buffer_copy(bias.tobytes())

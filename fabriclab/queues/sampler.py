@@ -9,10 +9,12 @@ totals.
     series.summary()                       # per port and class: peak occupancy, paused share, ...
 
 Reading one port class is one bpf(2) lookup (a few microseconds from Python), so a 48-port fabric
-is read in well under a millisecond (on a fabric split over machines, each other machine's maps
-are one request over the lab's SSH connection, a round trip of milliseconds); the interval
-actually reached is measured and recorded (`timing()`), because a loaded 2-core machine can
-stretch it.
+is read in well under a millisecond; the interval actually reached is measured and recorded
+(`timing()`), because a loaded 2-core machine can stretch it. On a fabric split over machines
+each other machine samples its own maps on its own grid (its queue-model helper runs a sampler
+there, lab/remotequeues.py) and sends its series back at the end; each of its samples is merged
+into the sample here nearest in time (by wall clock, its offset measured at start), so no sample
+waits for an SSH round trip.
 """
 
 from __future__ import annotations
@@ -47,35 +49,70 @@ class QueueSampler:
         self.thread = SamplingThread(self._sample, interval_s, "queue-sampler",
                                      lambda: len(self.times) < self.max_samples)
         self.t0 = self.wall0 = None
+        self.peers = dict(getattr(model, "peers", None) or {})     # machine -> RemoteQueues
 
     def start(self):
+        for peer in self.peers.values():
+            peer.start_sampling(self.interval_s)
         self.t0, self.wall0 = time.monotonic(), time.time()
         self._sample()                 # a first sample at t=0, before any traffic
         self.thread.start(self.t0)
         return self
 
     def _sample(self):
-        values, bias = self.model.read_rows()       # on a split fabric, every machine's
+        values, bias = self.model.own_rows()        # this machine's maps (others: sampled there)
         self.times.append(time.monotonic() - self.t0)
         self.chunks.append(bytes(values))
         self.bias_chunks.append(bytes(bias))
 
-    def stop(self):
-        import numpy as np
-
+    def halt(self):
+        """End the sampling thread and take the last sample (after the traffic)."""
         if self.thread.running:
             error = self.thread.stop()
             if error is not None:
                 raise LabError(f"queue sampler failed: {error}")
-            self._sample()             # the last state, after the traffic
+            self._sample()
+
+    def stop(self):
+        import numpy as np
+
+        self.halt()
         raw = np.frombuffer(b"".join(self.chunks), dtype=np.dtype(QStat)).reshape(len(self.chunks), len(self.rows))
-        data = np.stack([raw[f].astype(np.int64) for f in FIELDS], axis=-1)
         bias = np.frombuffer(b"".join(self.bias_chunks), dtype=np.int64).reshape(len(self.chunks), len(self.rows))
-        data[:, :, FIELDS.index("held")] -= bias
+        if self.peers:
+            raw, bias = self._with_peers(raw, bias)
+        data = np.stack([raw[f].astype(np.int64) for f in FIELDS], axis=-1)
+        data[:, :, FIELDS.index("held")] = data[:, :, FIELDS.index("held")] - bias
         rows = [RowInfo(p.name, p.node, p.role, p.peer_node, self.model.ports[p.peer].name,
                         self.model.ports[p.peer].role, config.CLASSES[cls], p.rate_mbps)
                 for p, cls in self.rows]
         return QueueSeries(self.interval_s, self.times, rows, data, self.wall0)
+
+
+    def _with_peers(self, raw, bias):
+        """Every other machine's series merged in: at each sample here, its sample nearest in time."""
+        from fabriclab.queues.model import merge_stats
+
+        here = [t + self.wall0 for t in self.times]
+        stats, biases = [raw], [bias]
+        for peer in self.peers.values():
+            walls, their_stats, their_bias = peer.samples(len(self.rows))
+            if not walls:
+                raise LabError(f"queue sampler: no samples from {peer.machine.name}")
+            pick = nearest(walls, here)
+            stats.append(their_stats[pick])
+            biases.append(their_bias[pick])
+        return merge_stats(stats), sum(biases)
+
+
+def nearest(times, wanted):
+    """For each of `wanted`, the index of the nearest of `times` (both ascending): a numpy array."""
+    import numpy as np
+
+    times, wanted = np.asarray(times, dtype=float), np.asarray(wanted, dtype=float)
+    after = np.clip(np.searchsorted(times, wanted), 0, len(times) - 1)
+    before = np.clip(after - 1, 0, len(times) - 1)
+    return np.where(np.abs(times[before] - wanted) <= np.abs(times[after] - wanted), before, after)
 
 
 class RowInfo:

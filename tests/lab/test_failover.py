@@ -5,6 +5,7 @@ import pytest
 from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic.allpairs import AllPairsSpec, all_pairs_plan
+from fabriclab.workflows import faults as faults_mod
 from fabriclab.workflows.plan import Job, Metrics, link_events, single_run
 
 pytestmark = pytest.mark.lab
@@ -66,3 +67,16 @@ def test_traffic_continues_over_the_other_spine_and_returns(lab, run_plan):
     down, up = run.record["faults"]
     assert down["at_s"] == pytest.approx(2.0, abs=0.1) and up["at_s"] == pytest.approx(4.0, abs=0.1)
     assert not lab.injected()["links_down"]
+
+
+def test_a_loss_lifted_during_the_run_is_still_counted_in_its_results(lab, run_plan):
+    """Loss on every link for 1 s of a 3 s run: the timeline lifts it before the run ends, and
+    what it dropped is still in the run's results."""
+    faults = faults_mod.parse([{"at": 0.5, "loss": "fabric", "fraction": 0.2, "for": 1.0}])
+    plan = single_run(SPEC.name, "run", SPEC, Job("traffic", AllPairsSpec(duration_s=3.0, load=0.3)), faults=faults)
+    (run,) = run_plan(plan, lab=lab).runs
+    (fault,) = run.record["faults"]
+    assert fault["until_s"] is not None and fault["until_s"] < 3.0, fault
+    assert run.record["link_loss"]["dropped_packets"] > 0, run.record["link_loss"]
+    assert run.record["jobs"]["traffic"]["traffic"]["loss"] > 0.05
+    assert lab.injected()["lossy"] == []

@@ -30,6 +30,7 @@ from fabriclab.switchml.launcher import AggregationSpec, run_aggregation
 from fabriclab.topologies.spec import FabricSpec, load_spec
 from fabriclab.topologies.split import parse_split, split_from_doc
 from fabriclab.queues.config import PfcSettings, QueueSpec
+from fabriclab.queues.sampler import QueueSampler
 from fabriclab.traffic.allpairs import AllPairsSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 from fabriclab.workflows.pipeline import run_plan
@@ -193,8 +194,11 @@ def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(g
         h1_node.cmd(f"ping -c 100 -i 0.02 -W 1 -q {h2_node.IP()}")
         dropped = {node: d for (node, _intf), (d, _p) in linkloss.counters(lab).items() if d}
         assert {"h2", "l2"} <= set(dropped), dropped                           # set and read in the guest
+        kept = {end: d for end, (d, _p) in linkloss.counters(lab).items()}
         lab.restore()
-        assert linkloss.counters(lab) == {} and lab.ping(h1, h2, count=3, timeout_s=5)
+        assert lab.ping(h1, h2, count=3, timeout_s=5)
+        # lifted, on both machines: its drops still counted, and no more of them
+        assert {end: d for end, (d, _p) in linkloss.counters(lab).items()} == kept
         # Either boundary cable can fail: the controller, here, hears the guest's switch and
         # moves the traffic to the other one.
         for a, b in (("l1", "s2"), ("l2", "s1")):
@@ -251,10 +255,12 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
         assert wire_filters() == 1 and wire_filters(guest) == 1
         # A 3:1 incast into h3 (in the guest) from h1, h2 (here) and h4
         first = labutil.queue_snapshot(lab)
+        sampler = QueueSampler(lab.queues, 0.005).start()
         gather = CollectiveSpec("gather", sizes=(1 << 20,), hosts=("h3", "h1", "h2", "h4"), iterations=2,
                                 warmup=0, verify=True)
         (row,) = run_collective(lab, gather).sizes
         assert row["verify"]["ok"] and row["valid"], row["verify"]
+        series = sampler.stop()
         after = labutil.queue_snapshot(lab)
         pause_tx = labutil.queue_delta(after, first, "pause_tx")
         closes = labutil.queue_delta(after, first, "gate_closes")
@@ -265,6 +271,12 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
             spine_port = after[(port, "lossless")]["peer"]
             assert closes.get((spine_port, "lossless"), 0) >= 1, (port, closes)
             assert labutil.queue_delta(after, first, "pause_rx")[(spine_port, "lossless")] == n
+        # The queue series merges the guest's own samples (taken there, on its grid): its uplinks'
+        # pauses are in it as in the counters, and no sample waited for the SSH round trip
+        for port, n in across.items():
+            pauses = series.level(f"{port}/lossless", "pause_tx")
+            assert pauses[-1] - pauses[0] == n, (port, list(pauses[::50]))
+        assert series.timing()["reached_median_s"] < 0.01, series.timing()
         reaction = lab.queues.reaction_stats()
         assert reaction["relayed_in"] > 0 and reaction["machines"]["guest"]["relayed_out"] > 0, reaction
         assert reaction["relayed"]["pauses"] > 0, reaction              # XOFFs from the guest, timed

@@ -206,3 +206,48 @@ def test_a_timeline_with_loss_readies_its_links_before_its_clock_starts():
     readied.clear()
     faults.prepare(lab, faults.steps(faults.parse([{"at": 2.0, "link_down": "l1-s1"}]), lab))
     assert readied == []
+
+
+class FakeLossMap:
+    """The loss program's map: entries by ifindex, counted by `send` as the program would."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def update(self, key, value):
+        self.entries[key] = value
+
+    def lookup(self, key):
+        return self.entries.get(key)
+
+    def delete(self, key):
+        del self.entries[key]
+
+    def send(self, key, dropped, passed):
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry.dropped += dropped if entry.threshold else 0
+            entry.passed += passed + (0 if entry.threshold else dropped)
+
+
+def test_a_ports_loss_count_survives_a_new_rate_and_its_lifting(monkeypatch):
+    # A timed fault changes and lifts the loss mid-run: what the port dropped must still be counted
+    from fabriclab.lab import portloss
+
+    loss = portloss.PortLoss("r")
+    stage = types.SimpleNamespace(map=FakeLossMap(), attached={}, pin="/sys/fs/bpf/x")
+    loss.stages["switches"] = stage
+    monkeypatch.setattr(portloss.PortLoss, "_stage", lambda self, node, pid, intf: stage)
+    monkeypatch.setattr(portloss, "_ifindex", lambda node, pid, intf: 7)
+    monkeypatch.setattr(portloss, "_tc", lambda node, pid, commands: None)
+    loss.set("l1", None, "l1-eth3", threshold(0.5))
+    stage.map.send(7, dropped=10, passed=20)
+    loss.set("l1", None, "l1-eth3", threshold(0.1))                 # a new rate: the count goes on
+    stage.map.send(7, dropped=2, passed=30)
+    assert loss.counters() == {("l1", "l1-eth3"): (12, 50)}
+    loss.set("l1", None, "l1-eth3", 0)                              # lifted: nothing more dropped,
+    stage.map.send(7, dropped=5, passed=5)
+    assert loss.counters() == {("l1", "l1-eth3"): (12, 50)}         # and nothing forgotten
+    loss.set("l1", None, "l1-eth3", threshold(0.5))
+    stage.map.send(7, dropped=1, passed=1)
+    assert loss.counters() == {("l1", "l1-eth3"): (13, 51)}
