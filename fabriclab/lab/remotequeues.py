@@ -180,7 +180,8 @@ def underlays(addresses):
 
 
 class Sampling:
-    """The helper's queue sampler (at most one at a time) and the series it hands back in chunks."""
+    """The helper's queue sampler (one at a time: a new one replaces the last) and the series it
+    hands back in chunks."""
 
     def __init__(self):
         self.sampler = None
@@ -189,8 +190,8 @@ class Sampling:
         if not (isinstance(interval_s, (int, float)) and not isinstance(interval_s, bool)
                 and math.isfinite(interval_s) and MIN_INTERVAL_S <= interval_s <= MAX_SAMPLE_INTERVAL_S):
             raise ValueError(f"sample: the interval must be {MIN_INTERVAL_S:g}..{MAX_SAMPLE_INTERVAL_S:g} s")
-        if self.sampler is not None and self.sampler.thread.running:
-            raise ValueError("sample: already sampling")
+        if self.sampler is not None:
+            self.sampler.halt()        # a series the lab never asked for (its run failed): dropped
         self.sampler = QueueSampler(model, interval_s).start()
         return {"done": 1}
 

@@ -82,12 +82,11 @@ class QueueSampler:
         if self.peers:
             raw, bias = self._with_peers(raw, bias)
         data = np.stack([raw[f].astype(np.int64) for f in FIELDS], axis=-1)
-        data[:, :, FIELDS.index("held")] = data[:, :, FIELDS.index("held")] - bias
+        data[:, :, FIELDS.index("held")] -= bias
         rows = [RowInfo(p.name, p.node, p.role, p.peer_node, self.model.ports[p.peer].name,
                         self.model.ports[p.peer].role, config.CLASSES[cls], p.rate_mbps)
                 for p, cls in self.rows]
         return QueueSeries(self.interval_s, self.times, rows, data, self.wall0)
-
 
     def _with_peers(self, raw, bias):
         """Every other machine's series merged in: at each sample here, its sample nearest in time."""
