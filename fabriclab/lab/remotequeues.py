@@ -220,11 +220,7 @@ def _answer(model, line, sampling=None):
             return _named(model, msg)
         if isinstance(msg, dict) and len(msg) == 1:
             (key, value), = msg.items()
-            if key == "sample" and sampling is not None:
-                return sampling.start(model, value)
-            if key == "samples" and sampling is not None:
-                return sampling.chunk(value)
-            return _keyed(model, key, value)
+            return _keyed(model, key, value, sampling)
     except (LabError, OSError, ValueError, KeyError, TypeError) as exc:
         return {"error": str(exc)[:200]}
     return {"error": f"unknown request {excerpt(line.strip())}"}
@@ -249,7 +245,11 @@ def _named(model, name):
     return {"ovs_drops": model.own_ovs_drops()}
 
 
-def _keyed(model, key, value):
+def _keyed(model, key, value, sampling=None):
+    if key == "sample" and sampling is not None:
+        return sampling.start(model, value)
+    if key == "samples" and sampling is not None:
+        return sampling.chunk(value)
     if key == "pfc":
         try:
             if not (isinstance(value, list) and len(value) == 3 and all(_int(v, 0, 1 << 20) for v in value[:2])

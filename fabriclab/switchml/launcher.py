@@ -248,16 +248,17 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                                                     in placement.workers.items() for i, host in enumerate(workers)):
             service, _ = _service(fabric.switches[leaf_name])
             outputs[rank] = folder / f"out-{rank}.npy"
+            stop = _stop_file(folder, f"w{rank}")
             ranks[rank] = host
             configs[rank] = _config(lab, host, folder, f"w{rank}", {
                 "role": "worker", "rank": rank, "worker_id": i, "address": fabric.hosts[host].ports[0].ip,
                 "service": service, "iterations": spec.iterations, "start_at": None,
                 "timeout_s": timeout_ms / 1000, "deadline_s": spec.deadline_s,
-                "output": str(outputs[rank]), "stop_file": str(_stop_file(folder, f"w{rank}")),
+                "output": str(outputs[rank]), "stop_file": str(stop),
                 "job": {"job_id": spec.job_id, "workers_here": len(placement.workers[leaf_name]),
                         "workers": total, "slots": slots, "elements": k},
                 "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}},
-                outputs=[outputs[rank], _stop_file(folder, f"w{rank}")])
+                outputs=[outputs[rank], stop])
         offsets = {host: agent_process.clock_offset_s(lab, host) for host in set(ranks.values())}
         start_at = time.time() + agent_process.start_margin_s(lab, ranks.values(), NODE_MODULE,
                                                               patience.scaled(START_MARGIN_S))
