@@ -6,8 +6,13 @@ results): every input is treated as hostile.
 - YAML: nesting at most MAX_DEPTH deep and at most MAX_NODES values with aliases expanded (a
   "billion laughs" file is refused before anything walks it), duplicate keys refused, booleans only
   as `true`/`false` (YAML 1.1's yes/no/on/off stay strings, so a field that wants a boolean refuses
-  them), and no NaN or infinity anywhere.
-- JSON: the same depth, duplicate-key and finite-number rules.
+  them), no NaN or infinity anywhere, no integer longer than MAX_INT_DIGITS, and no control
+  character (C0 but tab and line ends, DEL, C1) or lone surrogate in any key or string, written
+  raw or as an escape: a NUL in a name would end it early in the kernel or a C library, an ESC
+  rewrites the terminal that prints it, and a lone surrogate cannot be written out as UTF-8.
+- JSON: the same depth, duplicate-key and finite-number rules; lone surrogates (`"\\ud800"`)
+  refused, as nothing can write them back out. Other escaped controls stay: the lab's own
+  documents may record a program's output.
 - Messages quote a short excerpt of a value (`excerpt`), never the value.
 
 Field checks that need a schema (unknown keys, physical ranges) stay with each loader; `fields`,
@@ -30,6 +35,17 @@ from fabriclab.errors import LabError
 MAX_TEXT_BYTES = 1 << 20            # a spec, scenario or profile: hand-written, a few KiB
 MAX_DEPTH = 32
 MAX_NODES = 100_000
+# No field holds a number this long (2**64 has 20 digits); Python refuses to convert past 4300
+# digits, and a message would otherwise quote them all.
+MAX_INT_DIGITS = 40
+# What no key or string of an input may hold: C0 controls but tab, LF and CR; DEL; C1 controls
+# (NEL too: a line break YAML 1.1 reads inside a value); lone surrogates.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# In JSON text (strict UTF-8) a lone surrogate can only be an escape: only then walk the data
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# What YAML refuses in a file's raw text (PyYAML's Reader.NON_PRINTABLE)
+_UNPRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 _short = reprlib.Repr()
 _short.maxstring, _short.maxother, _short.maxlevel = 40, 40, 2
@@ -85,19 +101,42 @@ def _size(nbytes):
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with limits: depth while composing, expanded size before constructing,
-    duplicate keys and non-finite numbers refused, YAML 1.2 booleans."""
+try:        # libyaml's scanner and parser: the pure-Python ones take 5 s over a 600 KB file
+    from yaml._yaml import CParser as _CParser
+except ImportError:                                  # PyYAML built without libyaml
+    _CParser = None
+
+if _CParser is not None:
+    class _Base(yaml.composer.Composer, _CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+        """SafeLoader with libyaml's events under PyYAML's own composer (Composer comes first:
+        CParser's C composer would bypass the limits below) and constructor."""
+
+        def __init__(self, stream):
+            _CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+else:
+    _Base = yaml.SafeLoader
+
+
+class _Loader(_Base):
+    """SafeLoader with limits: depth and node count while composing, expanded size before
+    constructing, duplicate keys and non-finite numbers refused, YAML 1.2 booleans."""
 
     def __init__(self, stream):
         super().__init__(stream)
         self._depth = 0
+        self._nodes = 0                # composed, aliases not expanded (_expanded_size does that)
 
     def compose_node(self, parent, index):
         self._depth += 1
+        self._nodes += 1
         if self._depth > MAX_DEPTH:
             mark = self.peek_event().start_mark
             raise _Refused(f"nested more than {MAX_DEPTH} levels deep (line {mark.line + 1})")
+        if self._nodes > MAX_NODES:
+            raise _Refused(f"more than {MAX_NODES} values (line {self.peek_event().start_mark.line + 1})")
         try:
             return super().compose_node(parent, index)
         finally:
@@ -116,6 +155,13 @@ class _Loader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        digits = node.value.replace("_", "").lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS:
+            raise _Refused(f"line {node.start_mark.line + 1}: a {len(digits)}-digit number "
+                           f"({clip(node.value, 24)}) is larger than any field takes")
+        return super().construct_yaml_int(node)
+
     def construct_yaml_float(self, node):
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
@@ -124,10 +170,11 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 # Only true/false are booleans (YAML 1.2); the implicit resolvers are per class, so copy first.
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()}
 _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
                               list("tTfF"))
 
@@ -153,16 +200,85 @@ def _expanded_size(node, memo, depth=0):
     return memo[key]
 
 
+def _control_name(char):
+    code = ord(char)
+    if code == 0:
+        return "a NUL character (U+0000)"
+    if 0xD800 <= code <= 0xDFFF:
+        return f"a lone surrogate (U+{code:04X})"
+    return f"control character U+{code:04X}"
+
+
+def _check_printable(text):
+    """`_Refused` naming the line, the field and an excerpt where `text` holds a character YAML
+    refuses in a file (a NUL byte, another control character, DEL)."""
+    found = _UNPRINTABLE.search(text)
+    if found is None:
+        return
+    start = text.rfind("\n", 0, found.start()) + 1
+    end = text.find("\n", found.start())
+    line = text[start:end if end >= 0 else len(text)]
+    key = re.match(r"\s*(?:-\s+)?([^\s:#\x00-\x1f\x7f-\x9f][^:#\x00-\x1f\x7f-\x9f]*?)\s*:(?:\s|$)", line)
+    field = f", field {excerpt(key.group(1), 30)}" if key else ""
+    raise _Refused(f"line {text.count(chr(10), 0, found.start()) + 1}{field}: {_control_name(found.group())} "
+                   f"in {excerpt(line, 40)}; YAML files cannot hold it")
+
+
+def _path_text(path):
+    """A key path as a person writes it: jobs[0].hosts[1]."""
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{clip(p, 30)}" for p in path)
+    return clip(text.lstrip("."), 80) or "the document"
+
+
+def _strings(data, pattern):
+    """(path, string) of the first key or string in `data` that `pattern` finds in, or None;
+    iterative, and each shared (aliased) container once."""
+    seen, stack = set(), [((), data)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if pattern.search(item):
+                return path, item
+        elif isinstance(item, (dict, list)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    if isinstance(key, str) and pattern.search(key):
+                        return path, key
+                    stack.append((path + (key if isinstance(key, (str, int)) else excerpt(key, 20),), value))
+            else:
+                stack.extend((path + (i,), value) for i, value in enumerate(item))
+    return None
+
+
+def _refuse_controls(data, pattern):
+    found = _strings(data, pattern)
+    if found is not None:
+        path, text = found
+        char = pattern.search(text).group()
+        raise _Refused(f"{_path_text(path)}: {_control_name(char)} in {excerpt(text, 40)}")
+
+
 def parse_yaml(text, where, error=LabError):
     """The data in YAML `text`, within the limits above; `error` naming `where` and the line."""
-    loader = _Loader(text)
+    try:
+        _check_printable(text)
+        loader = _Loader(text)
+    except _Refused as exc:
+        raise error(f"{where}: {exc}") from None
+    except yaml.YAMLError as exc:              # what the reader refuses that the scan above missed
+        raise error(f"{where}: is not valid YAML: {clip(getattr(exc, 'reason', None) or exc)}") from None
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         if _expanded_size(node, {}) > MAX_NODES:
             raise _Refused(f"more than {MAX_NODES} values once its aliases are expanded")
-        return loader.construct_document(node)
+        data = loader.construct_document(node)
+        _refuse_controls(data, _CONTROL)
+        return data
     except _Refused as exc:
         raise error(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -213,6 +329,11 @@ def parse_json(text, where, error=LabError):
         raise error(f"{where}: nested too deeply") from None
     if _depth(data) > MAX_DEPTH:
         raise error(f"{where}: nested more than {MAX_DEPTH} levels deep")
+    try:
+        if _SURROGATE_ESCAPE.search(text):
+            _refuse_controls(data, _SURROGATE)
+    except _Refused as exc:
+        raise error(f"{where}: {exc}") from None
     return data
 
 

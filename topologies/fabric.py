@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from fabriclab.errors import SpecError
 from fabriclab.loading import excerpt
 from fabriclab.topologies.spec import Buffers, FabricSpec, LinkDelay
 from fabriclab.queues.config import QueueSpec
@@ -106,6 +107,9 @@ class Fabric:
     """Nodes and links of a spec. Build with Fabric(spec); restore with Fabric.from_json()."""
 
     def __init__(self, spec: FabricSpec):
+        too_big = beyond_any_lab(spec)        # refused from its counts, before a name is made
+        if too_big:
+            raise SpecError(too_big)
         self.spec = spec
         self.switches = {}
         self.hosts = {}
@@ -113,6 +117,9 @@ class Fabric:
         self._build()
         self.port_owner = {(h.leaf, h.leaf_port): h for host in self.hosts.values() for h in host.ports}
         self.ip_owner = {p.ip: p for host in self.hosts.values() for p in host.ports}
+        self._between = {}           # {node, node} -> its links in order: find_link without a scan
+        for link in self.links:
+            self._between.setdefault(frozenset((link.a, link.b)), []).append(link)
 
     # -- construction -------------------------------------------------------------------------
     def _switch_name(self, role, plane, index):
@@ -211,9 +218,8 @@ class Fabric:
 
     def find_link(self, node1, node2, member=None):
         """Links between two nodes (in either order); optionally only parallel member `member`."""
-        found = [link for link in self.links
-                 if {link.a, link.b} == {node1, node2} and (member is None or link.member == member)]
-        return found
+        return [link for link in self._between.get(frozenset((node1, node2)), ())
+                if member is None or link.member == member]
 
     def host_port(self, ref):
         """A host port by interface name, by address, or a host's first port by host name."""
@@ -244,29 +250,7 @@ class Fabric:
 
     def summary(self):
         """Counts and derived figures a person checks before running anything."""
-        spec = self.spec
-        return {
-            "name": spec.name,
-            "kind": spec.kind,
-            "cabling": spec.cabling,
-            "planes": spec.planes,
-            "switches": len(self.switches),
-            "hosts": len(self.hosts),
-            "host_ports": sum(len(h.ports) for h in self.hosts.values()),
-            "links": len(self.links),
-            "host_rate_mbps": spec.host_rate_mbps,
-            "fabric_rate_mbps": spec.fabric_rate_mbps,
-            "mtu": spec.mtu,
-            "oversubscription": round(spec.oversubscription, 3),
-            **({"pods": spec.pods, "super_spines": spec.super_spines,
-                "super_spine_rate_mbps": spec.core_rate_mbps,
-                "cross_zone_oversubscription": round(spec.cross_zone_oversubscription, 3)}
-               if spec.kind == "threetier" else {}),
-            "buffers_bytes": {role: size for role, size in asdict(spec.buffers).items()
-                              if role in {s.role for s in self.switches.values()} | {"host"}},
-            "time_scale": spec.time_scale,
-            "lab_delay_ms": {kind: spec.lab_delay_ms(kind) for kind in ("host", "fabric")},
-        }
+        return summary(self.spec)
 
     # -- serialisation ----------------------------------------------------------------------------
     def to_json(self):
@@ -286,21 +270,81 @@ class Fabric:
                                  "queues": QueueSpec.from_dict(queues) if queues else None}))
 
 
+def counts(spec):
+    """What Fabric(spec) holds, counted from the spec alone (nothing is named or built):
+    switches, hosts, host ports and links. A unit test holds them equal to a built fabric's."""
+    three = spec.kind == "threetier"
+    switches = spec.planes * spec.pods * (spec.leaves + spec.spines) + (spec.super_spines if three else 0)
+    host_ports = spec.hosts * spec.nics_per_host * spec.planes
+    fabric_links = spec.planes * spec.pods * spec.leaves * spec.spines * spec.parallel_links
+    core_links = spec.pods * spec.super_spines if three else 0
+    return {"switches": switches, "hosts": spec.hosts, "host_ports": host_ports,
+            "links": host_ports + fabric_links + core_links}
+
+
+def summary(spec):
+    """Counts and derived figures a person checks before running anything (Fabric.summary), from
+    the spec alone: `check` answers at once for a spec of any size, built or not."""
+    n = counts(spec)
+    roles = {"host", "leaf", "spine"} | ({"super_spine"} if spec.kind == "threetier" else set())
+    return {
+        "name": spec.name,
+        "kind": spec.kind,
+        "cabling": spec.cabling,
+        "planes": spec.planes,
+        **n,
+        "host_rate_mbps": spec.host_rate_mbps,
+        "fabric_rate_mbps": spec.fabric_rate_mbps,
+        "mtu": spec.mtu,
+        "oversubscription": round(spec.oversubscription, 3),
+        **({"pods": spec.pods, "super_spines": spec.super_spines,
+            "super_spine_rate_mbps": spec.core_rate_mbps,
+            "cross_zone_oversubscription": round(spec.cross_zone_oversubscription, 3)}
+           if spec.kind == "threetier" else {}),
+        "buffers_bytes": {role: size for role, size in asdict(spec.buffers).items() if role in roles},
+        "time_scale": spec.time_scale,
+        "lab_delay_ms": {kind: spec.lab_delay_ms(kind) for kind in ("host", "fabric")},
+    }
+
+
 # What one machine's lab brings up: Mininet starts nodes one by one (about 0.1 s each) and every
 # link is a veth pair with its qdiscs; 48 switches and 256 hosts took 24 s. Past these the
 # bring-up takes longer than anyone waits and the links share one forwarding thread's few hundred
 # Mbit/s: the flow model (`fabriclab model fabric`) is the tool for such fabrics.
 MAX_LAB_NODES = 1024
 MAX_LAB_LINKS = 4096
+# What a Fabric names at most. A spec may say more (the flow model takes 262,144 endpoints), but
+# naming every port costs about 4 us and 0.5 KB a link, and the largest spec the loader takes (99
+# planes of 254 leaves, 64 spines and 16 parallel links, 64,262 hosts) is 32 million links: minutes
+# and over 10 GB before anything could refuse it. Nodes: a lab split over the most machines a split
+# takes (topologies/split.py), each within one machine's bound. Links: 2 s and 250 MB, which
+# every single-plane spec the loader takes fits (the largest leafspine has 324,358 links).
+MAX_MACHINES = 64
+MAX_FABRIC_NODES = MAX_MACHINES * MAX_LAB_NODES
+MAX_FABRIC_LINKS = 1 << 19
 
 
-def beyond_one_machine(fabric):
-    """None when one machine can build `fabric`, else one line saying which bound it passes."""
-    nodes = len(fabric.switches) + len(fabric.hosts)
-    if nodes > MAX_LAB_NODES:
-        return (f"fabric {excerpt(fabric.spec.name)} has {nodes} switches and hosts; one machine's lab builds at "
-                f"most {MAX_LAB_NODES} (use `fabriclab model fabric` for larger fabrics)")
-    if len(fabric.links) > MAX_LAB_LINKS:
-        return (f"fabric {excerpt(fabric.spec.name)} has {len(fabric.links)} links; one machine's lab builds at "
-                f"most {MAX_LAB_LINKS} (use `fabriclab model fabric` for larger fabrics)")
+def _too_many(spec, nodes, links, node_bound, link_bound, where):
+    if nodes > node_bound:
+        return (f"fabric {excerpt(spec.name)} has {nodes} switches and hosts; {where} at most "
+                f"{node_bound} (use `fabriclab model fabric` for larger fabrics)")
+    if links > link_bound:
+        return (f"fabric {excerpt(spec.name)} has {links} links; {where} at most {link_bound} "
+                f"(use `fabriclab model fabric` for larger fabrics)")
     return None
+
+
+def beyond_one_machine(spec):
+    """None when one machine can build the fabric of `spec`, else one line saying which bound it
+    passes (from the counts: nothing is built)."""
+    n = counts(spec)
+    return _too_many(spec, n["switches"] + n["hosts"], n["links"], MAX_LAB_NODES, MAX_LAB_LINKS,
+                     "one machine's lab builds")
+
+
+def beyond_any_lab(spec):
+    """None when some lab (one machine, or a split over up to MAX_MACHINES) could build the
+    fabric of `spec`, else one line: Fabric(spec) refuses it before naming anything."""
+    n = counts(spec)
+    return _too_many(spec, n["switches"] + n["hosts"], n["links"], MAX_FABRIC_NODES, MAX_FABRIC_LINKS,
+                     f"a lab over {MAX_MACHINES} machines builds")

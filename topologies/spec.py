@@ -278,9 +278,9 @@ def validate(spec):
         if isinstance(value, bool) or not isinstance(value, int):
             problems.append(f"{where}: {fname} must be a whole number, got {excerpt(value)}")
         elif value < minimum:
-            problems.append(f"{where}: {fname} must be >= {minimum}, got {value}")
+            problems.append(f"{where}: {fname} must be >= {minimum}, got {excerpt(value)}")
         elif maximum is not None and value > maximum:
-            problems.append(f"{where}: {fname} must be <= {maximum}, got {value}")
+            problems.append(f"{where}: {fname} must be <= {maximum}, got {excerpt(value)}")
 
     count("leaves", 1, MAX_LEAVES)
     count("spines", 1, MAX_SPINES)

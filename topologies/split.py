@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from fabriclab.errors import SpecError
 from fabriclab.loading import clip, excerpt, fields, is_file, load_yaml, whole
+from fabriclab.topologies.fabric import MAX_MACHINES
 
 BY = ("leaf", "plane", "pod", "explicit")
-MAX_MACHINES = 64
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ the run with an error naming the rank, its host, and (when known) the peer it wa
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -525,24 +526,20 @@ class Launcher:
         fabric = lab.fabric
         self.ranks = place_ranks(fabric, spec)
         n = len(self.ranks)
-        modes = (False, True) if spec.in_place else (False,)
         self.backend = softroce.backend_for(spec)
         self.pxn = pxn_enabled(fabric, spec, self.backend)
-        locality = [(r.host, r.nic) for r in self.ranks] if self.pxn else None
+        self._modes = (False, True) if spec.in_place else (False,)
+        self.gaps = [gap for _c, _s, gap in spec.steps()]
         try:
-            # What runs, in order: (index of the size or step, its schedule), out of place then
-            # in place.
-            self.cases = [(index, schedules.build(collective, n, size,
-                                                  algorithm=step_algorithm(spec, collective),
-                                                  channels=spec.channels, piece_bytes=spec.piece_bytes,
-                                                  imbalance=spec.imbalance, seed=spec.seed,
-                                                  root=spec.root, in_place=in_place, pxn=locality))
-                          for index, (collective, size, _gap) in enumerate(spec.steps()) for in_place in modes]
-            self.gaps = [gap for _c, _s, gap in spec.steps()]
+            # Every schedule is checked here (cheaply: its parameters and size, up to 64 sizes or
+            # 4096 program steps, each maybe a million steps and transfers) and built when the
+            # job first needs it, so checking a plan builds none.
+            for collective, size, _gap in spec.steps():
+                schedules.validate(collective, n, size, algorithm=step_algorithm(spec, collective),
+                                   channels=spec.channels, piece_bytes=spec.piece_bytes,
+                                   imbalance=spec.imbalance, root=spec.root)
         except ValueError as exc:
             raise LabError(f"collective: {exc}") from None
-        # One per size: both modes move the same bytes between the same ranks.
-        self.schedules = [schedule for _index, schedule in self.cases if not schedule.in_place]
         self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
         self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
         self.reorder_timeout = spec.reorder_timeout_s or default_reorder_timeout(fabric, path_rtt_s(lab))
@@ -567,6 +564,26 @@ class Launcher:
         self.server = None
         self.forwarded = []          # machines whose agents reach control.sock over SSH
         self.folder = None
+
+    @functools.cached_property
+    def cases(self):
+        """What runs, in order: (index of the size or step, its schedule), out of place then in
+        place; built on first use."""
+        spec, n = self.spec, len(self.ranks)
+        locality = [(r.host, r.nic) for r in self.ranks] if self.pxn else None
+        try:
+            return [(index, schedules.build(collective, n, size, algorithm=step_algorithm(spec, collective),
+                                            channels=spec.channels, piece_bytes=spec.piece_bytes,
+                                            imbalance=spec.imbalance, seed=spec.seed, root=spec.root,
+                                            in_place=in_place, pxn=locality))
+                    for index, (collective, size, _gap) in enumerate(spec.steps()) for in_place in self._modes]
+        except ValueError as exc:
+            raise LabError(f"collective: {exc}") from None
+
+    @property
+    def schedules(self):
+        """One per size or step: both modes move the same bytes between the same ranks."""
+        return [schedule for _index, schedule in self.cases if not schedule.in_place]
 
     def describe(self, rank):
         r = self.ranks[rank]

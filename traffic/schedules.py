@@ -412,11 +412,13 @@ def _alltoall(b, matrix):
     for r in range(n):
         b.regions[r].update(input=sum(matrix[r]), output=sum(matrix[i][r] for i in range(n)))
     steps = [[b.step(r, c) for c in range(C)] for r in range(n)]
+    below = [0] * n                         # per destination: what the ranks before src send it
     for src in range(n):
+        src_off = 0                         # what src sends the ranks before dst
         for dst in range(n):
             nbytes = matrix[src][dst]
-            src_off = sum(matrix[src][:dst])
-            dst_off = sum(matrix[i][dst] for i in range(src))
+            dst_off = below[dst]
+            below[dst] += nbytes
             for c, (o, k) in enumerate(split(nbytes // ELEMENT_BYTES, C)):
                 if not k:
                     continue
@@ -427,6 +429,7 @@ def _alltoall(b, matrix):
                 else:
                     b.transfer(steps[src][c], steps[dst][c], k, "input", src_off + o, "output",
                                dst_off + o, c)
+            src_off += nbytes
 
 
 def _rooted(b, size_elems, root, to_root):
@@ -489,11 +492,36 @@ def effective_size(collective, ranks, size):
     return elems * ELEMENT_BYTES
 
 
-def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65536,
-          imbalance=4.0, seed=0, root=0, in_place=False, pxn=None):
-    """The Schedule of one collective, out of place or in place; `pxn`: per rank its (host, NIC
-    index), to relay cross-rail transfers through the sender's host (see the module's doc).
-    Raises ValueError on impossible parameters."""
+# Steps and transfers of one schedule, at most. Each is a Python object (about 450 bytes; 4 us to
+# build) in the launcher and again in every agent, which builds the same schedule: a million is
+# about 4 s and 450 MB in each. A ring over 64 ranks and 64 channels is 1.03 million; past this
+# are runaways such as a tree AllReduce of 4 GiB in 4-byte pieces (billions of steps).
+MAX_SCHEDULE_ITEMS = 1 << 20
+
+
+def schedule_items(collective, algorithm, ranks, size, channels, piece_bytes):
+    """An upper bound on the steps plus transfers `build` makes (without building them), before
+    PXN's relays (which add at most half again)."""
+    n, C = ranks, channels
+    elems = effective_size(collective, ranks, size) // ELEMENT_BYTES
+    if collective == "allreduce" and algorithm == "tree":
+        pieces = elems // max(1, piece_bytes // ELEMENT_BYTES) + C    # over every channel
+        items = 6 * n * pieces                    # up and down: a step and a transfer per rank
+    elif collective == "allreduce":
+        items = 4 * n * (n - 1) * C               # reduce-scatter then all-gather, n - 1 steps each
+    elif collective in ("reducescatter", "allgather"):
+        items = 2 * n * (n - 1) * C
+    elif collective in ("alltoall", "alltoallv"):
+        items = n * n * C + n * C
+    else:                                         # gather, scatter, bisection: a step and a transfer a rank
+        items = 2 * n * C + C
+    return items
+
+
+def validate(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65536,
+             imbalance=4.0, root=0):
+    """The algorithm `build` would use, or ValueError for what it would refuse: every check of
+    `build`, and the schedule's size against MAX_SCHEDULE_ITEMS, without building anything."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {excerpt(collective)} (known: {', '.join(COLLECTIVES)})")
     algorithm = algorithm or ALGORITHMS.get(collective, ("ring",))[0]
@@ -508,10 +536,27 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
         raise ValueError(f"the bisection test pairs ranks: it needs an even rank count, got {ranks}")
     if not 0 <= root < ranks:
         raise ValueError(f"root rank {root} is not one of the {ranks} ranks")
-    size = effective_size(collective, ranks, size)
     minimum = ELEMENT_BYTES * (ranks if collective in BLOCKED else 1)
-    if size < minimum:
+    if effective_size(collective, ranks, size) < minimum:
         raise ValueError(f"{collective} over {ranks} ranks needs at least {minimum} bytes")
+    if collective == "alltoallv" and imbalance < 1:
+        raise ValueError(f"imbalance is a max/min ratio >= 1, got {imbalance}")
+    items = schedule_items(collective, algorithm, ranks, size, channels, piece_bytes)
+    if items > MAX_SCHEDULE_ITEMS:
+        raise ValueError(f"{collective} ({algorithm}) of {size} bytes over {ranks} ranks and {channels} "
+                         f"channel(s) is up to {items} steps and transfers, more than {MAX_SCHEDULE_ITEMS}: "
+                         f"fewer channels or ranks, or larger pieces")
+    return algorithm
+
+
+def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65536,
+          imbalance=4.0, seed=0, root=0, in_place=False, pxn=None):
+    """The Schedule of one collective, out of place or in place; `pxn`: per rank its (host, NIC
+    index), to relay cross-rail transfers through the sender's host (see the module's doc).
+    Raises ValueError on impossible parameters (`validate`)."""
+    algorithm = validate(collective, ranks, size, algorithm=algorithm, channels=channels,
+                         piece_bytes=piece_bytes, imbalance=imbalance, root=root)
+    size = effective_size(collective, ranks, size)
     b = _Builder(collective, algorithm, ranks, size, channels)
     elems = size // ELEMENT_BYTES
     if collective == "allreduce" and algorithm == "ring":
@@ -525,8 +570,6 @@ def build(collective, ranks, size, *, algorithm=None, channels=1, piece_bytes=65
     elif collective == "alltoall":
         _alltoall(b, [[size // ranks] * ranks for _ in range(ranks)])
     elif collective == "alltoallv":
-        if imbalance < 1:
-            raise ValueError(f"imbalance is a max/min ratio >= 1, got {imbalance}")
         matrix = alltoallv_matrix(ranks, size, imbalance, seed)
         _alltoall(b, matrix)
         b.size = sum(map(sum, matrix)) // ranks      # what the average rank really sends

@@ -10,7 +10,7 @@ from fabriclab.cli import running
 from fabriclab.errors import LabError
 from fabriclab.lab.controller import check_app
 from fabriclab.table import format_table
-from fabriclab.topologies.fabric import Fabric, beyond_one_machine
+from fabriclab.topologies.fabric import Fabric, beyond_one_machine, summary
 from fabriclab.topologies.spec import load_spec, shipped_specs
 from fabriclab.topologies.split import Split, parse_split
 from fabriclab.view import DEFAULT_ADDRESS
@@ -82,12 +82,12 @@ def _traffic_args(p):
 
 
 def cmd_check(args):
-    fabrics = [Fabric(load_spec(ref)) for ref in args.specs]    # SpecError (one line) on any problem
-    docs = [fabric.summary() for fabric in fabrics]
+    specs = [load_spec(ref) for ref in args.specs]    # SpecError (one line) on any problem
+    docs = [summary(spec) for spec in specs]          # counted, not built: a spec of any size answers at once
     if args.split is not None:
         split = parse_split(args.split)
-        for fabric, doc in zip(fabrics, docs):
-            doc["split"] = Split(fabric, split).summary()
+        for spec, doc in zip(specs, docs):
+            doc["split"] = Split(Fabric(spec), split).summary()
     if args.format == "json":
         print(json.dumps(docs, indent=1))
     else:
@@ -100,8 +100,8 @@ def cmd_check(args):
             if "split" in d:
                 print(split_table(d["name"], d["split"]))
         print("ok: " + ", ".join(d["name"] for d in docs))
-    for fabric in fabrics:
-        too_big = beyond_one_machine(fabric)
+    for spec in specs:
+        too_big = beyond_one_machine(spec)
         if too_big:
             print(f"note: {too_big}", file=sys.stderr)
     return 0

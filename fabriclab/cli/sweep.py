@@ -31,13 +31,12 @@ def register(subparsers):
 
 
 def cmd_sweep(args):
-    from fabriclab.workflows import scenario, sweep
+    from fabriclab.workflows import sweep
 
     sw = sweep.load(args.file)
     varied = ", ".join(f"{k} ({len(v)})" for k, v in sw.parameters.items())
     if args.check:
-        for case in sw.cases:
-            scenario.prepare(scenario.parse(case.data, sw.path.parent))
+        sweep.check(sw)
         print(f"{args.file}: ok: {sw.name}: {len(sw.cases)} case(s) over {varied}")
         return running.EXIT_VALID
     folder = args.out or f"results/{time.strftime('%Y%m%d-%H%M%S')}-{_slug(sw.name)}-sweep"

@@ -68,14 +68,14 @@ class Lab:
         if not isinstance(spec, FabricSpec):
             raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
         check_app(routing)
+        if split is None and machines is None:
+            too_big = beyond_one_machine(spec)     # from the spec's counts, before naming a port
+            if too_big:
+                raise LabError(too_big)
         self.fabric = Fabric(spec)
         self.split = self.machines = self.cluster = None
         if split is not None or machines is not None:
             self._plan_cluster(split, machines)
-        else:
-            too_big = beyond_one_machine(self.fabric)
-            if too_big:
-                raise LabError(too_big)
         self.jobs = {}               # announced to the controller (jobs.json): name -> placement
         self._jobs_lock = threading.Lock()   # concurrent launchers announce and retract jobs
         self._fault_lock = threading.RLock()  # one change to the fabric at a time (_one_at_a_time)

@@ -198,8 +198,31 @@ def random_flap_times(links, mtbf_s, duration_s, start, until, rng, limit=MAX_ST
     return sorted(out, key=lambda item: item[0])
 
 
+def check(faults, lab):
+    """What `steps` refuses (a target the fabric lacks, more than MAX_STEPS steps), without making
+    the steps: checking a plan's runs makes none of their timelines (up to 10,000 steps each)."""
+    total = 0
+    for fault in faults:
+        links = resolve(fault, lab)
+        p, i = fault.params, fault.index
+        if fault.kind == "flap":
+            total += 2 * p.get("count", 1)
+        elif fault.kind == "random_flaps":
+            try:
+                times = random_flap_times(links, p["mtbf"], p["duration"], fault.at, p["until"],
+                                          random.Random(p.get("seed", 1)), MAX_STEPS // 2 - total)
+            except LabError:
+                raise LabError(_too_many(i)) from None
+            total += 2 * len(times)
+        else:                         # one step, and one more that ends it after `for`
+            total += 1 + (fault.kind != "controller_restart" and "for" in p)
+        if total > MAX_STEPS:
+            raise LabError(_too_many(i))
+
+
 def steps(faults, lab):
-    """The timeline: every fault expanded into Lab operations at their times, sorted."""
+    """The timeline: every fault expanded into Lab operations at their times, sorted (`check`
+    counts them the same way)."""
     out = []
     for fault in faults:
         links = resolve(fault, lab)

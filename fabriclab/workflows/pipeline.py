@@ -74,9 +74,16 @@ def check(plan, lab):
     plan.check()
     if plan.spec.name != lab.fabric.spec.name:
         raise LabError(f"plan {excerpt(plan.name)} is for spec {excerpt(plan.spec.name)}, the lab runs {excerpt(lab.fabric.spec.name)}")
+    checked, routings = set(), set()
     for run in plan.runs:
+        if run.routing not in routings:
+            check_app(run.routing)
+            routings.add(run.routing)
+        key = run.check_key()
+        if key in checked:                  # a repetition, or another scheme: checked once
+            continue
+        checked.add(key)
         where = f"run {excerpt(run.label)}"
-        check_app(run.routing)
         owner = {}
         for job in run.jobs:
             try:
@@ -94,8 +101,8 @@ def check(plan, lab):
                 if late:
                     raise LabError(f"{where}: a fault at {late[0]:g} s comes after the traffic ends "
                                    f"({job.workload.duration_s:g} s)")
-        faults_mod.steps(run.faults, lab)
-        faults_mod.steps(run.conditions, lab)
+        faults_mod.check(run.faults, lab)
+        faults_mod.check(run.conditions, lab)
         if run.ecn and lab.fabric.spec.queues is None:
             raise LabError(f"{where}: ECN settings need a spec with a queues: section")
 

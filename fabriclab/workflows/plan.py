@@ -27,6 +27,9 @@ from fabriclab.loading import excerpt
 KINDS = ("run", "demo", "collective", "experiment", "scenario", "calibration", "prompt", "python", "replay")
 ROLES = ("measured", "noise")
 CONDITION_KINDS = ("link_down", "degrade", "loss", "slow_receiver", "switch_down")
+# Runs in one plan (a scenario's are routing schemes x repetitions). Each is seconds of traffic at
+# the least, plus its drain and its records (its link series stay in memory and in the results
+# document): 1000 runs is hours on one fabric. More is a sweep's work, over several machines.
 MAX_RUNS = 1000
 
 
@@ -82,7 +85,7 @@ class RunPlan:
     label: str                              # how tables name the run: "ecmp r1", a case name
     routing: str = "ecmp"
     jobs: list = field(default_factory=list)
-    faults: list = field(default_factory=list)       # faults.Fault on the run's timeline
+    faults: list = field(default_factory=list)       # faults.Fault on the run's timeline (or a tuple)
     conditions: list = field(default_factory=list)   # faults.Fault held for the whole run
     ecn: dict | None = None                 # {role or switch or port: set_ecn arguments}
     repetition: int = 1
@@ -96,6 +99,16 @@ class RunPlan:
 
     def measured(self):
         return [job for job in self.jobs if not job.noise]
+
+    def check_key(self):
+        """What checking this run's jobs, faults and conditions depends on (not its routing, checked
+        on its own). A scenario's runs share their jobs' workloads and one tuple of faults (the
+        same objects): runs with one key are checked once."""
+        def same(faults):            # a tuple cannot change: its identity says what it holds
+            return id(faults) if isinstance(faults, tuple) else tuple(map(id, faults))
+
+        return (self.duration_s, repr(self.ecn), same(self.faults), same(self.conditions),
+                tuple((j.name, j.role, id(j.workload)) for j in self.jobs))
 
 
 @dataclass
@@ -120,13 +133,15 @@ class Plan:
             raise LabError(f"plan {excerpt(self.name)}: no runs")
         if len(self.runs) > MAX_RUNS:
             raise LabError(f"plan {excerpt(self.name)}: {len(self.runs)} runs, more than {MAX_RUNS}")
-        slugs = set()
+        slugs, checked = set(), set()
         for run in self.runs:
-            where = f"plan {excerpt(self.name)}, run {excerpt(run.label)}"
-            if run.slug in slugs:
-                raise LabError(f"{where}: another run has the same name")
-            slugs.add(run.slug)
-            check_run(run, where)
+            slug, key = run.slug, run.check_key()
+            if slug in slugs:
+                raise LabError(f"plan {excerpt(self.name)}, run {excerpt(run.label)}: another run has the same name")
+            slugs.add(slug)
+            if key not in checked:             # a repetition: checked as its first run was
+                checked.add(key)
+                check_run(run, f"plan {excerpt(self.name)}, run {excerpt(run.label)}")
 
 
 def check_run(run, where):

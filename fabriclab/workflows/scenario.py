@@ -104,6 +104,12 @@ def parse(data, base=pathlib.Path(".")):
     repetitions = data.get("repetitions", 1)
     if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
         raise LabError(f"scenario: repetitions must be a whole number >= 1, got {excerpt(repetitions)}")
+    # Every routing scheme runs every repetition: the plan's runs are their product, bounded before
+    # any run is made (a billion repetitions would be a billion runs in memory first).
+    if repetitions * len(routings) > plan_mod.MAX_RUNS:
+        raise LabError(f"scenario: repetitions x routing schemes is {excerpt(repetitions)} x {len(routings)}, "
+                       f"more than {plan_mod.MAX_RUNS} runs (each is seconds of traffic at the least; "
+                       f"a longer series is a sweep's)")
     duration = data.get("duration_s")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
                                  or not duration > 0):
@@ -243,9 +249,10 @@ def to_plan(scenario):
     from fabriclab.topologies.spec import load_spec
 
     spec = load_spec(scenario.spec_path())
+    faults = tuple(scenario.faults)          # one timeline, shared: checked once for every run
     runs = [plan_mod.RunPlan(f"{routing} r{rep}", routing=routing, repetition=rep,
                              jobs=[plan_mod.Job(j.name, j.spec, j.role) for j in scenario.jobs],
-                             faults=list(scenario.faults), duration_s=scenario.duration_s)
+                             faults=faults, duration_s=scenario.duration_s)
             for routing in scenario.routings for rep in range(1, scenario.repetitions + 1)]
     source = {**scenario.source, "name": scenario.name, "description": scenario.description}
     plan = plan_mod.Plan(name=scenario.name, kind="scenario", spec=spec, runs=runs,

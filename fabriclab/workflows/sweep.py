@@ -34,6 +34,14 @@ from fabriclab.workflows import scenario as scenario_mod
 MAX_PARAMETERS = 8
 MAX_VALUES = 64               # values one parameter takes
 MAX_CASES = 256
+# Every case is the whole scenario, copied and checked as a scenario file is (and again against its
+# fabric by --check): the work is the cases times the scenario's values (keys, items, scalars), a
+# few microseconds each. 256 cases of a 4000-value scenario (hundreds of faults) are 2 s; 256 of
+# one at the loader's 100,000 values would be a minute.
+MAX_CASE_VALUES = 1_000_000
+# Runs of all the cases together (each case's routing schemes x repetitions). A run is seconds of
+# traffic at the least: 10,000 of 10 s each are more than a day on one machine.
+MAX_SWEEP_RUNS = 10_000
 STATE_FILE = "sweep.json"
 STATES = ("pending", "running", "done", "failed")
 
@@ -110,7 +118,11 @@ def expand(data, path=pathlib.Path("sweep.yaml")):
         count *= len(values)
     if count > MAX_CASES:
         raise LabError(f"sweep: {count} combinations; at most {MAX_CASES} (fewer values, or two sweeps)")
-    cases = []
+    size = _values(base)
+    if count * size > MAX_CASE_VALUES:
+        raise LabError(f"sweep: {count} cases of a {size}-value scenario are {count * size} values to check; "
+                       f"at most {MAX_CASE_VALUES} (fewer cases, or a shorter scenario)")
+    cases, runs = [], 0
     for index, combo in enumerate(itertools.product(*params.values())):
         case_params = dict(zip(params, combo))
         case_data = copy.deepcopy(base)
@@ -119,12 +131,49 @@ def expand(data, path=pathlib.Path("sweep.yaml")):
             parent[last] = copy.deepcopy(value)
         case = Case(index, case_params, case_data)
         try:
-            scenario_mod.parse(case_data, path.parent)
+            parsed = scenario_mod.parse(case_data, path.parent)
         except LabError as exc:
             raise LabError(f"sweep: case {case.label}: {exc}") from None
+        runs += len(parsed.routings) * parsed.repetitions
+        if runs > MAX_SWEEP_RUNS:
+            raise LabError(f"sweep: the first {index + 1} of {count} cases are {runs} runs (routing schemes x "
+                           f"repetitions); at most {MAX_SWEEP_RUNS} in a sweep (fewer repetitions or cases)")
         cases.append(case)
     name = base.get("name") if isinstance(base.get("name"), str) else "sweep"
     return Sweep(name.strip() or "sweep", path, dict(params), cases)
+
+
+def _values(data):
+    """Keys, items and scalars in a parsed document (iteratively)."""
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def check(sweep):
+    """Every case against its fabric, as `scenario check` checks a file; LabError naming the case.
+    Cases on one spec share one (unstarted) Lab: the fabric is built once, not once a case."""
+    from fabriclab.lab.lab import Lab
+    from fabriclab.workflows import pipeline
+
+    labs = {}
+    for case in sweep.cases:
+        try:
+            parsed = scenario_mod.parse(case.data, sweep.path.parent)
+            plan = scenario_mod.to_plan(parsed)
+            lab = labs.get(parsed.spec_path())
+            if lab is None:
+                lab = labs[parsed.spec_path()] = Lab(plan.spec, routing=plan.runs[0].routing)
+            pipeline.check(plan, lab)
+        except LabError as exc:
+            raise LabError(f"sweep: case {case.label}: {exc}") from None
 
 
 def locate(data, key):

@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from fabriclab.topologies.fabric import Fabric, leaf_subnet, switch_dpid
+from fabriclab.errors import SpecError
+from fabriclab.topologies.fabric import Fabric, beyond_one_machine, counts, leaf_subnet, switch_dpid
 from fabriclab.topologies.spec import MAX_LEAVES, FabricSpec, load_spec, shipped_specs
 
 IFNAMSIZ = 15   # Linux interface names: 15 characters and the terminating NUL
@@ -73,6 +74,24 @@ def test_counts(fields, switches, hosts, host_ports, fabric_links):
     summary = fab.summary()
     assert (summary["switches"], summary["hosts"], summary["host_ports"], summary["links"]) == (
         switches, hosts, host_ports, host_ports + fabric_links)
+
+
+def test_counted_is_built(any_fabric):
+    """`check` reports a fabric from counts(spec), building nothing: they must be what is built."""
+    built = {"switches": len(any_fabric.switches), "hosts": len(any_fabric.hosts),
+             "host_ports": sum(len(h.ports) for h in any_fabric.hosts.values()), "links": len(any_fabric.links)}
+    assert counts(any_fabric.spec) == built
+
+
+def test_a_fabric_no_lab_could_build_is_refused_before_naming_a_port():
+    # issue 35: 99 planes of the largest leafspine are 32 million links (minutes, over 10 GB)
+    spec = FabricSpec(name="big", kind="multiplane", planes=99, leaves=MAX_LEAVES, spines=64,
+                      hosts_per_leaf=253, parallel_links=16)
+    assert counts(spec)["links"] == 32_111_442
+    with pytest.raises(SpecError, match="a lab over 64 machines builds at most"):
+        Fabric(spec)
+    assert "one machine's lab builds at most 1024" in beyond_one_machine(spec)
+    assert beyond_one_machine(load_spec("default")) is None
 
 
 def test_counts_by_role_and_plane(any_fabric):

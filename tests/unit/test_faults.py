@@ -486,3 +486,27 @@ def test_changes_from_several_threads_reach_the_fabric_one_at_a_time(monkeypatch
         t.join(10)
     assert most[0] == 1 and len(reads) >= 4
     assert all(not t.is_alive() for t in threads)
+
+
+def test_check_refuses_exactly_what_steps_refuses_without_making_steps(lab):
+    """A plan is checked with faults.check (no Step objects: a sweep checks its timeline once a
+    case); it must agree with steps, which runs make, on every mix of kinds around MAX_STEPS."""
+    rng = random.Random(35)
+    kinds = [lambda: {"link_down": "l1-s1", "for": 0.5}, lambda: {"link_up": "l2-s2"},
+             lambda: {"flap": "l1-s2", "count": rng.choice([1, 7, MAX_STEPS // 4, MAX_STEPS // 2])},
+             lambda: {"random_flaps": "fabric", "mtbf": rng.choice([0.01, 1.0]), "duration": 0.01,
+                      "until": rng.choice([2.0, 30.0])},
+             lambda: {"degrade": "l3-s1", "fraction": 0.5, **({"for": 1.0} if rng.random() < 0.5 else {})},
+             lambda: {"slow_receiver": "h2", "fraction": 0.5}, lambda: {"switch_down": "s2", "for": 1.0},
+             lambda: {"loss": "fabric", "fraction": 0.01}, lambda: {"controller_restart": True}]
+    for _ in range(60):
+        entries = [{"at": 1.0, **rng.choice(kinds)()} for _ in range(rng.randint(1, 4))]
+        try:
+            made = len(steps(parse(entries), lab))
+        except LabError as exc:
+            with pytest.raises(LabError, match="more than"):
+                faults.check(parse(entries), lab)
+            assert "more than" in str(exc)
+        else:
+            assert made <= MAX_STEPS
+            faults.check(parse(entries), lab)

@@ -301,3 +301,282 @@ def test_command_line_numbers_out_of_range_are_refused_before_a_lab(verb, option
         assert code == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert err and len(err[-1]) <= LONGEST_MESSAGE and "Traceback" not in "".join(err), argv
+
+
+# -- control characters (issue 35) -------------------------------------------------------------------
+# A NUL ends a name early in the kernel and in C libraries, an ESC rewrites the terminal that prints
+# it, a lone surrogate cannot be written out as UTF-8: no key or string of an input holds one. In a
+# YAML file they are refused raw (YAML's own rule) and escaped ("\0", "\e", "\uD800"); in JSON (the
+# lab's results documents, which may record a program's output) only lone surrogates are.
+CONTROLS = ["\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b", "\x1f", "\x7f", "\x80", "\x85", "\x9f",
+            "\ud800", "\udbff", "\udc00", "\udfff"]
+SURROGATES = {c for c in CONTROLS if 0xD800 <= ord(c) <= 0xDFFF}
+CONTROL_CASES = 16
+
+
+def string_spots(doc):
+    """(container, key, is_key) for every string value and every string key of a document."""
+    out = []
+    for container, key, _trail in places(doc):
+        if isinstance(container, dict) and isinstance(key, str):
+            out.append((container, key, True))
+        if isinstance(container[key], str):
+            out.append((container, key, False))
+    return out
+
+
+def with_control(base, rng, fmt="yaml"):
+    """(text, must_refuse, what): one control character in a string value or a key of `base` (as
+    the dumper escapes it), or raw anywhere in its text."""
+    dump = dump_yaml if fmt == "yaml" else dump_json
+    char = rng.choice(CONTROLS)
+    doc = copy.deepcopy(base)
+    spots = string_spots(doc)
+    how = rng.choice(["value", "key", "raw"]) if spots else "raw"
+    name = f"U+{ord(char):04X}"
+    if how == "raw":
+        text = dump(doc)
+        at = rng.randrange(len(text) + 1)
+        data = text[:at].encode() + char.encode("utf-8", "surrogatepass") + text[at:].encode()
+        # YAML takes no control character raw but NEL (a line break to it); surrogates are not
+        # UTF-8. JSON takes DEL and C1 raw inside a string.
+        refuse = char in SURROGATES or (char != "\x85" if fmt == "yaml" else ord(char) < 0x20)
+        return data, refuse, f"{name} raw at {at}"
+    candidates = [s for s in spots if s[2] == (how == "key")] or spots
+    container, key, is_key = rng.choice(candidates)
+    old = key if is_key else container[key]
+    at = rng.randrange(len(old) + 1)
+    new = old[:at] + char + old[at:]
+    if is_key:
+        container[new] = container.pop(key)
+    else:
+        container[key] = new
+    return dump(doc), fmt == "yaml" or char in SURROGATES, f"{name} in {'key' if is_key else 'value'} {old[:20]!r}"
+
+
+def fuzz_controls(base, load, tmp_path, seed, name="case.yaml", fmt="yaml"):
+    rng = random.Random(seed)
+    for i in range(CONTROL_CASES):
+        text, must_refuse, what = with_control(base, rng, fmt)
+        path = write(tmp_path / name, text)
+        try:
+            result = outcome(load, path)
+        except Exception as exc:                     # noqa: BLE001
+            pytest.fail(f"seed {seed} case {i} ({what}): {type(exc).__name__}: {str(exc)[:200]}")
+        if must_refuse:
+            assert result == "refused", f"seed {seed} case {i}: {what} was taken"
+
+
+def scenario_base(path):
+    """A shipped scenario as a mapping that works from any folder (its trace paths made absolute)."""
+    base = yaml.safe_load(path.read_text())
+    for job in base.get("jobs", []):
+        if isinstance(job, dict) and "trace" in job:
+            job["trace"] = str((path.parent / job["trace"]).resolve())
+    return base
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_control_characters_in_specs(path, tmp_path):
+    fuzz_controls(yaml.safe_load(path.read_text()), lambda p: Fabric(load_spec(p)), tmp_path,
+                  seed=zlib.crc32(b"controls" + path.stem.encode()))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_control_characters_in_scenarios(path, tmp_path):
+    fuzz_controls(scenario_base(path), _check_scenario, tmp_path, seed=zlib.crc32(b"controls" + path.stem.encode()))
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_control_characters_in_profiles(path, tmp_path):
+    fuzz_controls(yaml.safe_load(path.read_text()), load_profile, tmp_path, seed=zlib.crc32(path.stem.encode()))
+
+
+def test_control_characters_in_results_documents(tmp_path):
+    def load(path):
+        compare.rows(document.load(path.parent), "x")
+
+    fuzz_controls(rd.scenario_doc(), load, tmp_path, seed=35, name="results.json", fmt="json")
+
+
+# -- counts that multiply ----------------------------------------------------------------------------
+# Every whole number set huge, alone and several at once: a count that multiplies (repetitions x
+# routing schemes, sizes x channels x ranks, planes x leaves x hosts) must not make a check slow.
+HUGE = [64, 1000, 4096, 65536, 10 ** 6, 10 ** 9, 2 ** 31, 2 ** 32 + 1, 2 ** 53, 2 ** 63, 10 ** 30, 10 ** 40,
+        10 ** 41]
+COUNT_CASES = 24
+# Counts a scenario's parts take that the shipped files leave at their defaults
+SCENARIO_COUNTS = {"repetitions": 1}
+COLLECTIVE_COUNTS = {"iterations": 5, "warmup": 1, "channels": 1, "qps": 1, "spray": 1, "cts_buffers": 2}
+
+
+def with_counts(doc):
+    """`doc` with the counts left at their defaults written out, so that they can be set huge."""
+    doc = copy.deepcopy(doc)
+    if "jobs" in doc:
+        doc = {**SCENARIO_COUNTS, **doc}
+        for job in doc["jobs"]:
+            if isinstance(job, dict) and job.get("kind", "collective") == "collective":
+                for key, value in COLLECTIVE_COUNTS.items():
+                    job.setdefault(key, value)
+    return doc
+
+
+def huge_counts(base, rng):
+    """(text, must_refuse, what): one to five whole numbers (or lists of them) set huge."""
+    doc = copy.deepcopy(base)
+    spots = [(c, k, t) for c, k, t in places(doc)
+             if (isinstance(c[k], int) and not isinstance(c[k], bool))
+             or (isinstance(c[k], list) and c[k] and all(isinstance(v, int) and not isinstance(v, bool) for v in c[k]))]
+    what, refuse = [], False
+    for container, key, trail in rng.sample(spots, min(len(spots), rng.choice([1, 1, 2, 3, 5]))):
+        value = rng.choice(HUGE)
+        # a list of counts (sizes): as long as it may be, every entry huge
+        container[key] = [value] * rng.choice([1, 64, 65, 5000]) if isinstance(container[key], list) else value
+        refuse |= value >= 10 ** 30                 # no count or size of an input goes that far
+        what.append(f"{'/'.join(map(str, trail))}={value:.3g}")
+    return dump_yaml(doc), refuse, ", ".join(what)
+
+
+def fuzz_counts(base, load, tmp_path, seed):
+    rng = random.Random(seed)
+    for i in range(COUNT_CASES):
+        text, must_refuse, what = huge_counts(base, rng)
+        path = write(tmp_path / "case.yaml", text)
+        try:
+            result = outcome(load, path)
+        except Exception as exc:                     # noqa: BLE001
+            pytest.fail(f"seed {seed} case {i} ({what}): {type(exc).__name__}: {str(exc)[:200]}")
+        if must_refuse:
+            assert result == "refused", f"seed {seed} case {i}: {what} was taken"
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_huge_counts_in_specs(path, tmp_path):
+    fuzz_counts(yaml.safe_load(path.read_text()), lambda p: Fabric(load_spec(p)), tmp_path,
+                seed=zlib.crc32(b"counts" + path.stem.encode()))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_huge_counts_in_scenarios(path, tmp_path):
+    fuzz_counts(with_counts(scenario_base(path)), _check_scenario, tmp_path,
+                seed=zlib.crc32(b"counts" + path.stem.encode()))
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_huge_counts_in_profiles(path, tmp_path):
+    fuzz_counts(yaml.safe_load(path.read_text()), load_profile, tmp_path, seed=zlib.crc32(b"counts" + path.stem.encode()))
+
+
+# -- the largest shapes each bound accepts ---------------------------------------------------------
+def largest_spec(doc):
+    """`doc` with every count at the largest value the loader takes for its kind, combined."""
+    from fabriclab.topologies import spec as spec_mod
+
+    doc = {**doc, "leaves": spec_mod.MAX_LEAVES, "spines": spec_mod.MAX_SPINES, "parallel_links": 16,
+           "hosts_per_leaf": spec_mod.MAX_PORTS_PER_LEAF, "mtu": spec_mod.MAX_MTU}
+    kind = doc.get("kind", "leafspine")
+    if doc.get("cabling") == "rail":
+        doc.update(nics_per_host=16, leaves=spec_mod.MAX_LEAVES // 16 * 16)
+    if kind == "multiplane":
+        doc["planes"] = spec_mod.MAX_PLANES
+    if kind == "threetier":
+        doc.update(pods=spec_mod.MAX_PODS, leaves=spec_mod.MAX_LEAVES // spec_mod.MAX_PODS,
+                   super_spines=spec_mod.MAX_SUPER_SPINES)
+    return doc
+
+
+def _check_verb(path, capsys):
+    """`fabriclab check FILE` within the time bound: its exit code and its stderr's lines."""
+    code = _exit_code(["check", "--format", "json", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code in (0, 2) and "Traceback" not in "".join(err), err[-3:]
+    assert not err or len(err[-1]) <= LONGEST_MESSAGE
+    return code
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_largest_spec_shapes(path, tmp_path, capsys):
+    case = write(tmp_path / "case.yaml", dump_yaml(largest_spec(yaml.safe_load(path.read_text()))))
+    outcome(load_spec, case)
+    _check_verb(case, capsys)                              # `check` answers from the counts
+
+
+@pytest.mark.parametrize("shape", [
+    # issue 35: the most planes a spec of 254 leaves takes (p100l254-eth1277 is 16 characters)
+    {"kind": "multiplane", "planes": 99, "leaves": 254, "spines": 64, "hosts_per_leaf": 253, "parallel_links": 16},
+    {"kind": "leafspine", "leaves": 254, "spines": 64, "hosts_per_leaf": 253, "parallel_links": 16},
+    {"kind": "multiplane", "planes": 99, "cabling": "rail", "nics_per_host": 16, "leaves": 240, "spines": 64,
+     "hosts_per_leaf": 253, "parallel_links": 16},
+    {"kind": "threetier", "pods": 2, "leaves": 127, "spines": 64, "super_spines": 256, "hosts_per_leaf": 253,
+     "parallel_links": 16},
+], ids=["99-planes", "leafspine", "rail-99-planes", "threetier"])
+def test_largest_accepted_specs_are_checked_at_once(shape, tmp_path, capsys):
+    from fabriclab.topologies.fabric import beyond_any_lab
+
+    case = write(tmp_path / "case.yaml", dump_yaml({"name": "largest", **shape}))
+    assert _check_verb(case, capsys) == 0                  # taken, and counted, not built
+    if beyond_any_lab(load_spec(case)):                    # (the largest leafspine's 2 s build:
+        assert outcome(lambda p: Fabric(load_spec(p)), case) == "refused"     # test_fabric.py)
+
+
+def largest_scenario(doc):
+    """`doc` with its runs, its collective jobs' counts and sizes and its faults' counts at the
+    largest values each bound takes, combined."""
+    from fabriclab.traffic import collective
+    from fabriclab.workflows import faults, plan
+
+    doc = copy.deepcopy(doc)
+    routings = doc.get("routing", "ecmp")
+    doc["repetitions"] = plan.MAX_RUNS // (len(routings) if isinstance(routings, list) else 1)
+    for job in doc["jobs"]:
+        if job.get("kind", "collective") == "collective":
+            job.update({name: high for name, (_low, high) in collective.WHOLE_BOUNDS.items()
+                        if name not in ("root", "seed", "retry_limit")})
+            job["sizes"] = [collective.MAX_SIZE - 4 * k for k in range(64)]
+    for fault in doc.get("faults", []):
+        if "count" in fault or "flap" in fault:
+            fault["count"] = faults.BOUNDS["count"][1]
+    return doc
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_largest_scenario_shapes(path, tmp_path):
+    base = scenario_base(path)
+    for doc in (largest_scenario(base), {**base, "repetitions": 1_000_000_000}):
+        case = write(tmp_path / "case.yaml", dump_yaml(doc))
+        try:
+            outcome(_check_scenario, case)
+        except Exception as exc:                     # noqa: BLE001
+            pytest.fail(f"{path.stem}: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+def test_a_billion_repetitions_are_refused_by_scenario_check(tmp_path, capsys):
+    base = scenario_base(SCENARIOS[0])
+    case = write(tmp_path / "case.yaml", dump_yaml({**base, "repetitions": 1_000_000_000}))
+    assert _exit_code(["scenario", "check", str(case)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "repetitions" in err[0] and len(err[0]) <= LONGEST_MESSAGE
+
+
+def test_a_nul_in_a_spec_is_one_line_naming_the_field(tmp_path, capsys):
+    case = write(tmp_path / "case.yaml", b"name: t\x00\nleaves: 2\n")
+    assert _exit_code(["check", str(case)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "line 1" in line and "'name'" in line and "U+0000" in line
+
+
+def test_the_largest_sweep_is_checked_in_bound(tmp_path):
+    """A sweep multiplies a scenario by its cases: the most cases, each at the most runs a sweep
+    takes, faults at their largest counts; expanded and checked against its fabric in bound."""
+    from fabriclab.workflows import sweep
+
+    base = largest_scenario(scenario_base(REPO / "examples" / "scenarios" / "flap_recovery.yaml"))
+    base["jobs"][0].update(channels=1, sizes=[1 << 20])
+    runs = sweep.MAX_SWEEP_RUNS // sweep.MAX_CASES // len(base["routing"])
+    values = {"jobs.ring.qps": list(range(1, 65)), "jobs.ring.channels": list(range(1, 65)),
+              "faults.0.at": [0.5 + k / 64 for k in range(64)], "metrics.sample_ms": list(range(1, 65))}
+    fit = {"jobs.ring.qps": values["jobs.ring.qps"][:64], "jobs.ring.channels": [1, 2, 3, 4]}
+    for repetitions, params, taken in ((runs, fit, True), (runs + 1, fit, False), (runs, values, False)):
+        case = write(tmp_path / "sweep.yaml", dump_yaml({**base, "repetitions": repetitions, "sweep": params}))
+        assert outcome(lambda p: sweep.check(sweep.load(p)), case) == ("loaded" if taken else "refused")

@@ -305,3 +305,28 @@ def test_scatter_is_one_to_many_from_the_root(root):
     assert all(scatter.sent_bytes(r) == 0 and scatter.received_bytes(r) == size // n
                for r in range(n) if r != root)
     assert {t.src for t in scatter.transfers} == {root}
+
+
+def test_schedule_items_bound_what_build_makes():
+    """validate() refuses a schedule by schedule_items() before anything is built: it must be an
+    upper bound of the steps and transfers build() makes, for every collective and shape."""
+    for collective in S.COLLECTIVES:
+        for algorithm in S.ALGORITHMS.get(collective, ("ring",)):
+            for ranks, size, channels, piece in ((2, 4096, 1, 65536), (5, 1 << 16, 3, 4096), (8, 1 << 20, 4, 65536),
+                                                 (6, 4 * 6 * 7 + 4, 8, 4), (4, 1 << 14, 2, 4)):
+                if collective == "bisection" and ranks % 2:
+                    continue
+                built = S.build(collective, ranks, size, algorithm=algorithm, channels=channels,
+                                        piece_bytes=piece)
+                made = len(built.transfers) + sum(len(program) for program in built.programs)
+                assert made <= S.schedule_items(collective, algorithm, ranks, size, channels, piece), \
+                    (collective, algorithm, ranks, size, channels, piece)
+
+
+def test_a_runaway_schedule_is_refused_before_it_is_built():
+    # a tree AllReduce of 4 GiB in 4-byte pieces: billions of steps, refused in microseconds
+    with pytest.raises(ValueError, match="steps and transfers, more than"):
+        S.validate("allreduce", 8, 1 << 32, algorithm="tree", piece_bytes=4)
+    with pytest.raises(ValueError, match="steps and transfers"):
+        S.build("alltoall", 1024, 1 << 20, channels=2)
+    assert S.validate("allreduce", 64, 1 << 20, channels=64) == "ring"   # 1.03 million: taken
