@@ -18,6 +18,7 @@ member E-ECMP picks for a packet; `ar_choices` is AR's choice as probabilities.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import pathlib
 import socket
@@ -242,6 +243,46 @@ def kernel_lets_stage_read_carrier(btf=KERNEL_BTF):
         return False
 
 
+class StageRefused(LabError):
+    """The kernel refused to load the stage. `verdict`: its verifier's, which the same kernel gives
+    the same program every time (too complex, invalid), not a want of memory or privilege."""
+
+    VERDICTS = (errno.E2BIG, errno.EACCES, errno.EINVAL)
+
+    def __init__(self, err):
+        super().__init__(f"the kernel refused the selection stage's eBPF program: {err}")
+        self.verdict = -err in self.VERDICTS
+
+
+def _refusal_marker():
+    """Where the refusal of this carrier variant by this kernel is remembered: beside the compile
+    cache's objects, named for the source's text and the kernel's release."""
+    import hashlib
+    import platform
+
+    digest = hashlib.sha256(stage_source(True).read_bytes()).hexdigest()[:16]
+    return datapath.cache_dir() / f"select_stage_carrier-{digest}.refused-{platform.release()[:60]}"
+
+
+def carrier_refused():
+    """Whether this kernel refused the carrier variant of this stage's text before. Its verifier
+    gives up on it after a million instructions, 10 s of CPU, on every load (seen on 6.18 with
+    the kfunc present), and every routing app with a stage loads one: without this memory each
+    start of E-ECMP, flowlet or AR paid 10 s for the same refusal."""
+    marker = _refusal_marker()
+    if not os.path.lexists(marker):
+        return False
+    datapath.check_private(marker)
+    return True
+
+
+def remember_carrier_refused(exc):
+    marker = _refusal_marker()
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{str(exc)[:300]}\n")
+    tmp.replace(marker)
+
+
 def stage_source(reads_carrier):
     """The stage's source, with STAGE_READS_CARRIER defined for the variant that reads it (a file
     of its own in the compile cache, so each variant is compiled once per version of the text)."""
@@ -319,7 +360,7 @@ class SelectStage:
     def load(self):
         """Compile and load the stage: the variant that reads its port's carrier where the kernel
         allows it (falling back to the other if the kernel refuses it)."""
-        variants = [True, False] if kernel_lets_stage_read_carrier() else [False]
+        variants = [True, False] if kernel_lets_stage_read_carrier() and not carrier_refused() else [False]
         error = None
         for reads in variants:
             try:
@@ -327,6 +368,8 @@ class SelectStage:
             except LabError as exc:
                 error = exc
                 self._close_object()
+                if reads and getattr(exc, "verdict", False):
+                    remember_carrier_refused(exc)
                 continue
             self.reads_carrier = reads
             if reads and self.want_carrier:
@@ -354,7 +397,7 @@ class SelectStage:
         finally:
             os.close(template)
         if err:
-            raise LabError(f"the kernel refused the selection stage's eBPF program: {err}")
+            raise StageRefused(err)
         datapath.remove_pins(target=self.pins)
         self.pins.mkdir(parents=True)
         prog = lib.bpf_object__find_program_by_name(obj, PROGRAM.encode())

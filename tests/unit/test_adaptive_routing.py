@@ -175,3 +175,37 @@ def test_the_carrier_reading_variant_is_the_same_source_with_one_define(tmp_path
     btf.write_bytes(b"\0bpf_dynptr_slice\0bpf_cast_to_kern_ctx_v2\0")
     assert not kernel_lets_stage_read_carrier(btf)
     assert not kernel_lets_stage_read_carrier(tmp_path / "missing")
+
+
+def test_a_verifier_refusal_of_the_carrier_variant_is_remembered_per_kernel(tmp_path, monkeypatch):
+    """This kernel's verifier gives up on the carrier variant after a million instructions (10 s,
+    every load); a refusal of that kind is remembered beside the compiled objects and the next
+    load goes straight to the other variant. A want of memory is not a verdict: not remembered."""
+    import errno
+
+    from fabriclab.apps import select_stage
+    from fabriclab.queues import datapath
+
+    tmp_path.chmod(0o700)
+    monkeypatch.setattr(datapath, "CACHE_DIR", tmp_path / "bpf")
+    monkeypatch.setattr(select_stage, "kernel_lets_stage_read_carrier", lambda: True)
+    tried = []
+
+    def fake_load(self, reads):
+        tried.append(reads)
+        if reads:
+            raise select_stage.StageRefused(-code)
+
+    monkeypatch.setattr(select_stage.SelectStage, "_load", fake_load)
+    monkeypatch.setattr(select_stage.SelectStage, "_close_object", lambda self: None)
+    monkeypatch.setattr(select_stage.SelectStage, "config", type("C", (), {"update": lambda *a: None})(),
+                        raising=False)
+    code = errno.ENOMEM
+    for _ in range(2):
+        assert not select_stage.SelectStage("/x", "ar").load().reads_carrier
+    assert tried == [True, False, True, False] and not select_stage.carrier_refused()
+    code, tried[:] = errno.E2BIG, []
+    for _ in range(3):
+        assert not select_stage.SelectStage("/x", "ar").load().reads_carrier
+    assert tried == [True, False, False, False] and select_stage.carrier_refused()
+    assert list((tmp_path / "bpf").glob("select_stage_carrier-*.refused-*"))
