@@ -12,7 +12,10 @@ from fabriclab.cli import running
 def register(subparsers):
     p = subparsers.add_parser("reproduce", help="run the papers' claims under their conditions and write "
                                                 "a catalogue of how far the lab agrees")
-    p.add_argument("--quick", action="store_true", help="the experiments' quick forms (about 10 minutes)")
+    p.add_argument("--quick", action="store_true", help="the experiments' quick forms, fewer draws (CI)")
+    p.add_argument("--draws", type=int, metavar="N",
+                   help="independent draws of every experiment (default: as many as each claim asks for, "
+                        "fewer with --quick); each claim is judged on its figures' 90%% interval over them")
     p.add_argument("--only", metavar="SEED|CLAIM", help="comma-separated seeds (000) or claim ids "
                                                         "(000-eecmp-gain); `--only list` lists them")
     p.add_argument("--out", help="results folder (default results/<time>-reproduce/)")
@@ -25,23 +28,26 @@ def register(subparsers):
 
 def cmd_reproduce(args):
     from fabriclab.table import format_table
-    from fabriclab.workflows.reproduce import CLAIMS, catalogue, experiments_for, select
+    from fabriclab.errors import LabError
+    from fabriclab.workflows.reproduce import CLAIMS, catalogue, select
 
     if args.only == "list":
-        print(format_table(("claim", "seed", "section", "experiments", "paper"),
-                           [(c.id, c.seed, c.section, ", ".join(c.experiments) or "(model)", c.paper)
-                            for c in CLAIMS]))
+        print(format_table(("claim", "seed", "section", "experiments", "draws (quick)", "paper"),
+                           [(c.id, c.seed, c.section, ", ".join(c.experiments) or "(model)",
+                             f"{c.draws_for(False)} ({c.draws_for(True)})", c.paper) for c in CLAIMS]))
         return running.EXIT_VALID
     claims = select(args.only)
-    names = experiments_for(claims)
-    runner, out, quick, origin = None, args.out, args.quick, None
+    runner, out, quick, origin, draws = None, args.out, args.quick, None, args.draws
     if args.source:
-        runner, quick, origin = catalogue.reader(args.source)
+        if draws is not None:
+            raise LabError("--draws runs experiments; with --from the catalogue's own draws are judged again")
+        runner, quick, origin, draws = catalogue.reader(args.source)
         out = args.out or args.source
-    print(f"reproduce: {len(claims)} claims from {len(names)} experiments"
-          f"{' (quick forms)' if quick else ''}{' read from ' + args.source if args.source else ''}", flush=True)
+    counts = catalogue.draw_counts(claims, quick, draws)
+    print(f"reproduce: {len(claims)} claims from {len(counts)} experiments, {sum(counts.values())} runs of "
+          f"them{' (quick forms)' if quick else ''}{' read from ' + args.source if args.source else ''}", flush=True)
     outcome = catalogue.run(claims, quick=quick, out=out, progress=lambda line: print(line, flush=True),
-                            runner=runner, events=running.Progress(), origin=origin)
+                            runner=runner, events=running.Progress(), origin=origin, draws=draws)
     print("\n" + catalogue.summary_table(outcome.rows))
     if args.markdown:
         write_markdown(outcome, pathlib.Path(args.markdown), quick)

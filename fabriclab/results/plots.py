@@ -60,26 +60,37 @@ def bars(path, title, labels, panels):
     return _written(plt, fig, path)
 
 
-def hbars(path, title, labels, values, xlabel, colors=None):
+def hbars(path, title, labels, values, xlabel, colors=None, errors=None):
     """A horizontal bar per label (long labels stay readable), each with its value; `colors`, one
-    per bar, tells sources apart (the paper's figure, the lab's, a model's)."""
+    per bar, tells sources apart (the paper's figure, the lab's, a model's); `errors`, one (lo, hi)
+    or None per bar, draws an interval around the value (a mean over draws)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.45 * len(labels)))
-    rows = ax.barh(labels[::-1], values[::-1], color=(colors or ["#4C72B0"] * len(values))[::-1])
+    xerr = None
+    if errors and any(e is not None for e in errors):
+        spans = [(v - e[0], e[1] - v) if e is not None else (0.0, 0.0) for v, e in zip(values, errors)]
+        xerr = [[s[0] for s in spans[::-1]], [s[1] for s in spans[::-1]]]
+    rows = ax.barh(labels[::-1], values[::-1], color=(colors or ["#4C72B0"] * len(values))[::-1],
+                   xerr=xerr, capsize=3 if xerr else 0, error_kw={"elinewidth": 1, "ecolor": "#333333"})
     ax.bar_label(rows, labels=[f"{v:.3g}" for v in values[::-1]], fontsize=8, padding=2)
     ax.set_xlabel(xlabel)
-    ax.set_xlim(0, max(values, default=1) * 1.18 or 1)
+    top = max([e[1] for e in errors or () if e is not None] + list(values), default=1)
+    ax.set_xlim(0, top * 1.18 or 1)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)
     return _written(plt, fig, path)
 
 
-def lines(path, title, xs, series, xlabel, ylabel, log_x=True, reference=None):
-    """A line per name in `series` ({name: ys}) over `xs`; `reference` draws a dashed limit."""
+def lines(path, title, xs, series, xlabel, ylabel, log_x=True, reference=None, bands=None):
+    """A line per name in `series` ({name: ys}) over `xs`; `reference` draws a dashed limit;
+    `bands` ({name: (los, his)}) shades an interval around a line (a mean over draws)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for name, ys in series.items():
-        ax.plot(xs, ys, marker="o", label=name)
+        line, = ax.plot(xs, ys, marker="o", label=name)
+        if bands and name in bands:
+            los, his = bands[name]
+            ax.fill_between(xs, los, his, color=line.get_color(), alpha=0.2, linewidth=0)
     if reference is not None:
         value, label = reference
         ax.axhline(value, linestyle="--", color="grey", label=label)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 from dataclasses import dataclass, field
 
 from fabriclab.errors import LabError
@@ -121,6 +122,15 @@ class Plan:
     description: str = ""
     source: dict = field(default_factory=dict)       # the input as the user gave it, for the record
     experiment: object = None               # the experiment module, for `experiment` plans
+    order_seed: int | None = None           # the runs execute in an order shuffled by this seed
+                                            # (None: as listed); results list them as listed
+
+    def execution_order(self):
+        """The indices of the runs in the order they execute."""
+        order = list(range(len(self.runs)))
+        if self.order_seed is not None:
+            random.Random(self.order_seed).shuffle(order)
+        return order
 
     def check(self):
         """What can be checked without a fabric; LabError naming the run and job."""

@@ -1,7 +1,10 @@
 """`fabriclab reproduce`: choosing claims, stating agreement, the catalogue and its exit status,
 with fake experiments (the lab test runs the real ones); the model-only claims in full."""
 
+import collections
 import json
+import pathlib
+import random
 
 import pytest
 
@@ -10,8 +13,9 @@ from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 from fabriclab.workflows import pipeline
 from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, ecmp_balance, label, routing
-from fabriclab.workflows.reproduce import CLAIMS, catalogue, experiments_for, select, seed001
-from fabriclab.workflows.reproduce.claim import AGREES, FLIPPED, NOT_JUDGED, Claim, Finding, agreement
+from fabriclab.workflows.reproduce import CLAIMS, catalogue, experiments_for, judge, select, seed001
+from fabriclab.workflows.reproduce.claim import (AGREES, FLIPPED, INCONCLUSIVE, KNOWN, NOT_JUDGED, Claim, Effect,
+                                                 Finding, agreement)
 
 
 # -- the registry ---------------------------------------------------------------------------------------
@@ -41,20 +45,102 @@ def test_each_experiment_runs_once_in_the_listed_order():
     assert experiments_for(select("001")) == []                # the analytical model's claims
 
 
-# -- agreement ------------------------------------------------------------------------------------------
-def claim(paper_value=None, experiments=("x",), measure=None, cid="000-t"):
+# -- judging over draws ---------------------------------------------------------------------------------
+def claim(paper_value=None, experiments=("x",), measure=None, cid="000-t", reproduced=True, draws=3):
     return Claim(cid, "000", "1", "a claim", "a figure", paper_value, experiments,
-                 measure or (lambda docs: Finding("lab", 1.0, True, "up")), "conditions")
+                 measure or (lambda docs: found(1.0)), "conditions", reproduced=reproduced,
+                 draws=draws, quick_draws=draws)
 
 
-def test_agreement_is_a_ratio_where_the_paper_gives_a_number_else_the_direction():
-    assert agreement(claim(1.25), Finding("x", 1.0, True, "up")) == \
-        (AGREES, "ratio 0.80 (lab / paper); direction holds")
-    assert agreement(claim(), Finding("x", 1.0, True, "a > b")) == (AGREES, "direction only: a > b")
-    assert agreement(claim(2.0), Finding("x", 1.5, True, "up", against=1.5))[1].startswith("ratio 1.00 (lab / bound)")
-    assert agreement(claim(1.2), Finding("x", 5.0, False, "a > b")) == (FLIPPED, "direction FLIPPED: expected a > b")
-    status, text = agreement(claim(1.2), Finding("x", 5.0, False, "a > b", invalid=["r1: CPU saturated"]))
-    assert status == NOT_JUDGED and "CPU saturated" in text
+def found(*values, op=">", bound=0.0, lab_value=1.0, invalid=()):
+    """A draw's finding whose effects are `values` against `op bound`."""
+    return Finding("lab", lab_value, tuple(Effect(f"e{i}", v, op, bound) for i, v in enumerate(values)), "up",
+                   invalid=list(invalid))
+
+
+def test_the_interval_is_students_t_and_needs_two_draws():
+    iv = judge.interval([1.0, 2.0, 3.0])
+    half = 2.919986 * 1.0 / 3 ** 0.5                                    # t(0.95, 2) * s / sqrt(n)
+    assert iv.mean == 2.0 and iv.lo == pytest.approx(2.0 - half) and iv.hi == pytest.approx(2.0 + half)
+    one = judge.interval([4.0])
+    assert one.lo is None and judge.side(one, ">", 0.0) == judge.STRADDLE      # one draw: no interval
+    assert judge.interval([]) is None
+    same = judge.interval([0, 0, 0])                                     # a mechanism: no spread
+    assert (same.lo, same.hi) == (0, 0) and judge.side(same, "<", 0.5) == judge.AGREE
+    with pytest.raises(ValueError):
+        judge.interval([1.0, float("nan")])
+
+
+@pytest.mark.parametrize("values, op, expected", [
+    ([1.2, 1.3, 1.25, 1.28], ">", judge.AGREE),          # all of it above 1
+    ([0.8, 1.3, 1.0, 1.1], ">", judge.STRADDLE),
+    ([0.7, 0.8, 0.75], ">", judge.WRONG),
+    ([1.0, 1.0, 1.0], ">", judge.WRONG),                 # the bound itself is not the paper's side
+    ([0.7, 0.8, 0.75], "<", judge.AGREE),
+    ([1.2, 1.3, 1.25], "<", judge.WRONG),
+])
+def test_an_effects_side_is_where_its_whole_interval_lies(values, op, expected):
+    assert judge.side(judge.interval(values), op, 1.0) == expected
+
+
+def test_the_judge_fed_distributions_agrees_straddles_and_flips_as_their_means_lie():
+    """Draws from a known distribution, many times over: far on the paper's side the claim agrees
+    nearly always (90% interval: a wrong verdict needs the interval to miss by more than its width,
+    under 5% of the time); a mean on the bound is inconclusive or either way by chance, never
+    often flipped (at most 5% + noise); far on the wrong side it flips."""
+    rng = random.Random(7)
+
+    def verdicts(mean, sd, n=5, trials=400):
+        out = collections.Counter()
+        for _ in range(trials):
+            findings = [found(rng.gauss(mean, sd), bound=1.0) for _ in range(n)]
+            out[agreement(claim(), findings).status] += 1
+        return out
+
+    far = verdicts(1.5, 0.1)
+    assert far[AGREES] == 400
+    on = verdicts(1.0, 0.1)
+    assert on[INCONCLUSIVE] > 0.8 * 400 and on[FLIPPED] < 0.08 * 400 and on[AGREES] < 0.08 * 400
+    wrong = verdicts(0.5, 0.1)
+    assert wrong[FLIPPED] == 400
+    # near the bound with a wide spread: mostly inconclusive, never flipped when the mean is right
+    noisy = verdicts(1.1, 0.3)
+    assert noisy[INCONCLUSIVE] > 0.5 * 400 and noisy[FLIPPED] < 0.02 * 400
+
+
+def test_a_claim_agrees_only_when_every_effect_does_and_flips_when_any_is_wrong():
+    both = [found(1.2, 1.3), found(1.25, 1.4), found(1.3, 1.35)]
+    judged = agreement(claim(), [found(*[v - 1 for v in f_values]) for f_values in ((1.2, 1.3), (1.25, 1.4), (1.3, 1.35))])
+    assert judged.status == AGREES and judged.draws == 3 and len(judged.effects) == 2
+    assert agreement(claim(), both).text.startswith("agrees over 3 draws: e0 ")
+    straddle = [found(0.2, 1.0), found(0.3, -1.0), found(0.25, 0.5)]
+    assert agreement(claim(), straddle).status == INCONCLUSIVE
+    flipped = [found(0.2, -1.0), found(0.3, -1.1), found(-5.0, -0.9)]    # e1 wholly wrong, e0 straddles
+    judged = agreement(claim(), flipped)
+    assert judged.status == FLIPPED and "e1" in judged.text and "e0" not in judged.text
+    assert agreement(claim(reproduced=False), flipped).status == KNOWN
+
+
+def test_agreement_states_the_ratio_to_the_paper_or_a_bound_and_the_intervals():
+    judged = agreement(claim(1.25), [found(1.0, lab_value=v) for v in (0.9, 1.0, 1.1)])
+    assert judged.status == AGREES and judged.text.startswith("ratio 0.80 (lab / paper); agrees over 3 draws")
+    assert judged.lab.mean == pytest.approx(1.0) and judged.lab.lo < 1.0 < judged.lab.hi
+    bound = Finding("x", 1.5, (Effect("e", 2.0, ">", 1.0),), "up", against=1.5)
+    assert agreement(claim(2.0, draws=1), [bound]).text.startswith("inconclusive over 1 draw")
+    assert agreement(claim(2.0, draws=2), [bound, bound]).text.startswith("ratio 1.00 (lab / bound)")
+
+
+def test_invalid_draws_are_left_out_and_too_few_valid_ones_leave_the_claim_not_judged():
+    ok = [found(1.0), found(1.1), found(1.2)]
+    saturated = found(-5.0, invalid=["r1: CPU saturated"])
+    judged = agreement(claim(), ok[:2] + [saturated])
+    assert judged.status == AGREES and judged.draws == 2 and judged.invalid == ["draw 3: r1: CPU saturated"]
+    judged = agreement(claim(), [ok[0], saturated, saturated])
+    assert judged.status == NOT_JUDGED and "CPU saturated" in judged.text
+    nan = found(float("nan"))
+    assert agreement(claim(), [ok[0], nan, nan]).status == NOT_JUDGED
+    with pytest.raises(ValueError, match="same effects"):
+        agreement(claim(), [found(1.0), found(1.0, 2.0)])
 
 
 # -- the catalogue --------------------------------------------------------------------------------------
@@ -62,50 +148,68 @@ def doc(*runs):
     return {"runs": [{"label": name, "valid": not reasons, "invalid": reasons} for name, reasons in runs]}
 
 
-def test_the_catalogue_runs_each_experiment_once_and_writes_every_claim(tmp_path):
+def test_the_catalogue_runs_each_experiments_draws_once_and_writes_every_claim(tmp_path):
     calls = []
 
-    def runner(name, folder, quick):
-        calls.append((name, quick))
+    def runner(name, folder, quick, k):
+        calls.append((name, quick, k, folder.relative_to(tmp_path).as_posix()))
         return doc(("a", []))
 
-    claims = (claim(1.0, ("ecmp-balance",), cid="000-a"), claim(None, ("ecmp-balance", "switchml"), cid="000-b"),
-              claim(None, (), cid="001-model"))
+    claims = (claim(1.0, ("ecmp-balance",), cid="000-a", draws=2), claim(None, ("ecmp-balance", "switchml"),
+              cid="000-b", draws=3), claim(None, (), cid="001-model"))
     outcome = catalogue.run(claims, quick=True, out=tmp_path, progress=lambda line: None, runner=runner)
-    assert calls == [("ecmp-balance", True), ("switchml", True)]
+    assert calls == [("ecmp-balance", True, k, f"experiments/ecmp-balance/draw-{k}") for k in (1, 2, 3)] + \
+        [("switchml", True, k, f"experiments/switchml/draw-{k}") for k in (1, 2, 3)]
+    # every effect is 1.0 > 0 on every draw: no spread, all of it on the paper's side
     assert outcome.ok and [r["status"] for r in outcome.rows] == [AGREES] * 3
+    assert [r["draws"] for r in outcome.rows] == [3, 3, 1]                       # a model's claim: one
     data = json.loads((tmp_path / "catalogue.json").read_text())
-    assert data["quick"] and data["machine"]["cpus"]
+    assert data["quick"] and data["machine"]["cpus"] and data["experiments"]["switchml"]["draws"] == 3
     assert [r["id"] for r in data["claims"]] == ["000-a", "000-b", "001-model"]
+    assert data["claims"][0]["lab_interval"] == {"mean": 1.0, "lo": 1.0, "hi": 1.0, "n": 3}
     text = (tmp_path / "catalogue.md").read_text()
-    assert "| [000-a](#000-a) | a figure | lab | ratio 1.00 (lab / paper); direction holds |" in text
-    assert "3 claims agree in direction, 0 flipped" in text
+    assert "| [000-a](#000-a) | a figure | 1 (all 3 draws) | 3 of 3 | agrees |" in text
+    assert "3 claims agree, 0 inconclusive, 0 flipped" in text
+    assert catalogue.run(claims[:1], out=tmp_path / "d", progress=lambda line: None, runner=runner,
+                         draws=1).rows[0]["status"] == INCONCLUSIVE        # one draw: no interval
+    with pytest.raises(LabError, match="--draws must be 1-50"):
+        catalogue.run(claims, out=tmp_path / "e", progress=lambda line: None, runner=runner, draws=0)
 
 
-def test_a_flipped_direction_a_lossless_drop_or_a_failed_experiment_fails_the_run(tmp_path):
-    flips = claim(None, ("ecmp-balance",), lambda docs: Finding("lab", None, False, "a > b"))
-    outcome = catalogue.run((flips,), out=tmp_path / "a", progress=lambda line: None,
+def test_an_inconclusive_claim_does_not_fail_the_run_a_flipped_one_does(tmp_path):
+    values = iter([0.5, -0.2, 0.1])
+    straddles = claim(None, ("ecmp-balance",), lambda docs: found(next(values)))
+    outcome = catalogue.run((straddles,), out=tmp_path / "a", progress=lambda line: None,
+                            runner=lambda *a: doc(("r", [])))
+    assert outcome.ok and outcome.rows[0]["status"] == INCONCLUSIVE
+    assert outcome.rows[0]["effects"][0]["side"] == judge.STRADDLE
+    flips = claim(None, ("ecmp-balance",), lambda docs: found(-1.0))
+    outcome = catalogue.run((flips,), out=tmp_path / "b", progress=lambda line: None,
                             runner=lambda *a: doc(("r", [])))
     assert not outcome.ok and outcome.rows[0]["status"] == FLIPPED
 
+
+def test_a_lossless_drop_or_a_failed_experiment_fails_the_run(tmp_path):
     dropped = doc(("r", ["lossless drop: l1-eth3 (l1) dropped 3 over its headroom"]))
-    outcome = catalogue.run((claim(None, ("ecmp-balance",)),), out=tmp_path / "b", progress=lambda line: None,
-                            runner=lambda *a: dropped)
+    outcome = catalogue.run((claim(None, ("ecmp-balance",), draws=1),), out=tmp_path / "b",
+                            progress=lambda line: None, runner=lambda *a: dropped)
     assert not outcome.ok and outcome.experiments["ecmp-balance"]["lossless_drops"] == [
         "r: lossless drop: l1-eth3 (l1) dropped 3 over its headroom"]
 
-    def broken(*a):
-        raise LabError("a collective failed")
+    def broken(name, folder, quick, k):
+        if k == 2:
+            raise LabError("a collective failed")
+        return doc(("r", []))
 
     outcome = catalogue.run((claim(None, ("ecmp-balance",)),), out=tmp_path / "c", progress=lambda line: None,
                             runner=broken)
     assert not outcome.ok
-    assert outcome.rows[0]["agreement"] == "experiment failed: ecmp-balance: LabError: a collective failed"
+    assert outcome.rows[0]["agreement"] == "experiment failed: ecmp-balance: draw 2: LabError: a collective failed"
 
 
-def test_a_cpu_saturated_run_is_not_judged_and_does_not_fail_the_run(tmp_path):
+def test_a_cpu_saturated_draw_is_left_out_and_all_of_them_leave_the_claim_not_judged(tmp_path):
     def measure(docs):
-        return Finding("lab", 1.0, False, "up", invalid=[r for r in docs["ecmp-balance"]["runs"][0]["invalid"]])
+        return found(1.0, invalid=docs["ecmp-balance"]["runs"][0]["invalid"])
 
     outcome = catalogue.run((claim(None, ("ecmp-balance",), measure),), out=tmp_path, progress=lambda line: None,
                             runner=lambda *a: doc(("r", ["CPU saturated: ..."])))
@@ -116,6 +220,33 @@ def test_a_document_without_the_runs_a_claim_reads_is_a_failure_not_a_crash(tmp_
     outcome = catalogue.run((claim(None, ("ecmp-balance",), lambda docs: docs["ecmp-balance"]["runs"][5]),),
                             out=tmp_path, progress=lambda line: None, runner=lambda *a: doc(("r", [])))
     assert not outcome.ok and outcome.rows[0]["agreement"].startswith("could not measure: IndexError")
+
+
+def test_a_catalogue_read_back_is_judged_again_over_the_draws_it_holds(tmp_path):
+    from fabriclab.results import document
+
+    seen = []
+
+    def runner(name, folder, quick, k):
+        seen.append(k)
+        return doc(("r", []))
+
+    outcome = catalogue.run((claim(None, ("ecmp-balance",), draws=2),), quick=True, out=tmp_path,
+                            progress=lambda line: None, runner=runner)
+    read, quick, origin, draws = catalogue.reader(tmp_path)
+    assert quick and draws == {"ecmp-balance": 2} and origin["machine"] == outcome_machine(tmp_path)
+    loaded = []
+    original = document.load
+    try:
+        document.load = lambda folder: loaded.append(pathlib.Path(folder).relative_to(tmp_path).as_posix()) or {}
+        read("ecmp-balance", None, True, 2)
+    finally:
+        document.load = original
+    assert loaded == ["experiments/ecmp-balance/draw-2"] and seen == [1, 2]
+
+
+def outcome_machine(folder):
+    return json.loads((folder / "catalogue.json").read_text())["machine"]
 
 
 # -- claims measured without a network --------------------------------------------------------------------
@@ -233,24 +364,3 @@ def test_the_model_claims_run_offline_into_a_catalogue_and_a_markdown_document(t
     assert (tmp_path / "docs" / "reproductions" / "001-alltoall-topology.png").stat().st_size > 5_000
 
 
-def test_e_ecmp_against_ecmp_is_judged_on_the_mean_of_several_hash_draws():
-    from fabriclab.workflows.reproduce import seed000
-
-    plan = build_plan("routing-schemes", options=Options(quick=True))
-    for scheme in routing.DRAWN:
-        drawn = [r for r in plan.runs if r.tags.get("scheme") == scheme and not r.faults]
-        assert len(drawn) == routing.DRAWS
-        assert len({r.jobs[0].workload.seed for r in drawn}) == routing.DRAWS     # new source ports each
-
-    eecmp = "E-ECMP + 4 QPs shared sport"
-
-    def run(scheme, busbw, draw=1):
-        tags = {"scheme": scheme, **({"draw": draw} if draw > 1 else {})}
-        return {"label": scheme + (f", draw {draw}" if draw > 1 else ""), "faults": [], "tags": tags,
-                "valid": True, "invalid": [], "jobs": {"ring": {"sizes": [{"busbw_mbps": busbw}]}}}
-    # the first draw alone would flip (4.9 < 5.0); the mean of three does not
-    doc = {"runs": [run("ECMP", 5.0), run(eecmp, 4.9), run("ECMP", 5.0, 2), run(eecmp, 9.6, 2),
-                    run("ECMP", 9.8, 3), run(eecmp, 9.7, 3)]}
-    finding = seed000.eecmp_gain({"routing-schemes": doc})
-    assert finding.holds and finding.lab_value == pytest.approx(8.0667 / 6.6, rel=1e-3)
-    assert "mean of 3 hash draws" in finding.lab and "4.90/5.00" in finding.lab

@@ -46,8 +46,9 @@ class Options:
     quick: bool = False              # smaller transfers and fewer iterations (tests, CI)
     sample_s: float = 0.005          # port and queue sampling interval
     routing: str | None = None       # None: the experiment's DEFAULT_ROUTING (else ecmp)
-    seed: int = 1
+    seed: int = 1                    # seeds the workloads' queue pairs (source ports: a hash draw)
     lossy: bool = False              # drop the lossless class (experiments with LOSSY_OPTION only)
+    shuffle: bool = False            # run the cases in an order drawn from the seed (reproduce's draws)
 
 
 def module(name):
@@ -81,18 +82,19 @@ def build_plan(name, spec=None, options=None):
     plan = Plan(name=name, kind="experiment", spec=fabric_spec, runs=runs,
                 metrics=Metrics(sample_ms=sample_ms, bin_ms=max(50.0, sample_ms)),
                 description=mod.SUMMARY, source={"experiment": name, **dataclasses.asdict(options)},
-                experiment=mod)
+                experiment=mod, order_seed=options.seed if options.shuffle else None)
     plan.check()
     return plan
 
 
-def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False):
+def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False, run_plots=True):
     """Run experiment `name`; returns the results document, written to `out` (default
-    results/<time>-<name>/) with the experiment's table inputs and plots."""
+    results/<time>-<name>/) with the experiment's table inputs and plots (each run's own too,
+    unless `run_plots` is False)."""
     from fabriclab.workflows import pipeline
 
     plan = build_plan(name, spec, options)
-    return pipeline.run_plan(plan, out, progress=progress, verbose=verbose).doc
+    return pipeline.run_plan(plan, out, progress=progress, verbose=verbose, run_plots=run_plots).doc
 
 
 # -- reading an experiment's document (its tables and plots) ---------------------------------------

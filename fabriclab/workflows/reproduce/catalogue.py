@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import platform
@@ -18,11 +19,14 @@ import time
 from fabriclab.errors import EnvironmentProblem, LabError, Terminated
 from fabriclab.table import format_table
 from fabriclab.workflows.reproduce import experiments_for
-from fabriclab.workflows.reproduce.claim import AGREES, FLIPPED, KNOWN, NOT_JUDGED, Finding, agreement
+from fabriclab.workflows.reproduce.claim import (AGREES, FLIPPED, INCONCLUSIVE, KNOWN, NOT_JUDGED, STATUSES,
+                                                 Finding, agreement, effect_text)
 
 # What write() puts in catalogue.json: a reader refuses anything else.
 CATALOGUE_KEYS = {"created", "quick", "machine", "judged", "ok", "claims", "experiments"}
 MACHINE_KEYS = {"kernel", "cpus", "arch"}
+
+MAX_DRAWS = 50              # a draw is a whole experiment: 50 of the longest take a day
 
 # A claim's bars by source: the paper's grey, the lab's blue, a model's or bound's orange.
 SOURCE_COLORS = {"paper": "#8C8C8C", "lab": "#4C72B0", "flow": "#55A868"}
@@ -32,7 +36,7 @@ SOURCE_COLORS = {"paper": "#8C8C8C", "lab": "#4C72B0", "flow": "#55A868"}
 class Outcome:
     folder: pathlib.Path
     rows: list              # one dict per claim
-    experiments: dict       # name -> {"seconds", "valid", "lossless_drops", "error", "folder"}
+    experiments: dict       # name -> {"seconds", "valid", "lossless_drops", "error", "folder", "draws"}
 
     @property
     def ok(self):
@@ -40,38 +44,66 @@ class Outcome:
                 and not any(e["error"] or e["lossless_drops"] for e in self.experiments.values()))
 
 
-def run(claims, quick=False, out=None, progress=print, runner=None, events=None, origin=None):
-    """Run the claims' experiments (quick forms with `quick`) into `out` and write the catalogue.
-    `runner(name, folder, quick)` runs one experiment and returns its results document (default:
-    the packaged experiment through the pipeline, its progress events to `events`). `origin`: the
-    date and machine the experiments ran on, when they were read rather than run."""
+def draw_counts(claims, quick, draws=None):
+    """How many draws each experiment the claims read runs: `draws` where given (a number, or
+    {experiment: number} as a catalogue read back ran them), else the most any of its claims asks
+    for."""
+    counts = {}
+    for name in experiments_for(claims):
+        wanted = max(c.draws_for(quick) for c in claims if name in c.experiments)
+        given = draws.get(name) if isinstance(draws, dict) else draws
+        if isinstance(draws, dict) and given is None:
+            raise LabError(f"the catalogue read back has no draws of experiment {name}")
+        if given is not None and not (isinstance(given, int) and not isinstance(given, bool)
+                                      and 1 <= given <= MAX_DRAWS):
+            raise LabError(f"--draws must be 1-{MAX_DRAWS}, got {str(given)[:20]}")
+        counts[name] = given or wanted
+    return counts
+
+
+def draw_folder(name, k):
+    return f"experiments/{name}/draw-{k}"
+
+
+def run(claims, quick=False, out=None, progress=print, runner=None, events=None, origin=None, draws=None):
+    """Run the claims' experiments (quick forms with `quick`), each over its draws, into `out`, and
+    write the catalogue. Draw k runs the experiment with seed k (its queue pairs, so its source
+    ports: a new draw of the hash) and its cases in an order drawn from k. `runner(name, folder,
+    quick, k)` runs draw k of one experiment and returns its results document (default: the
+    packaged experiment through the pipeline, its progress events to `events`). `origin`: the date
+    and machine the experiments ran on, when they were read rather than run."""
     from fabriclab.results import document
 
+    counts = draw_counts(claims, quick, draws)
     folder = pathlib.Path(out) if out else document.default_folder("reproduce")
     folder.mkdir(parents=True, exist_ok=True)
-    docs, experiments = {}, {}
-    names = experiments_for(claims)
     if runner is None:
-        check(names, quick)
-        runner = lambda name, where, quick_: _run_experiment(name, where, quick_, events)   # noqa: E731
-    for i, name in enumerate(names, 1):
-        progress(f"[{i}/{len(names)}] experiment {name}{' (quick)' if quick else ''}")
-        t0 = time.monotonic()
-        where = folder / "experiments" / name
-        try:
-            docs[name] = runner(name, where, quick)
-            error = None
-        except (Terminated, EnvironmentProblem):
-            raise                         # stopped, or the machine cannot run any experiment
-        except Exception as exc:          # noqa: BLE001 - one experiment's failure is its claims' verdict
-            error = f"{type(exc).__name__}: {str(exc)[:300]}"
-            progress(f"  {name} failed: {error}")
-        # the plan's own wall time where the document has it (also when read back), else ours
-        elapsed = (docs.get(name) or {}).get("elapsed_s")
-        seconds = elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
-        experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}",
-                             "error": error, **_validity(docs.get(name))}
-    rows = [_row(claim, docs, experiments, folder) for claim in claims]
+        check(counts, quick)
+        runner = lambda name, where, quick_, k: _run_experiment(name, where, quick_, k, events)   # noqa: E731
+    docs, experiments = {}, {}
+    total, step = sum(counts.values()), 0
+    for name, n in counts.items():
+        docs[name], errors, seconds = [], [], 0.0
+        for k in range(1, n + 1):
+            step += 1
+            progress(f"[{step}/{total}] experiment {name}{' (quick)' if quick else ''}, draw {k} of {n}")
+            t0 = time.monotonic()
+            try:
+                doc = runner(name, folder / draw_folder(name, k), quick, k)
+                error = None
+            except (Terminated, EnvironmentProblem):
+                raise                     # stopped, or the machine cannot run any experiment
+            except Exception as exc:      # noqa: BLE001 - one experiment's failure is its claims' verdict
+                doc, error = None, f"draw {k}: {type(exc).__name__}: {str(exc)[:300]}"
+                progress(f"  {name} failed: {error}")
+                errors.append(error)
+            docs[name].append(doc)
+            # the plan's own wall time where the document has it (also when read back), else ours
+            elapsed = (doc or {}).get("elapsed_s")
+            seconds += elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
+        experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}", "draws": n,
+                             "error": "; ".join(errors) or None, **_validity(docs[name])}
+    rows = [_row(claim, docs, experiments, folder, quick) for claim in claims]
     outcome = Outcome(folder, rows, experiments)
     write(outcome, quick, origin)
     return outcome
@@ -80,22 +112,30 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
 def check(names, quick):
     """Build every experiment's plan first: a spec or case the lab would refuse stops the run
     before any fabric is up."""
-    from fabriclab.workflows.experiments import Options, build_plan
+    from fabriclab.workflows.experiments import build_plan
 
     for name in names:
-        build_plan(name, options=Options(quick=quick))
+        build_plan(name, options=draw_options(quick, 1))
 
 
-def _run_experiment(name, folder, quick, events=None):
-    from fabriclab.workflows.experiments import Options, run_experiment
+def draw_options(quick, k):
+    """The options of draw k: seed k, the cases in an order drawn from it."""
+    from fabriclab.workflows.experiments import Options
 
-    return run_experiment(name, out=folder, options=Options(quick=quick), progress=events)
+    return Options(quick=quick, seed=k, shuffle=True)
+
+
+def _run_experiment(name, folder, quick, k, events=None):
+    from fabriclab.workflows.experiments import run_experiment
+
+    # each run's own plots are left to `fabriclab report`: a second a run, dozens of runs a draw
+    return run_experiment(name, out=folder, options=draw_options(quick, k), progress=events, run_plots=False)
 
 
 def reader(source):
-    """(runner, quick, origin) that read a catalogue folder's experiments instead of running them:
-    the claims judged again (after a claim changed) without a fabric; origin is when and where
-    the experiments ran."""
+    """(runner, quick, origin, draws) that read a catalogue folder's experiments instead of running
+    them: the claims judged again (after a claim changed) without a fabric; origin is when and
+    where the experiments ran, draws how many draws of each it holds."""
     from fabriclab.loading import excerpt, parse_json, read_text
     from fabriclab.results import document
 
@@ -117,62 +157,99 @@ def reader(source):
         raise LabError(f"{path}: not a catalogue (no created date or machine)")
     origin = {"created": data["created"][:40],
               "machine": {"kernel": machine["kernel"][:80], "cpus": machine["cpus"], "arch": machine["arch"][:20]}}
-    return (lambda name, folder, _quick: document.load(source / "experiments" / name)), quick, origin
+    experiments = data.get("experiments")
+    if not isinstance(experiments, dict) or len(experiments) > 100 or not all(
+            isinstance(e, dict) and isinstance(e.get("draws"), int) and not isinstance(e["draws"], bool)
+            and 1 <= e["draws"] <= MAX_DRAWS for e in experiments.values()):
+        raise LabError(f"{path}: not a catalogue of draws (each experiment needs draws: 1-{MAX_DRAWS})")
+    draws = {str(name)[:60]: e["draws"] for name, e in experiments.items()}
+    return (lambda name, folder, _quick, k: document.load(source / draw_folder(name, k))), quick, origin, draws
 
 
-def _validity(doc):
-    """An experiment's invalid runs and its lossless drops (the reasons that name them)."""
-    if doc is None:
-        return {"valid": False, "invalid_runs": [], "lossless_drops": []}
-    invalid = [r["label"] for r in doc["runs"] if not r["valid"]]
-    drops = [f"{r['label']}: {reason}" for r in doc["runs"] for reason in r["invalid"] if "lossless drop" in reason]
-    return {"valid": not invalid, "invalid_runs": invalid, "lossless_drops": drops}
+def _validity(docs):
+    """An experiment's invalid runs and its lossless drops over its draws (the reasons that name
+    them); a draw that failed counts as not valid."""
+    invalid = [f"draw {k}: {r['label']}" if len(docs) > 1 else r["label"]
+               for k, doc in enumerate(docs, 1) if doc for r in doc["runs"] if not r["valid"]]
+    drops = [f"{'draw %d: ' % k if len(docs) > 1 else ''}{r['label']}: {reason}"
+             for k, doc in enumerate(docs, 1) if doc for r in doc["runs"] for reason in r["invalid"]
+             if "lossless drop" in reason]
+    return {"valid": all(docs) and not invalid, "invalid_runs": invalid, "lossless_drops": drops}
 
 
-def _row(claim, docs, experiments, folder):
+def _row(claim, docs, experiments, folder, quick):
     failed = [f"{e}: {experiments[e]['error']}" for e in claim.experiments if experiments[e]["error"]]
+    n = claim.draws_for(quick) if not claim.experiments else min(experiments[e]["draws"] for e in claim.experiments)
+    findings, judgement = [], None
     if failed:
-        finding = Finding(lab="-", lab_value=None, holds=False, direction="", invalid=failed)
         status, text = FLIPPED, "experiment failed: " + failed[0]
     else:
         try:
-            finding = claim.measure({e: docs[e] for e in claim.experiments})
-            status, text = agreement(claim, finding)
-        except (KeyError, IndexError, TypeError, ZeroDivisionError) as exc:
+            findings = [claim.measure({e: docs[e][k] for e in claim.experiments}) for k in range(n)]
+            judgement = agreement(claim, findings)
+            status, text = judgement.status, judgement.text
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
             # a document without the runs the claim reads: the experiment changed, not the fabric
-            finding = Finding(lab="-", lab_value=None, holds=False, direction="")
+            findings, judgement = [], None
             status, text = FLIPPED, f"could not measure: {type(exc).__name__}: {str(exc)[:200]}"
-    plot = _plot(claim, finding, folder)
+    first = findings[0] if findings else Finding(lab="-", lab_value=None, effects=(), direction="")
+    lab = judgement.lab if judgement else None
+    plot = _plot(claim, findings, folder)
     return {"id": claim.id, "seed": claim.seed, "section": claim.section, "statement": claim.statement,
-            "paper": claim.paper, "paper_value": claim.paper_value, "lab": finding.lab,
-            "lab_value": _round(finding.lab_value), "against": _round(finding.against),
-            "model": finding.model, "direction": finding.direction, "holds": finding.holds,
+            "paper": claim.paper, "paper_value": claim.paper_value, "lab": first.lab,
+            "lab_value": _round(lab.mean) if lab else None, "lab_interval": lab.as_dict() if lab else None,
+            "against": _round(first.against), "model": first.model, "direction": first.direction,
+            "draws": n, "judged_draws": judgement.draws if judgement else 0,
+            "effects": judgement.effects if judgement else [],
             "status": status, "agreement": text, "conditions": claim.conditions, "differs": claim.differs,
-            "experiments": list(claim.experiments), "invalid": finding.invalid, "plot": plot}
+            "experiments": list(claim.experiments),
+            "invalid": (judgement.invalid if judgement else failed), "plot": plot}
 
 
 def _round(value):
     return None if value is None else round(float(value), 4)
 
 
-def _plot(claim, finding, folder):
-    """plots/<claim>.png from the finding's bars or lines; None when it has neither."""
+def _plot(claim, findings, folder):
+    """plots/<claim>.png from the findings' bars or lines, each the mean over the draws with its
+    interval; None when they have neither."""
     from fabriclab.results import plots
 
+    if not findings:
+        return None
+    first = findings[0]
     path = folder / "plots" / f"{claim.id}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    title = f"seed {claim.seed} {claim.section}: {claim.id}"
-    if finding.lines:
-        lines = finding.lines
-        plots.lines(path, title, lines["x"], lines["series"], lines["xlabel"], lines["ylabel"],
-                    reference=(claim.paper_value, f"paper: {claim.paper}") if claim.paper_value else None)
-    elif finding.bars:
-        bars = [(label, value) for label, value in finding.bars if value is not None]
-        plots.hbars(path, title, [b[0] for b in bars], [b[1] for b in bars], finding.unit or "value",
-                    colors=[SOURCE_COLORS.get(label.split()[0].rstrip(":,"), "#DD8452") for label, _v in bars])
+    title = f"seed {claim.seed} {claim.section}: {claim.id}" + (f" ({len(findings)} draws)" if len(findings) > 1 else "")
+    if first.lines:
+        lines = first.lines
+        drawn = [f.lines for f in findings if f.lines and len(f.lines["x"]) == len(lines["x"])]
+        means, bands = {}, {}
+        for name in lines["series"]:
+            points = [_over([d["series"][name][i] for d in drawn]) for i in range(len(lines["x"]))]
+            means[name] = [iv.mean if iv else float("nan") for iv in points]
+            if all(iv and iv.lo is not None for iv in points):
+                bands[name] = ([iv.lo for iv in points], [iv.hi for iv in points])
+        plots.lines(path, title, lines["x"], means, lines["xlabel"], lines["ylabel"],
+                    reference=(claim.paper_value, f"paper: {claim.paper}") if claim.paper_value else None, bands=bands)
+    elif first.bars:
+        drawn = [f.bars for f in findings if len(f.bars) == len(first.bars)]
+        bars = [(label, _over([d[i][1] for d in drawn])) for i, (label, _v) in enumerate(first.bars)]
+        bars = [(label, iv) for label, iv in bars if iv is not None]
+        plots.hbars(path, title, [b[0] for b in bars], [b[1].mean for b in bars], first.unit or "value",
+                    colors=[SOURCE_COLORS.get(label.split()[0].rstrip(":,"), "#DD8452") for label, _v in bars],
+                    errors=[(iv.lo, iv.hi) if iv.lo is not None and iv.lo != iv.hi else None for _l, iv in bars])
     else:
         return None
     return f"plots/{claim.id}.png"
+
+
+def _over(values):
+    """The interval of the finite values among `values` (None where there is none)."""
+    from fabriclab.workflows.reproduce.judge import interval
+
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return interval(finite) if finite else None
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -185,9 +262,20 @@ def write(outcome, quick, origin=None):
     (outcome.folder / "catalogue.md").write_text(markdown(data))
 
 
+def lab_figure(row):
+    """A claim's lab figure over its draws: the compared number's mean and interval where it has
+    one, else its effects'."""
+    from fabriclab.workflows.reproduce.judge import Interval
+
+    iv = row.get("lab_interval")
+    if iv:
+        return Interval(iv["mean"], iv["lo"], iv["hi"], iv["n"]).text()
+    return "; ".join(effect_text(e) for e in row["effects"]) or row["lab"]
+
+
 def summary_table(rows):
-    return format_table(("claim", "paper", "lab", "agreement"),
-                        [(r["id"], r["paper"], _clip(r["lab"], 70), _clip(r["agreement"], 60)) for r in rows])
+    return format_table(("claim", "verdict", "paper", "lab: mean [90% interval]"),
+                        [(r["id"], r["status"], _clip(r["paper"], 40), _clip(lab_figure(r), 70)) for r in rows])
 
 
 def _clip(text, n):
@@ -196,26 +284,31 @@ def _clip(text, n):
 
 def markdown(data, plots_prefix=""):
     """The catalogue for people: a summary table, each experiment's validity, then per claim what
-    the paper says, what the lab measured, the agreement, the plot, and why it differs."""
+    the paper says, what the lab measured (one draw, then every effect over the draws), the
+    verdict, the plot, and why it differs."""
     m = data["machine"]
-    counts = {s: sum(r["status"] == s for r in data["claims"]) for s in (AGREES, FLIPPED, NOT_JUDGED, KNOWN)}
+    counts = {s: sum(r["status"] == s for r in data["claims"]) for s in STATUSES}
     out = [f"Run {data['created']} on Linux {m['kernel']} ({m['arch']}, {m['cpus']} CPUs)"
-           f"{', quick forms' if data['quick'] else ''}: {counts[AGREES]} claims agree in direction, "
-           f"{counts[FLIPPED]} flipped, {counts[KNOWN]} differ as expected, {counts[NOT_JUDGED]} not judged.", "",
-           "| claim | paper | lab | agreement |", "| --- | --- | --- | --- |"]
-    out += [f"| [{r['id']}](#{r['id']}) | {r['paper']} | {_cell(r['lab'])} | {_cell(r['agreement'])} |"
-            for r in data["claims"]]
-    out += ["", "| experiment | minutes | valid | lossless drops |", "| --- | --- | --- | --- |"]
+           f"{', quick forms' if data['quick'] else ''}: {counts[AGREES]} claims agree, "
+           f"{counts[INCONCLUSIVE]} inconclusive, {counts[FLIPPED]} flipped, {counts[KNOWN]} differ as expected, "
+           f"{counts[NOT_JUDGED]} not judged. Each claim is judged on the 90% interval of its figures over "
+           f"independent draws ([reproduce.md](reproduce.md#how-a-claim-is-judged)).", "",
+           "| claim | paper | lab: mean [90% interval] | draws | verdict |", "| --- | --- | --- | --- | --- |"]
+    out += [f"| [{r['id']}](#{r['id']}) | {r['paper']} | {_cell(lab_figure(r))} | {r['judged_draws']} of {r['draws']} "
+            f"| {r['status']} |" for r in data["claims"]]
+    out += ["", "| experiment | draws | minutes | valid | lossless drops |", "| --- | --- | --- | --- | --- |"]
     for name, e in data["experiments"].items():
         valid = "failed: " + _cell(e["error"]) if e["error"] else (
             "yes" if e["valid"] else "no: " + ", ".join(e["invalid_runs"]))
-        out.append(f"| {name} | {e['seconds'] / 60:.1f} | {valid} | {len(e['lossless_drops'])} |")
+        out.append(f"| {name} | {e['draws']} | {e['seconds'] / 60:.1f} | {valid} | {len(e['lossless_drops'])} |")
     for r in data["claims"]:
         out += ["", f"### {r['id']}", "", f"**Seed {r['seed']}, {r['section']}.** {r['statement']}.", "",
-                f"- Paper: {r['paper']}.", f"- Lab: {r['lab']}."]
+                f"- Paper: {r['paper']}.", f"- Lab{' (draw 1 of %d)' % r['draws'] if r['draws'] > 1 else ''}: {r['lab']}."]
         if r["model"]:
             out.append(f"- Model: {r['model']}.")
-        out += [f"- Agreement: {r['agreement']}.", f"- Conditions: {r['conditions']}."]
+        out += [f"- Verdict: {r['status']}: {r['agreement']}.", f"- Conditions: {r['conditions']}."]
+        if r["invalid"]:
+            out.append(f"- Left out: {_cell('; '.join(r['invalid'][:3]))}.")
         if r["differs"]:
             out.append(f"- Why it differs: {r['differs']}.")
         if r["experiments"]:

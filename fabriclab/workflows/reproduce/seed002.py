@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabriclab.workflows.reproduce.claim import Claim, Finding, invalid_reasons, ratio, runs_by_label
+from fabriclab.workflows.reproduce.claim import Claim, Effect, Finding, invalid_reasons, ratio, runs_by_label
 
 
 def plb_asymmetry(docs):
@@ -12,7 +12,7 @@ def plb_asymmetry(docs):
     per_plane, glob = kept(doc, "one-to-many", "per-plane"), kept(doc, "one-to-many", "global")
     return Finding(
         lab=f"one-to-many keeps {per_plane:.0%} (per-plane) and {glob:.0%} (global) of its symmetric busbw",
-        lab_value=per_plane, holds=per_plane > glob,
+        lab_value=per_plane, effects=(Effect("busbw kept, per-plane - global", per_plane - glob, ">", 0.0),),
         direction="per-plane congestion contexts keep more of the symmetric busbw than one global context",
         bars=[("paper: per-plane", 93.7 / 94.5), ("lab: per-plane", per_plane),
               ("paper: global", 47.3 / 94.5), ("lab: global", glob)],
@@ -30,7 +30,10 @@ def plb_failover(docs):
         lab=f"back to 75% in {fast:.3f} s (per-plane) against {slow:.3f} s (software): {speedup:.0f}x sooner; "
             f"static split: {'never during the outage' if took.get('static') is None else took['static']}"
         if fast and slow else f"recovery times {took}",
-        lab_value=speedup, holds=bool(fast and slow and fast < slow and took.get("static") is None),
+        lab_value=speedup,
+        effects=(Effect("recovery software / per-plane", speedup if speedup is not None else float("nan"), ">", 1.0),
+                 Effect("static split recovered during the outage (1 yes, 0 no)",
+                        float(took.get("static") is not None), "<", 0.5)),
         direction="the NIC's per-plane balancer recovers far sooner than software; a static split never does",
         bars=[("paper: software / per-plane", 1.08 / 0.003), ("lab: software / per-plane", speedup)],
         unit="recovery time ratio", invalid=invalid_reasons(doc))
@@ -46,7 +49,9 @@ def ar_balance(docs):
     return Finding(
         lab=f"uplink max/mean {live_uplinks(ar):.2f} (AR) against {live_uplinks(ecmp):.2f} (ECMP); busbw "
             f"{busbw(ar):.2f} against {busbw(ecmp):.2f} Mbit/s",
-        lab_value=live_uplinks(ar), holds=live_uplinks(ar) < live_uplinks(ecmp) and busbw(ar) > busbw(ecmp),
+        lab_value=live_uplinks(ar),
+        effects=(Effect("uplink max/mean AR / ECMP", ratio(live_uplinks(ar), live_uplinks(ecmp)), "<", 1.0),
+                 Effect("busbw AR / ECMP", ratio(busbw(ar), busbw(ecmp)), ">", 1.0)),
         direction="per-packet AR balances the uplinks better than ECMP and raises busbw",
         bars=[("lab: AR uplink max/mean", live_uplinks(ar)), ("lab: ECMP uplink max/mean", live_uplinks(ecmp))],
         unit="uplink max/mean", invalid=invalid_reasons(doc, "AR", "ECMP"))
