@@ -20,6 +20,9 @@ def add_output_args(p, formats=("table", "json")):
     p.add_argument("--out", help="results folder (default results/<time>-<name>/)")
     p.add_argument("--format", choices=formats, default="table")
     p.add_argument("--verbose", action="store_true", help="show Mininet's and the lab's progress")
+    p.add_argument("--no-run-plots", dest="run_plots", action="store_false",
+                   help="leave out each run's heatmap, delivered-rate and NIC plots (about a second a run); "
+                        "`fabriclab report FOLDER` draws them later")
 
 
 def execute(plan, args, heading, renderers, bar=False):
@@ -34,7 +37,7 @@ def execute(plan, args, heading, renderers, bar=False):
     if table:
         print(heading, flush=True)
     result = pipeline.run_plan(plan, args.out, progress=Progress(bar=bar) if table else None,
-                               verbose=args.verbose)
+                               verbose=args.verbose, run_plots=getattr(args, "run_plots", True))
     if args.format not in renderers:
         print(json.dumps(result.doc, indent=1))
     elif table:

@@ -124,16 +124,18 @@ def experiment_preface(experiment, doc):
     return ["## Experiment", "", experiment.SUMMARY, "", "```", experiment.table(doc), "```", ""]
 
 
-def render(folder, doc=None, preface=()):
+def render(folder, doc=None, preface=(), run_plots=True):
     """Write the plots and report.md of a results folder from its results.json (or `doc`, the same
     document already in memory) and links CSVs; returns the path of report.md. `preface`: lines
-    set after the header (an experiment's own table)."""
+    set after the header (an experiment's own table). `run_plots` False leaves out each run's
+    heatmap, delivered rate and NIC plots (about a second a run; `reproduce` runs dozens), and
+    report.md says how to draw them."""
     folder = pathlib.Path(folder)
     doc = document.load(folder) if doc is None else doc
     runs = doc.get("runs") or []
     out = _header(doc, runs) + list(preface) + _summary(doc)
     for index, run in enumerate(runs):
-        out += _run_section(folder, doc.get("scale") or {}, run, index)
+        out += _run_section(folder, doc.get("scale") or {}, run, index, run_plots)
     out += _across_runs(folder, doc, runs)
     path = folder / "report.md"
     path.write_text("\n".join(out).rstrip() + "\n")
@@ -202,7 +204,7 @@ def _without(header, rows, column):
     return header[:i] + header[i + 1:], [row[:i] + row[i + 1:] for row in rows]
 
 
-def _run_section(folder, scale, run, index):
+def _run_section(folder, scale, run, index, run_plots=True):
     label = _run_label(run, index)
     out = [f"## Run {label}", ""]
     if run.get("end_s") is not None:
@@ -210,7 +212,17 @@ def _run_section(folder, scale, run, index):
         out += [f"Measured jobs ended {run['end_s'] - (run.get('origin_s') or 0.0):.2f} s after the "
                 f"timeline's start{bins}.", ""]
     return (out + _jobs_table(run.get("jobs") or {}) + _faults_table(run.get("faults") or [])
-            + _telemetry(run.get("telemetry") or {}) + _run_plots(folder, scale, run, index))
+            + _telemetry(run.get("telemetry") or {})
+            + (_run_plots(folder, scale, run, index) if run_plots else _undrawn(folder, run, index)))
+
+
+def _undrawn(folder, run, index):
+    out = ["### Plots", ""]
+    queues_png = (run.get("files") or {}).get("queues_plot")
+    if queues_png and (folder / queues_png).exists():      # drawn at run time from the queue samples
+        out += [f"![lossless queues, marks and pauses by hop, {_run_label(run, index)}]({queues_png})", ""]
+    return out + ["- heatmap, delivered rate and NIC plots not drawn here: `fabriclab report FOLDER` draws "
+                  "them from this folder", ""]
 
 
 def _jobs_table(jobs):

@@ -84,6 +84,13 @@ class _Outcome:
         return True
 
 
+def _draw_run_plots(folder):
+    """The case ran with --no-run-plots (sweep_case.yml): its report is drawn here, whole."""
+    from fabriclab.results import report
+
+    report.render(folder)
+
+
 def run_case(inventory, machine, case_file, case_id, folder, envvars=None):
     """Run one case on one machine; unpack its results into `folder`. Returns (ok, machine_lost,
     message)."""
@@ -110,6 +117,7 @@ def run_case(inventory, machine, case_file, case_id, folder, envvars=None):
             what = outcome.failed_task or f"ansible {runner.status}"
             return False, True, f"{machine}: {what}: {outcome.message or 'no results came back'}"
         unpack(archive, folder)
+        _draw_run_plots(folder)
         return True, False, None
     finally:
         shutil.rmtree(private, ignore_errors=True)

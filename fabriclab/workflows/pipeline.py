@@ -117,7 +117,7 @@ def prepare(plan, verbose=False):
 
 
 # -- running -------------------------------------------------------------------------------------
-def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=False):
+def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=False, run_plots=True):
     """Run every run of `plan`; returns a PlanResult whose document is written, with its CSVs and
     plots, into `out` (default results/<time>-<name>/). `lab`: a running Lab to use instead of
     building one (it is left running, put back as the plan found it). `shared`: others use that
@@ -125,7 +125,7 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
     changed is undone. `progress(event)` gets dicts: {"event": "up", "spec", "seconds",
     "datapath"} once a fabric it built is up, {"event": "run", "index", "total", "label"},
     {"event": "tick", ...} about twice a second, {"event": "job", "job", "fraction", "label"}
-    as jobs advance."""
+    as jobs advance. `run_plots` False: report.md without each run's own plots (report.render)."""
     from fabriclab.results import document, report
     from fabriclab.traffic import roce
 
@@ -138,26 +138,27 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
         context = contextlib.nullcontext(lab)
     folder = pathlib.Path(out) if out else document.default_folder(plan.name)
     t0 = time.monotonic()
-    outcomes = []
     with context or lab:
         if progress and context is None:
             progress({"event": "up", "spec": lab.fabric.spec.name, "seconds": lab.timings["up_s"],
                       "datapath": lab.datapath})
         folder.mkdir(parents=True, exist_ok=True)
         head = document.header(lab, roce.path_mtu_for(lab.fabric.spec.mtu))
-        for index, run in enumerate(plan.runs):
+        outcomes = [None] * len(plan.runs)
+        for step, index in enumerate(plan.execution_order()):
+            run = plan.runs[index]
             if progress:
-                progress({"event": "run", "index": index, "total": len(plan.runs), "label": run.label})
+                progress({"event": "run", "index": step, "total": len(plan.runs), "label": run.label})
             with collector_frozen():
-                outcomes.append(run_one(lab, plan, run, folder, progress, shared))
+                outcomes[index] = run_one(lab, plan, run, folder, progress, shared)
     doc = document.assemble(plan, head, [o.record for o in outcomes], time.monotonic() - t0, folder,
                             lab.timings)
     document.write(doc, folder)
     if plan.experiment is not None:
         plan.experiment.plot(doc, folder)
-        report.render(folder, doc, report.experiment_preface(plan.experiment, doc))
+        report.render(folder, doc, report.experiment_preface(plan.experiment, doc), run_plots=run_plots)
     else:
-        report.render(folder, doc)
+        report.render(folder, doc, run_plots=run_plots)
     return PlanResult(doc, folder, outcomes)
 
 

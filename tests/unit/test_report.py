@@ -100,6 +100,19 @@ def test_render_writes_report_and_plots(tmp_path):
     assert (folder / "heatmap-ecmp-r1.png").read_bytes() != (folder / "heatmap-flowlet-r1.png").read_bytes()
 
 
+def test_render_without_run_plots_draws_none_and_says_how(tmp_path):
+    """`reproduce` runs dozens of runs a draw; each run's plots cost about a second, so it leaves
+    them to `fabriclab report`, which draws them from the folder alone."""
+    folder = tmp_path / "flap"
+    _scenario(folder)
+    text = report.render(folder, run_plots=False).read_text()
+    assert text.count("not drawn here: `fabriclab report FOLDER` draws them") == 2      # one per run
+    assert not list(folder.glob("heatmap-*.png")) and not list(folder.glob("nics-*.png"))
+    assert "## Summary" in text and "(cct.png)" in text                 # the runs compared, still
+    again = report.render(folder).read_text()
+    assert "not drawn here" not in again and "(heatmap-ecmp-r1.png)" in again
+
+
 def test_render_flags_an_invalid_scenario(tmp_path):
     folder = tmp_path / "bad"
     doc = rd.scenario_doc()
