@@ -17,17 +17,17 @@ import time
 
 from fabriclab import __version__
 from fabriclab.errors import LabError
-from fabriclab.model import bench, evaluate, failures, flows, placement
+from fabriclab.model import flows
 from fabriclab.workflows.benchmark import parse_fabric_sizes
 from fabriclab.units import parse_sizes
-from fabriclab.model.graph import ClosGraph
-from fabriclab.model.routes import Routes
 from fabriclab.table import format_table
 from fabriclab.topologies.spec import load_spec, parse_rate_mbps
 from fabriclab.loading import excerpt
 
+# The model's solvers (numpy, scipy) are imported by the commands that use them, not here: every
+# `fabriclab` command builds this parser, and scipy's import alone took 18 s of a 27 s command in
+# the full-kernel guest (software-emulated).
 DEFAULT_SIZE = "64M"
-ALL_SCHEMES = ",".join(placement.SCHEMES)
 MAX_LINK_ROWS = 2048
 
 
@@ -36,8 +36,8 @@ def register(sub):
     _fabric_args(q)
     _workload_args(q)
     q.add_argument("--routing", default=None,
-                   help=f"comma-separated schemes (default {ALL_SCHEMES}; optimal is left out, with a "
-                        "note, when its LP is past its size limit)")
+                   help="comma-separated schemes (default: every scheme of the model; optimal is left out, "
+                        "with a note, when its LP is past its size limit)")
     q.add_argument("--links", type=int, default=0, metavar="N",
                    help="also print the N busiest fabric links of each scheme")
     _output_args(q)
@@ -54,9 +54,9 @@ def register(sub):
     q.set_defaults(func=cmd_failures)
 
     q = sub.add_parser("benchmark", help="flow model: time and memory against fabric size (up to 256K endpoints)")
-    q.add_argument("--sizes", default=bench.DEFAULT_SIZES,
-                   help=f"LEAVESxSPINESxHOSTS_PER_LEAF list (default {bench.DEFAULT_SIZES})")
-    q.add_argument("--routing", default=bench.DEFAULT_SCHEMES, help=f"default {bench.DEFAULT_SCHEMES}")
+    q.add_argument("--sizes", help="LEAVESxSPINESxHOSTS_PER_LEAF list (default: five sizes from 8x4x4 to "
+                                   "2048x128x128, model/bench.py)")
+    q.add_argument("--routing", help="comma-separated schemes (default: ecmp, te and ideal, model/bench.py)")
     _output_args(q)
     q.set_defaults(func=cmd_benchmark)
 
@@ -94,6 +94,8 @@ def _output_args(q):
 # -- inputs -----------------------------------------------------------------------------------------
 
 def build_graph(args):
+    from fabriclab.model.graph import ClosGraph
+
     spec = load_spec(args.spec)
     core = None
     if args.core_rate is not None:
@@ -211,7 +213,10 @@ def _plain(value):
 def cmd_fabric(args):
     if args.links < 0:
         raise LabError(f"--links must be >= 0, got {args.links}")
-    schemes = bench.parse_schemes(args.routing or ALL_SCHEMES)
+    from fabriclab.model import bench, evaluate, placement
+    from fabriclab.model.routes import Routes
+
+    schemes = bench.parse_schemes(args.routing or ",".join(placement.SCHEMES))
     graph = build_graph(args)
     collective = collective_of(graph, args)
     routes = Routes(graph)
@@ -288,6 +293,8 @@ def _cell(value, digits):
 # -- failures -----------------------------------------------------------------------------------------
 
 def cmd_failures(args):
+    from fabriclab.model import bench, failures
+
     fractions = parse_fractions(args.fraction)
     schemes = bench.parse_schemes(args.routing)
     if args.trials < 1:
@@ -330,8 +337,10 @@ def cmd_failures(args):
 # -- benchmark ------------------------------------------------------------------------------------------
 
 def cmd_benchmark(args):
-    sizes = parse_fabric_sizes(args.sizes)
-    schemes = bench.parse_schemes(args.routing)
+    from fabriclab.model import bench
+
+    sizes = parse_fabric_sizes(args.sizes or bench.DEFAULT_SIZES)
+    schemes = bench.parse_schemes(args.routing or bench.DEFAULT_SCHEMES)
     rows = []
     for leaves, spines, hosts in sizes:
         row = bench.run_size_alone(leaves, spines, hosts, schemes)

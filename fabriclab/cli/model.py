@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, replace
 
 from fabriclab.errors import LabError
-from fabriclab.model import calibrate, collectives
+from fabriclab.model import collectives
 from fabriclab.model import flows as model_flows
 from fabriclab.model.hardware import STAGING_MODES, load_profile, shipped_profiles
 from fabriclab.table import format_table
@@ -156,6 +156,8 @@ def cmd_calibrate(args):
     from fabriclab.topologies.spec import load_spec
 
     spec = load_spec(args.spec)
+    from fabriclab.model import calibrate           # the flow model's solvers: scipy (cli/flowmodel.py says why)
+
     doc, rows = calibrate.run_calibration(spec, args.collective, parse_sizes(args.sizes), args.qps,
                                           args.sport_mode, args.iterations, args.out)
     if args.format == "json":

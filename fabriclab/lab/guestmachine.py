@@ -120,6 +120,7 @@ class GuestMachine:
             raise LabError(f"the guest machines' wire address {WIRE_HOST} is already on an interface here "
                            f"(another guest machine? `fabriclab clean` removes a killed one's)")
         t0 = time.monotonic()
+        fullkernel.precompile()
         self.run = RunState.create("guest-machine")
         try:
             self._keys()
@@ -207,7 +208,8 @@ class GuestMachine:
                 f"ListenAddress {guest.address}\nHostKey {GUEST_DIR}/host_key\n"
                 f"AuthorizedKeysFile {GUEST_DIR}/authorized_keys\n"
                 "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                f"UsePAM yes\nStrictModes no\nPidFile {GUEST_DIR}/sshd.pid\n")
+                f"UsePAM yes\nStrictModes no\nPidFile {GUEST_DIR}/sshd.pid\n"
+                f"SetEnv MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR}\n")
         (d / "known_hosts").write_text("".join(known))
 
     def _wire(self):
@@ -244,7 +246,7 @@ modprobe -a {' '.join(fullkernel.MODULES)} || exit 92
 dev=$(ip -o link | awk -F': ' '/{guest.mac}/ {{print $2}}')
 ip link set lo up && ip link set "$dev" mtu {WIRE_MTU} && ip addr add {guest.address}/{WIRE_PREFIX} dev "$dev" \
     && ip link set "$dev" up || exit 95
-mkdir -p /run/sshd
+mkdir -p /run/sshd {fullkernel.GUEST_MPLCONFIGDIR}
 {SSHD} -f {GUEST_DIR}/sshd_config -E {GUEST_DIR}/sshd.log || exit 96
 echo "{READY}"
 while :; do sleep 3600; done

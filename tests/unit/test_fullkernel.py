@@ -155,3 +155,18 @@ def test_a_kernel_image_that_cannot_boot_is_a_clear_error(tmp_path, monkeypatch)
     monkeypatch.setattr(fullkernel, "probe", lambda *a, **k: bogus)
     with pytest.raises(LabError, match="full-kernel guest .*(did not boot|gave no test result)"):
         fullkernel.run_tests(["-q"], timeout_s=120, repo=str(tmp_path), out=io.StringIO())
+
+
+def test_the_checkout_is_compiled_before_a_guest_imports_it(tmp_path):
+    """A guest sees the checkout read-only and compiles whatever has no bytecode, under emulation,
+    in every process: precompile writes it here, for the packages guests import, once."""
+    pkg = tmp_path / "fabriclab" / "lab"
+    pkg.mkdir(parents=True)
+    (pkg / "m.py").write_text("X = 1\n")
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "e.py").write_text("Y = 2\n")
+    fullkernel.precompile(str(tmp_path))
+    assert list((pkg / "__pycache__").glob("m.*.pyc"))
+    assert not (tmp_path / "examples" / "__pycache__").exists()           # not a package guests import
+    script = fullkernel.guest_script("/v/bin/python", "/repo", ["-m", "fullkernel"], "/out")
+    assert f"MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR}" in script and f"mkdir -p {fullkernel.GUEST_MPLCONFIGDIR}" in script
