@@ -4,6 +4,9 @@
 #   sudo ./lab.sh demo [args...]     set up, then `fabriclab demo args...`
 #   sudo ./lab.sh test [pytest...]   set up, then pytest on tests/ and, without arguments, the
 #                                    full-kernel tier's selection too (fabriclab fullkernel test)
+#   sudo ./lab.sh test --repeat N [pytest...]
+#                                    set up, then run those tests N times (the flake finder: each
+#                                    test's pass rate and the spread of the figures it asserts on)
 #   sudo ./lab.sh bootstrap          only set up
 #
 # Setting up means: a Python that can make venvs (apt), the lab's venv (FABRICLAB_VENV, default
@@ -23,6 +26,8 @@ usage() {
     cat <<EOF
 usage: sudo ./lab.sh demo [args...]     set up, then run the default experiment
        sudo ./lab.sh test [pytest args]  set up, then run the tests
+       sudo ./lab.sh test --repeat N [pytest args]
+                                         set up, then run those tests N times: pass rates, spreads
        sudo ./lab.sh bootstrap           only set up (packages, Open vSwitch, venv)
 EOF
 }
@@ -99,6 +104,12 @@ case "$cmd" in
         exec "$VENV/bin/fabriclab" demo "$@"
         ;;
     test)
+        if [ "${1:-}" = "--repeat" ]; then
+            [ $# -ge 2 ] || die "usage: ./lab.sh test --repeat N [pytest args]"
+            n="$2"; shift 2
+            say "running: pytest $* , $n times (python -m tests.repeat)"
+            exec "$VENV/bin/python" -m tests.repeat "$n" "$@"
+        fi
         # Run tests/ unless the arguments name test files or folders themselves.
         paths=(tests)
         for arg in "$@"; do

@@ -33,3 +33,14 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", f"mechanisms the fullkernel tests ran (tier: {tier} kernel)")
         for line in sorted(lines):
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def figure(record_property):
+    """figure(name, value) -> value: a measured figure the test asserts on, recorded in the JUnit
+    XML as `figure:<name>` so that `./lab.sh test --repeat N` reports its spread over runs (the
+    measured fact a margin is set from: docs/testing.md)."""
+    def record(name, value):
+        record_property(f"figure:{name}", value)
+        return value
+    return record

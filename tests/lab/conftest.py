@@ -31,8 +31,9 @@ def leaves_no_run_behind(request):
 
 class QuickCatalogue:
     """One `fabriclab reproduce --quick` run, shared by the session: the catalogue and the results
-    folder of every experiment a claim reads, so the experiment tests check those folders instead
-    of running the same quick experiments a second time."""
+    folder of every draw of every experiment a claim reads, so the experiment tests check those
+    folders (their mechanisms, on every draw) instead of running the same quick experiments a
+    second time. The comparisons between runs are the claims' to judge, over the draws."""
 
     def __init__(self, folder, exit_code):
         self.folder, self.exit_code = folder, exit_code
@@ -42,23 +43,39 @@ class QuickCatalogue:
 
         return json.loads((self.folder / "catalogue.json").read_text())
 
-    def folder_of(self, name):
-        return self.folder / "experiments" / name
+    def draws(self, name):
+        return self.data()["experiments"][name]["draws"]
 
-    def doc(self, name):
-        """The experiment's results document; the test fails with the catalogue's reason if the
-        experiment failed."""
+    def folder_of(self, name, k=1):
+        from fabriclab.workflows.reproduce.catalogue import draw_folder
+
+        return self.folder / draw_folder(name, k)
+
+    def doc(self, name, k=1):
+        """Draw k's results document of the experiment; the test fails with the catalogue's reason
+        if the experiment failed."""
         from fabriclab.results import document
 
         error = self.data()["experiments"][name]["error"]
         if error:
             pytest.fail(f"experiment {name} failed in reproduce --quick: {error}", pytrace=False)
-        return document.load(self.folder_of(name))
+        return document.load(self.folder_of(name, k))
+
+    def docs(self, name):
+        """[(k, draw k's document)] for every draw of the experiment."""
+        return [(k, self.doc(name, k)) for k in range(1, self.draws(name) + 1)]
 
 
 @pytest.fixture(scope="session")
 def quick_catalogue(tmp_path_factory):
-    from fabriclab.cli.main import main
+    """The catalogue, run as a user runs `fabriclab reproduce --quick`: a process of its own, whose
+    twenty experiment draws leave nothing in the test process (its output: reproduce-quick.log
+    beside the folder)."""
+    import subprocess
+    import sys
 
     folder = tmp_path_factory.mktemp("reproduce-quick")
-    return QuickCatalogue(folder, main(["reproduce", "--quick", "--out", str(folder)]))
+    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "reproduce", "--quick", "--out", str(folder)],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (folder.parent / "reproduce-quick.log").write_text(proc.stdout)
+    return QuickCatalogue(folder, proc.returncode)

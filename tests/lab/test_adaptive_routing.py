@@ -111,7 +111,7 @@ def lossless():
 
 
 class TestLossless:
-    def test_ar_spreads_a_rings_flows_over_every_uplink(self, lossless, record_property):
+    def test_ar_spreads_a_rings_flows_over_every_uplink(self, lossless, record_property, figure):
         lab = lossless
         if lab.routing != "ar":
             lab.set_routing("ar")
@@ -127,12 +127,13 @@ class TestLossless:
         for leaf in ("l1", "l2"):
             ratio = max_mean_ratio(sent[i] for i in uplinks(lab, leaf))
             record_property(f"{leaf}_uplink_max_mean", ratio)
-            assert ratio <= 1.1, (leaf, sent)     # two flows per leaf over four uplinks
+            # two flows per leaf over four uplinks
+            assert figure(f"{leaf} uplink bytes max/mean", ratio) <= 1.1, (leaf, sent)
         record_property("out_of_sequence", counters.get("out_of_sequence", 0))
         assert stats["depth"] == "queue model" and stats["ar_queue_model"] > 0 and stats["redirected"] > 0
         assert counters.get("local_ack_timeout_err", 0) == 0
 
-    def test_a_remote_failure_weighs_the_degraded_spine_by_its_capacity(self, lossless, record_property):
+    def test_a_remote_failure_weighs_the_degraded_spine_by_its_capacity(self, lossless, record_property, figure):
         lab = lossless
         lab.set_routing("ecmp:weights=on")
         lab.link_down("l2", "s1", member=1)           # s1 keeps one of its two links to l2
@@ -147,14 +148,15 @@ class TestLossless:
             counts, lost = tx_packets(list(uplinks(lab)), lambda: Stream(lab, len(flows), flows).lost())
             assert lost == 0
             record_property("weighted_ecmp_flows_via_s1", via_s1(counts, lab))
-            assert 0.28 <= via_s1(counts, lab) <= 0.46, counts
+            assert 0.28 <= figure("share of flows via s1, weighted ECMP", via_s1(counts, lab)) <= 0.46, counts
             # AR: one flow's packets, on idle queues split by weight (1/3 through s1), or evenly
             for routing, low, high in (("ar", 0.26, 0.41), ("ar:weights=off", 0.43, 0.57)):
                 lab.set_routing(routing)
                 counts, lost = tx_packets(list(uplinks(lab)), lambda: Stream(lab, 2000).lost())
                 assert lost == 0
                 record_property(f"{routing}_packets_via_s1", via_s1(counts, lab))
-                assert low <= via_s1(counts, lab) <= high, (routing, counts)
+                share = figure(f"share of packets via s1, {routing}", via_s1(counts, lab))
+                assert low <= share <= high, (routing, counts)
         finally:
             lab.link_up("l2", "s1", member=1)
 
@@ -193,7 +195,7 @@ def fail_during_stream(lab, routing):
 
 
 class TestLocalFailure:
-    def test_the_data_path_leaves_a_dead_member_before_the_controller(self, virtual, record_property):
+    def test_the_data_path_leaves_a_dead_member_before_the_controller(self, virtual, record_property, figure):
         lab = virtual
         lost, controller_s, record, stats = fail_during_stream(lab, "ar")
         if stats["carrier"] != "data path":
@@ -204,7 +206,7 @@ class TestLocalFailure:
         assert record["last_chosen_ns"] <= record["down_seen_ns"]      # never chosen once found dead
         # At most what the dead port's queue held when it went: 0-1 on an idle machine, 3 once
         # in a full suite, when Open vSwitch's thread, descheduled, sent a burst.
-        assert lost <= 4
+        assert figure("packets lost, data path", lost) <= 4
         # the controller path: the stage sends to the dead port until its members are rewritten
         lost_off, _s, record_off, stats_off = fail_during_stream(lab, "ar:carrier=off")
         # how long the stage went on choosing the port after a packet found it dead (0: never,
@@ -214,4 +216,5 @@ class TestLocalFailure:
         record_property("controller_path_lost", lost_off)
         record_property("controller_path_kept_sending_ms", round(kept_ms, 2))
         assert stats_off["carrier"] == "controller" and stats_off["rescued"] == 0
-        assert lost_off >= 1, (kept_ms, lost_off, lost)    # without the data path, what went there died
+        # without the data path, what went there died
+        assert figure("packets lost, controller path", lost_off) >= 1, (kept_ms, lost_off, lost)

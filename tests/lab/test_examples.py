@@ -12,13 +12,15 @@ pytestmark = pytest.mark.lab
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_ecmp_failover_example_moves_the_load_and_brings_it_back(capsys, tmp_path):
+def test_ecmp_failover_example_moves_the_load_and_brings_it_back(capsys, tmp_path, figure):
     run = runpy.run_path(str(EXAMPLES / "ecmp_failover.py"))["main"]("tiny", tmp_path)
     out = capsys.readouterr().out
     assert "link down l1-s1 at" in out and "totals:" in out
-    assert run.mean_mbps("l1>s1", 2.6, 4.0) < 0.05          # nothing on l1-s1 while it is down
-    assert run.mean_mbps("l1>s1", 0.5, 1.9) > 0.5 and run.mean_mbps("l1>s2", 2.6, 4.0) > 0.5
-    assert run.record["jobs"]["traffic"]["traffic"]["loss"] < 0.05
+    # nothing on l1-s1 while it is down
+    assert figure("l1>s1 Mbit/s while down", run.mean_mbps("l1>s1", 2.6, 4.0)) < 0.05
+    assert figure("l1>s1 Mbit/s before the failure", run.mean_mbps("l1>s1", 0.5, 1.9)) > 0.5
+    assert figure("l1>s2 Mbit/s while l1-s1 is down", run.mean_mbps("l1>s2", 2.6, 4.0)) > 0.5
+    assert figure("all-pairs loss", run.record["jobs"]["traffic"]["traffic"]["loss"]) < 0.05
 
 
 def test_allreduce_qp_scaling_example_adds_source_ports_unless_shared(capsys, tmp_path):

@@ -34,7 +34,7 @@ def test_paths_follow_link_state(lab):
     assert not lab.down_links()
 
 
-def test_traffic_continues_over_the_other_spine_and_returns(lab, run_plan):
+def test_traffic_continues_over_the_other_spine_and_returns(lab, run_plan, figure):
     """`run --link-down l1-s1@2 --link-up l1-s1@4` as a plan: the faults are on the run's timeline,
     counted from the moment the traffic starts, and the port series says where the bytes went."""
     workload = AllPairsSpec(duration_s=6.0, load=0.5, flows_per_pair=4)
@@ -48,28 +48,29 @@ def test_traffic_continues_over_the_other_spine_and_returns(lab, run_plan):
     s2_to_l1 = lambda a, b: run.mean_mbps("s2>l1", a, b)        # noqa: E731
 
     # 16 flows per direction hash over two spines: both carry traffic before the failure.
-    assert via_s1(0.4, 1.9) > 0.5 and via_s2(0.4, 1.9) > 0.5
-    assert s1_to_l1(0.4, 1.9) > 0.5
+    assert figure("l1>s1 Mbit/s before the failure", via_s1(0.4, 1.9)) > 0.5
+    assert figure("l1>s2 Mbit/s before the failure", via_s2(0.4, 1.9)) > 0.5
+    assert figure("s1>l1 Mbit/s before the failure", s1_to_l1(0.4, 1.9)) > 0.5
     # While down (after the controller reprogrammed), nothing uses s1 to or from l1 ...
-    assert via_s1(2.6, 3.9) < 0.05
-    assert s1_to_l1(2.6, 3.9) < 0.05
+    assert figure("l1>s1 Mbit/s while down", via_s1(2.6, 3.9)) < 0.05
+    assert figure("s1>l1 Mbit/s while down", s1_to_l1(2.6, 3.9)) < 0.05
     # ... and the cross-leaf load moved to s2 rather than vanishing.
     flows = all_pairs_plan(lab.fabric, load=workload.load, flows_per_pair=workload.flows_per_pair)
     cross_leaf = sum(f["rate_mbps"] for f in flows["h1"] + flows["h2"] if f["dst"].startswith("10.1.2."))
-    assert via_s2(2.6, 3.9) == pytest.approx(cross_leaf, rel=0.25)
-    assert s2_to_l1(2.6, 3.9) == pytest.approx(cross_leaf, rel=0.25)
+    assert figure("l1>s2 Mbit/s while l1-s1 is down", via_s2(2.6, 3.9)) == pytest.approx(cross_leaf, rel=0.25)
+    assert figure("s2>l1 Mbit/s while l1-s1 is down", s2_to_l1(2.6, 3.9)) == pytest.approx(cross_leaf, rel=0.25)
     # After it comes back, the same hash puts flows on s1 again.
-    assert via_s1(4.6, 6.0) > 0.5
-    assert s1_to_l1(4.6, 6.0) > 0.5
+    assert figure("l1>s1 Mbit/s after the repair", via_s1(4.6, 6.0)) > 0.5
+    assert figure("s1>l1 Mbit/s after the repair", s1_to_l1(4.6, 6.0)) > 0.5
     # Only packets in flight at the failure are lost.
     traffic = run.record["jobs"]["traffic"]["traffic"]
-    assert traffic["loss"] < 0.05, traffic
+    assert figure("all-pairs loss across the failover", traffic["loss"]) < 0.05, traffic
     down, up = run.record["faults"]
     assert down["at_s"] == pytest.approx(2.0, abs=0.1) and up["at_s"] == pytest.approx(4.0, abs=0.1)
     assert not lab.injected()["links_down"]
 
 
-def test_a_loss_lifted_during_the_run_is_still_counted_in_its_results(lab, run_plan):
+def test_a_loss_lifted_during_the_run_is_still_counted_in_its_results(lab, run_plan, figure):
     """Loss on every link for 1 s of a 3 s run: the timeline lifts it before the run ends, and
     what it dropped is still in the run's results."""
     faults = faults_mod.parse([{"at": 0.5, "loss": "fabric", "fraction": 0.2, "for": 1.0}])
@@ -78,5 +79,5 @@ def test_a_loss_lifted_during_the_run_is_still_counted_in_its_results(lab, run_p
     (fault,) = run.record["faults"]
     assert fault["until_s"] is not None and fault["until_s"] < 3.0, fault
     assert run.record["link_loss"]["dropped_packets"] > 0, run.record["link_loss"]
-    assert run.record["jobs"]["traffic"]["traffic"]["loss"] > 0.05
+    assert figure("all-pairs loss, 1 s of 20% link loss", run.record["jobs"]["traffic"]["traffic"]["loss"]) > 0.05
     assert lab.injected()["lossy"] == []

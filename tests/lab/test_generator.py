@@ -159,7 +159,7 @@ def _by_key(received):
     return {(r["src"], r["sport"], r["dst_qpn"]): r for r in received["received"]}
 
 
-def test_three_paced_flows_arrive_complete_in_order_and_valid_on_the_wire(veth_pair, tmp_path):
+def test_three_paced_flows_arrive_complete_in_order_and_valid_on_the_wire(veth_pair, tmp_path, figure):
     rate, duration = 5.0, 2.0
     flows = [_flow(i, rate) for i in range(3)]
     sent, received, packets = _run_pair(veth_pair, tmp_path, flows, duration_s=duration,
@@ -185,12 +185,15 @@ def test_three_paced_flows_arrive_complete_in_order_and_valid_on_the_wire(veth_p
         # Pacing: within 2% of the target over the time the agent was on schedule. A CPU stall
         # of the agent (a busy machine) is given up, not made good with a burst, and accounted
         # in behind_s.
-        assert out["behind_s"] < 0.1 * duration, f"agent starved of CPU: {out}"
+        behind = figure(f"flow {flow['id']} sender behind schedule, s", out["behind_s"])
+        assert behind < 0.1 * duration, f"agent starved of CPU: {out}"
         on_schedule = duration - out["behind_s"]
-        assert out["wire_bytes"] * 8 / on_schedule / 1e6 == pytest.approx(rate, rel=0.02)
+        sent_mbps = figure(f"flow {flow['id']} sent Mbit/s on schedule", out["wire_bytes"] * 8 / on_schedule / 1e6)
+        assert sent_mbps == pytest.approx(rate, rel=0.02)
         span = got["last"] - got["first"]
-        assert got["wire_bytes"] * 8 / (span - out["behind_s"]) / 1e6 == pytest.approx(
-            rate, rel=0.05)
+        got_mbps = figure(f"flow {flow['id']} received Mbit/s on schedule",
+                          got["wire_bytes"] * 8 / (span - out["behind_s"]) / 1e6)
+        assert got_mbps == pytest.approx(rate, rel=0.05)
         assert out["start"] == pytest.approx(sent["config"]["start_at"], abs=0.05)
         assert out["end"] - out["start"] == pytest.approx(duration, abs=0.05)
     assert len(sports) == 3, "QP-derived source ports should differ"
@@ -238,7 +241,7 @@ def test_shared_source_port_mode_puts_every_qp_on_one_port(veth_pair, tmp_path):
         assert r["packets"] == out["packets"] and r["oos"] == 0
 
 
-def test_backpressure_is_counted_and_loses_no_psn(veth_pair, tmp_path):
+def test_backpressure_is_counted_and_loses_no_psn(veth_pair, tmp_path, figure):
     """A 10 Mbit/s tbf on the sender's veth against 20 Mbit/s of offered load: sends are refused
     (ENOBUFS) and retried, so the receiver still sees every PSN in order."""
     _run(["tc", "-n", veth_pair.a, "qdisc", "add", "dev", "vx0", "root", "tbf",
@@ -248,14 +251,14 @@ def test_backpressure_is_counted_and_loses_no_psn(veth_pair, tmp_path):
     assert sum(out["enobufs"] for out in sent["sent"].values()) > 0
     assert any("Mbit/s" in warning for warning in sent["warnings"])
     total = sum(out["wire_bytes"] for out in sent["sent"].values()) * 8 / 1.5 / 1e6
-    assert total == pytest.approx(10.0, rel=0.15)
+    assert figure("sent Mbit/s through a 10 Mbit/s tbf", total) == pytest.approx(10.0, rel=0.15)
     arrivals = _by_key(received)
     for out in sent["sent"].values():
         got = arrivals[(ADDR_A, out["sport"], out["dst_qpn"])]
         assert got["packets"] == out["packets"] and got["oos"] == 0
 
 
-def test_a_withdrawn_route_is_retried_and_loses_no_psn(veth_pair, tmp_path):
+def test_a_withdrawn_route_is_retried_and_loses_no_psn(veth_pair, tmp_path, figure):
     """The route to the receiver goes away for 0.3 s mid-run: every send meets ENETUNREACH, the
     flow retries the same packet (send_policy's UNREACHABLE) and carries on when the route is
     back, so the receiver sees every PSN in order; the time lost is the schedule given up."""
@@ -280,10 +283,10 @@ def test_a_withdrawn_route_is_retried_and_loses_no_psn(veth_pair, tmp_path):
     out = sent["sent"]["f0"]
     assert sent["errors"] == []
     # one retry each UNREACHABLE_BACKOFF_S (10 ms) while the route was gone
-    assert 0.5 * outage / 0.01 <= out["send_errors"] <= 1.5 * outage / 0.01
+    assert 0.5 * outage / 0.01 <= figure("send errors in a 0.3 s outage", out["send_errors"]) <= 1.5 * outage / 0.01
     assert any("Network is unreachable sending to 10.0.1.2 from 10.0.1.1; retried" in w
                for w in sent["warnings"]), sent["warnings"]
-    assert out["behind_s"] == pytest.approx(outage, abs=0.05)
+    assert figure("sender behind schedule after a 0.3 s outage, s", out["behind_s"]) == pytest.approx(outage, abs=0.05)
     (got,) = received["received"]
     assert got["packets"] == out["packets"] and got["oos"] == 0 and got["late"] == 0
     assert out["end"] - out["start"] == pytest.approx(duration, abs=0.05)

@@ -158,7 +158,7 @@ def test_a_closed_pause_gate_keeps_the_lossless_queue_and_its_red(lab, record_pr
         assert after["red_marked"] >= before["red_marked"] and after["red_drops"] == 0
 
 
-def test_links_are_delayed_by_netem_where_the_kernel_has_it(lab, record_property):
+def test_links_are_delayed_by_netem_where_the_kernel_has_it(lab, record_property, figure):
     check_mechanism(record_property, "delay", lab.delay_mechanism, "netem")
     header = document.header(lab, 4096)
     assert header["mechanisms"]["delay"] == lab.delay_mechanism
@@ -176,12 +176,12 @@ def test_links_are_delayed_by_netem_where_the_kernel_has_it(lab, record_property
         assert re.search(r"qdisc htb 1: parent 5:1", out), out
         expected_same, expected_across = 4 * host_ms, 4 * host_ms + 4 * fabric_ms
         slack = 15.0 if full_tier() else 5.0          # software emulation adds its own milliseconds
-        assert expected_same <= same_leaf <= expected_same + slack, same_leaf
-        assert expected_across <= across <= expected_across + slack, across
+        assert expected_same <= figure("min RTT same leaf, ms", same_leaf) <= expected_same + slack, same_leaf
+        assert expected_across <= figure("min RTT across the spine, ms", across) <= expected_across + slack, across
         # The fabric hops' share of the round trip: 4 more fabric cables.
-        assert across - same_leaf == pytest.approx(4 * fabric_ms, abs=slack)
+        assert figure("min RTT across - same leaf, ms", across - same_leaf) == pytest.approx(4 * fabric_ms, abs=slack)
     else:
         # No netem: the run went ahead undelayed, said so once, and its results say none.
         assert header["scale"]["link_delay"]["applied"] is False
         assert [w for w in lab.warnings if "delay" in w] and len(lab.warnings) == 1
-        assert across < 4 * host_ms + 4 * fabric_ms, across
+        assert figure("min RTT across the spine without netem, ms", across) < 4 * host_ms + 4 * fabric_ms, across

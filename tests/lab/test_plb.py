@@ -3,6 +3,7 @@ one QP spread over the four planes packet by packet and placed out of order, and
 one plane failing under a stream, per-plane against NCCL-style software load balancing in the
 same test, then coming back."""
 
+import math
 import threading
 import time
 
@@ -25,13 +26,15 @@ def lab():
         yield running
 
 
-def test_per_plane_spreads_each_qp_over_every_plane_and_places_out_of_order(lab):
+def test_per_plane_spreads_each_qp_over_every_plane_and_places_out_of_order(lab, figure):
     run = run_collective(lab, CollectiveSpec("allreduce", sizes=(512 * 1024,), plb="per-plane",
                                              iterations=2, warmup=1, verify=True))
     (row,) = run.sizes
     assert row["verify"]["ok"] and row["ranks"] == 4
     shares = row["planes"]["share"]
-    assert len(shares) == 4 and all(0.2 < s < 0.3 for s in shares), shares
+    assert len(shares) == 4, shares
+    for plane, share in enumerate(shares, 1):
+        assert 0.2 < figure(f"plane {plane} share of the AllReduce bytes", share) < 0.3, shares
     c = row["counters"]
     # one QP's packets overtook each other across planes and were placed where they arrived:
     # no NAK, no go-back-N, nothing sent twice (PFC keeps the fabric lossless)
@@ -75,7 +78,7 @@ def stream(lab, mode, down_at, up_at, sender_bytes, **options):
     return run, marks
 
 
-def test_a_host_link_failure_costs_per_plane_milliseconds_and_software_its_timeout(lab):
+def test_a_host_link_failure_costs_per_plane_milliseconds_and_software_its_timeout(lab, figure):
     """Seed 002 Fig. 12: PLB reaches 75% of the original rate in a few ms, software load
     balancing only after its timeout. The lab's software timeout here is 0.8 s (the spec's ACK
     timeout, its default, is 1.7 s); the plane comes back in both once the link does."""
@@ -85,7 +88,7 @@ def test_a_host_link_failure_costs_per_plane_milliseconds_and_software_its_timeo
                             sw_timeout_s=0.8)
         receiver, sender = run.finals[0]["plb"], run.finals[1]["plb"]
         got = plb.failover_time(receiver["timeline"], marks["down"], until=marks["up"])
-        assert got["baseline_mbps"] > 0.9 * 40, (mode, got)
+        assert figure(f"receiver Mbit/s before the failure, {mode}", got["baseline_mbps"]) > 0.9 * 40, (mode, got)
         took[mode] = got["recovery_s"]
         events = [(e["plane"], e["event"], e["by"]) for e in sender["events"]]
         # the plane went and came back, in that order, on the sender that lost it
@@ -99,5 +102,6 @@ def test_a_host_link_failure_costs_per_plane_milliseconds_and_software_its_timeo
     print(f"failover to 75% of the rate: per-plane {took['per-plane']} s, software {took['software']} s")
     assert took["per-plane"] is not None and took["software"] is not None, took
     # the issue's target: at least 20x sooner (seed 002 measured 400x at real scale)
-    assert took["per-plane"] * 20 <= took["software"], took
+    faster = took["software"] / took["per-plane"] if took["per-plane"] else math.inf
+    assert figure("time back to 75%, software / per-plane", faster) >= 20, took
     assert took["software"] >= 0.8, took

@@ -35,7 +35,7 @@ def replay_plan(lab, jobs):
                 runs=[RunPlan("ecmp", jobs=[Job(name, spec) for name, spec in jobs])])
 
 
-def check_job(job, trace, lab, size_scale=1):
+def check_job(job, trace, lab, figure, size_scale=1):
     """Every collective of the trace ran once, in order, at its size, verified; the numbers of
     the record agree with one another."""
     ops = job["ops"]
@@ -50,7 +50,8 @@ def check_job(job, trace, lab, size_scale=1):
     for op in ops:
         assert op["size"] == pytest.approx(op["trace_size"] / size_scale, abs=4 * op["ranks"])
         # a collective cannot beat its ideal time by more than the shaper's burst allowance
-        assert op["cct_ms"] > 0.7 * op["ideal_ms"], op
+        name = f"{op['collective']} {op['index']} on {','.join(op['hosts'])}: CCT / ideal"
+        assert figure(name, op["cct_ms"] / op["ideal_ms"]) > 0.7, op
         assert op["cct_real_ms"] == pytest.approx(op["cct_ms"] * scale["lab_to_real"], rel=1e-3, abs=1e-6)
         if op["gap_ran_ms"] is not None and op["index"] and op["hosts"] == ops[op["index"] - 1]["hosts"]:
             # within a segment a step starts no sooner than its gap after the previous one's end
@@ -81,14 +82,14 @@ def test_the_verb_replays_a_trace_and_prints_its_table(tmp_path):
     assert (out / "report.md").read_text().count("replayed job") == 1
 
 
-def test_the_shipped_trace_replays_on_the_default_fabric(lab_for, run_plan):
+def test_the_shipped_trace_replays_on_the_default_fabric(lab_for, run_plan, figure):
     lab = lab_for("default")
     trace = traces.load(DDP4 / "kineto-rank0.json")
     result = run_plan(replay_plan(lab, [("ddp4", ReplaySpec(trace, max_gap_s=MAX_GAP_S, verify=True))]), lab=lab)
     jsonschema.validate(result.doc, SCHEMA)
     only_cpu_may_invalidate(result.doc)
     job = result.doc["runs"][0]["jobs"]["ddp4"]
-    check_job(job, trace, lab)
+    check_job(job, trace, lab, figure)
     assert job["hosts"] == ["h1", "h2", "h3", "h4"] and len(job["segments"]) == 1
     assert job["trace"]["skipped"] == {"c10d::barrier": 2}
     # one program on one set of agents: within it, each gap ran as planned (to a few ms)
@@ -96,7 +97,7 @@ def test_the_shipped_trace_replays_on_the_default_fabric(lab_for, run_plan):
     assert all(planned - 1 <= ran <= planned + 60 for planned, ran in gaps), gaps
 
 
-def test_a_subgroup_runs_on_its_members_hosts_and_two_traces_share_the_fabric(lab_for, run_plan, tmp_path):
+def test_a_subgroup_runs_on_its_members_hosts_and_two_traces_share_the_fabric(lab_for, run_plan, tmp_path, figure):
     """A trace in NCCL's form whose second collective is on ranks 1 and 3 (placed on h4 and h8),
     beside the shipped 2-rank Chakra trace on h1 and h5: two jobs of one run, at once. Values are
     checked only in the first: eight agents copying every byte into numpy saturate two cores."""
@@ -121,8 +122,8 @@ def test_a_subgroup_runs_on_its_members_hosts_and_two_traces_share_the_fabric(la
     jsonschema.validate(result.doc, SCHEMA)
     only_cpu_may_invalidate(result.doc)
     jobs = result.doc["runs"][0]["jobs"]
-    check_job(jobs["nccl"], nccl, lab)
-    check_job(jobs["ddp2"], chakra, lab, size_scale=4)
+    check_job(jobs["nccl"], nccl, lab, figure)
+    check_job(jobs["ddp2"], chakra, lab, figure, size_scale=4)
     segments = jobs["nccl"]["segments"]
     assert [[r["host"] for r in s["ranks"]] for s in segments] == [["h2", "h4", "h6", "h8"], ["h4", "h8"],
                                                                     ["h2", "h4", "h6", "h8"]]

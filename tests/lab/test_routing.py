@@ -48,14 +48,16 @@ def shared_port_qps(lab):
     return run_collective(lab, spec)
 
 
-def test_eecmp_spreads_shared_source_port_qps_and_ecmp_does_not(lab):
+def test_eecmp_spreads_shared_source_port_qps_and_ecmp_does_not(lab, figure):
     lab.set_routing("ecmp")
     ecmp, _ = uplink_packets(lambda: shared_port_qps(lab))
     lab.set_routing("eecmp")
     eecmp, run = uplink_packets(lambda: shared_port_qps(lab))
     stats = lab.stage_stats()
-    assert min(ecmp.values()) < 0.05 * sum(ecmp.values()), ecmp        # one 5-tuple: one uplink
-    assert min(eecmp.values()) > 0.2 * sum(eecmp.values()), eecmp      # 8 QPs: both uplinks
+    # one 5-tuple: one uplink
+    assert figure("ECMP: min uplink share of packets", min(ecmp.values()) / sum(ecmp.values())) < 0.05, ecmp
+    # 8 QPs: both uplinks
+    assert figure("E-ECMP: min uplink share of packets", min(eecmp.values()) / sum(eecmp.values())) > 0.2, eecmp
     assert stats["roce"] > 0 and stats["redirected"] > 0
     assert run.sizes[0]["counters"]["out_of_sequence"] == 0            # per-QP paths keep order
 
@@ -74,7 +76,7 @@ def placement_while_running(lab, seen):
     return progress
 
 
-def test_te_places_two_elephants_on_different_spines(lab):
+def test_te_places_two_elephants_on_different_spines(lab, figure):
     lab.set_routing("te:period_s=0.5")
     seen = {}
     counts, run = uplink_packets(lambda: elephants(lab, progress=placement_while_running(lab, seen)))
@@ -83,8 +85,8 @@ def test_te_places_two_elephants_on_different_spines(lab):
     assert {p["host_port"] for p in from_l1} == {"h1-n0", "h2-n0"}
     assert {p["uplink_intf"] for p in from_l1} == set(UPLINKS)
     assert all(p["source"].startswith("job:") for p in from_l1)
-    assert min(counts.values()) > 0.35 * sum(counts.values()), counts
-    assert run.sizes[0]["busbw_fraction_of_nic"] > 0.6
+    assert figure("TE: min uplink share of packets", min(counts.values()) / sum(counts.values())) > 0.35, counts
+    assert figure("TE: bisection busbw / NIC rate", run.sizes[0]["busbw_fraction_of_nic"]) > 0.6
 
 
 def test_te_falls_back_when_its_link_fails_and_recompute_repairs(lab):
@@ -139,14 +141,15 @@ def send_udp(lab, host, src, dst, sport, count, pause=0.001, wait=True):
     return proc
 
 
-def test_flowlet_moves_an_idle_flow_to_the_less_loaded_uplink(lab):
+def test_flowlet_moves_an_idle_flow_to_the_less_loaded_uplink(lab, figure):
     lab.set_routing("flowlet:gap_us=50000,load_window_us=300000")
     h1, h2, h3 = (lab.fabric.hosts[h].ports[0].ip for h in ("h1", "h2", "h3"))
     members = sorted(UPLINKS)
     first, _ = uplink_packets(lambda: send_udp(lab, "h1", h1, h3, 40000, 50))
     home = max(first, key=first.get)
     away = next(i for i in UPLINKS if i != home)
-    assert first[home] >= 45, first                   # one flowlet: the burst kept its member
+    # one flowlet: the burst kept its member
+    assert figure("first burst: packets of 50 on its uplink", first[home]) >= 45, first
     # A second flow to keep `home` busy. It goes to the least-loaded member, ties broken from its
     # hash's member, so its source port is one whose hash starts at `home`; stray frames on the
     # uplinks (ARP, the controller's probes) can still tip the tie the other way, and then the
@@ -173,7 +176,7 @@ def test_flowlet_moves_an_idle_flow_to_the_less_loaded_uplink(lab):
     after = lab.stage_stats()
     assert after["flowlet_moved"] > before["flowlet_moved"]
     # the first flow's second burst (50 packets) left by the other, idle uplink
-    assert second[away] >= 45, second
+    assert figure("second burst: packets of 50 on the idle uplink", second[away]) >= 45, second
     assert after["gap_histogram_us"], after
 
 

@@ -15,7 +15,7 @@ TWO_BY_TWO = str(HERE.parent / "two_by_two.yaml")
 EXAMPLES = HERE.parents[1] / "examples" / "scenarios"
 
 
-def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
+def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario, figure):
     lab = lab_for(TWO_BY_TWO)
     doc = run_scenario({
         "name": "flap", "spec": TWO_BY_TWO, "duration_s": 3.5,
@@ -28,14 +28,16 @@ def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
     assert 1.45 <= fault["at_s"] <= 1.8 and 2.25 <= fault["until_s"] <= 2.7
     assert [e["event"] for e in fault["events"]] == ["l1-s1 down", "l1-s1 up"]
     hit = fault["impact"]
-    assert hit["baseline_mbps"] > 1 and hit["recovery_s"] is not None and hit["recovery_s"] < 2.0, (hit, run["jobs"])
+    assert figure("delivered Mbit/s before the flap", hit["baseline_mbps"]) > 1, (hit, run["jobs"])
+    assert hit["recovery_s"] is not None, (hit, run["jobs"])
+    assert figure("recovery after the flap, s", hit["recovery_s"]) < 2.0, (hit, run["jobs"])
     # the link carried nothing while it was down (the CSV's time is series time: origin_s + t)
     folder = pathlib.Path(doc["folder"])
     with open(folder / run["files"]["links_csv"]) as fh:
         rows = list(csv.DictReader(fh))
     down = [float(r["l1>s1"]) for r in rows
             if run["origin_s"] + fault["at_s"] + 0.1 <= float(r["t_s"]) <= run["origin_s"] + fault["until_s"] - 0.1]
-    assert down and max(down) < 0.1
+    assert down and figure("l1>s1 max Mbit/s while down", max(down)) < 0.1
     assert run["telemetry"]["sampling"]["reached_median_s"] < 0.01
     assert not lab.injected()["links_down"]              # the run repaired its fault
     # the report renders again from the folder alone, and compare reads it
@@ -47,7 +49,7 @@ def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario):
     assert "ring" in compare.table([folder])
 
 
-def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for, run_plan, tmp_path):
+def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for, run_plan, tmp_path, figure):
     from fabriclab.workflows import scenario
 
     lab = lab_for("routing", "te")
@@ -65,7 +67,8 @@ def test_symmetry_check_flags_a_degraded_uplink_and_not_a_healthy_fabric(lab_for
     assert l1_flags(healthy) == set()
     busy = next(g for g in healthy["runs"][0]["telemetry"]["symmetry"]
                 if g["group"] == "l1 uplinks" and g["metric"] == "busy")
-    assert min(busy["members"].values()) > 5          # every uplink ran near its 10 Mbit/s
+    # every uplink ran near its 10 Mbit/s
+    assert figure("healthy: min busy Mbit/s of l1's uplinks", min(busy["members"].values())) > 5
 
 
 def concurrent_tenants(duration_s=2.0):

@@ -43,7 +43,7 @@ def test_float32_stays_within_the_quantization_bound(lab):
     assert v["ok"] and not v["exact"] and 0 < v["max_error"] <= v["bound"]
 
 
-def test_loss_on_every_link_is_recovered_with_the_right_result(lab):
+def test_loss_on_every_link_is_recovered_with_the_right_result(lab, figure):
     clean = run_aggregation(lab, AggregationSpec(elements=20000, iterations=1, seed=7))
     linkloss.set_loss(lab, lab.fabric.links, 0.02)
     try:
@@ -53,7 +53,8 @@ def test_loss_on_every_link_is_recovered_with_the_right_result(lab):
         linkloss.set_loss(lab, lab.fabric.links, 0)
     assert dropped > 0 and lossy["retransmissions"] > 0
     assert lossy["verify"]["result_sha256"] == clean["verify"]["result_sha256"]
-    assert clean["retransmissions"] <= 0.05 * clean["packets_sent"]          # rare early timers only
+    # rare early timers only
+    assert figure("loss-free resends / packets sent", clean["retransmissions"] / clean["packets_sent"]) <= 0.05
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float32"])

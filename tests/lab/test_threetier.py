@@ -48,7 +48,7 @@ def ring(lab, placement):
     return row
 
 
-def test_a_ring_allreduce_across_zones_is_correct_and_zone_placement_crosses_a_quarter(lab):
+def test_a_ring_allreduce_across_zones_is_correct_and_zone_placement_crosses_a_quarter(lab, figure):
     lab.set_routing("ecmp")
     near, far = ring(lab, "topology"), ring(lab, "scatter")
     zn, zf = near["cross_zone"], far["cross_zone"]
@@ -56,13 +56,15 @@ def test_a_ring_allreduce_across_zones_is_correct_and_zone_placement_crosses_a_q
     assert zn["zones"] == zf["zones"] == [1, 2]
     # 8 ranks, 2 iterations: each rank sends 2 x 7/8 x SIZE a pass, to its ring successor
     assert zf["schedule_bytes"] == 8 * 2 * 2 * 7 * SIZE // 8 and zn["schedule_bytes"] * 4 == zf["schedule_bytes"]
-    for zone, row in ((zn, near), (zf, far)):
+    for placement, zone, row in (("topology", zn, near), ("scatter", zf, far)):
         # lossless (PFC): the counters see the payload plus headers and the ACKs coming back
         # across (measured: 1.7 %), nothing resent
         assert row["counters"]["retransmitted_packets"] == 0
-        assert zone["schedule_bytes"] <= zone["counted_bytes"] <= 1.05 * zone["schedule_bytes"], zone
+        counted = figure(f"counted / schedule bytes across zones, {placement}",
+                         zone["counted_bytes"] / zone["schedule_bytes"])
+        assert 1 <= counted <= 1.05, zone
     # 4:1 across zones: scatter waits on the super-spines (measured 3x slower)
-    assert far["time_s"]["mean"] > 2 * near["time_s"]["mean"]
+    assert figure("mean CCT, scatter / topology placement", far["time_s"]["mean"] / near["time_s"]["mean"]) > 2
 
 
 @pytest.mark.parametrize("routing", ["eecmp", "flowlet", "te:period_s=0.5", "ar"])

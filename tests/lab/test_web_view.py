@@ -42,7 +42,7 @@ def faults_text(b):
     return b.run("return document.getElementById('faults').textContent;")
 
 
-def test_live_page_draws_colours_breaks_and_outlives_the_lab(lab_for, browser, tmp_path):
+def test_live_page_draws_colours_breaks_and_outlives_the_lab(lab_for, browser, tmp_path, figure):
     lab = lab_for("tiny")
     session = Session(lab)
     session.web = web = WebServer(lab, session, "127.0.0.1:0", refresh_s=0.25).start()
@@ -54,7 +54,8 @@ def test_live_page_draws_colours_breaks_and_outlives_the_lab(lab_for, browser, t
         assert browser.run(IDS, "g.node") == sorted([*lab.fabric.switches, *lab.fabric.hosts])
         assert browser.run(IDS, "g.link") == sorted(link_id(link) for link in lab.fabric.links)
         fabric_ids = [link_id(link) for link in lab.fabric.fabric_links]
-        assert browser.run(f"return {FABRIC_UTIL};", fabric_ids) < 0.05, "idle fabric drawn as busy"
+        idle_util = browser.run(f"return {FABRIC_UTIL};", fabric_ids)
+        assert figure("busiest fabric link utilization drawn, idle", idle_util) < 0.05, "idle fabric drawn as busy"
         idle = browser.run(STROKES)
         assert set(idle) == {IDLE}
 
@@ -129,11 +130,11 @@ def test_live_page_draws_colours_breaks_and_outlives_the_lab(lab_for, browser, t
     assert browser.run(IDS, "g.node") == sorted([*lab.fabric.switches, *lab.fabric.hosts])
     assert browser.run(IDS, "g.link") == sorted(link_id(link) for link in lab.fabric.links)
     frames = int(browser.run("return document.getElementById('frame').max;")) + 1
-    assert frames > 3
+    assert figure("frames in the HTML report", frames) > 3
     busiest = max(browser.run("document.getElementById('frame').value = arguments[1];"
                               "document.getElementById('frame').dispatchEvent(new Event('input'));"
                               f"return {FABRIC_UTIL};", fabric_ids, i) for i in range(frames))
-    assert busiest > 0.3
+    assert figure("busiest fabric link utilization over the report frames", busiest) > 0.3
 
 
 def test_up_web_serves_until_the_prompt_ends_and_leaves_nothing(fabriclab_pool):
