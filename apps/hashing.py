@@ -70,18 +70,31 @@ def eecmp_member(members, src, dst, sport, qp, seed=0, dport=ROCE_PORT, proto=17
 
 
 def ovs_group_hash(src, dst, proto, sport, dport, basis):
-    """The hash an Open vSwitch `hash` select group takes of a packet's 5-tuple from its
-    selection parameter `basis` (OVS: hash_uint64(param) as the basis of the fields' hash; the
-    lab's own hash of them, as the fake switch's)."""
-    return flow_hash(src, dst, proto, sport, dport, seed=mix(basis & MASK, (basis >> 32) & MASK))
+    """The hash an Open vSwitch `hash` select group takes of a packet, from its selection
+    parameter `basis`: hash_uint64(param), then each hashed field's bytes in the fields' order
+    (ofproto-dpif-xlate.c pick_hash_fields_select_group; the TCP ports of a UDP packet are left out,
+    their prerequisites unmet). Bit for bit Open vSwitch's: `ovs-appctl ofproto/trace` agrees
+    (tests/lab/test_fabric.py)."""
+    h = ovs_hash_uint64(basis)
+    for value, size in ((_ip(src), 4), (_ip(dst), 4), (proto, 1)):
+        h = ovs_hash_bytes(value.to_bytes(size, "big"), h)
+    if proto in (6, 17):
+        for port in (sport, dport):
+            h = ovs_hash_bytes((port & 0xFFFF).to_bytes(2, "big"), h)
+    return h
 
 
 def ovs_hash_bucket(flow_h, buckets):
-    """The bucket Open vSwitch's `hash` method picks among `buckets` [(bucket id, weight)] for a
-    flow whose fields hash to `flow_h` (already mixed with the group's basis): the highest
-    (hash(bucket id) & 0xffff) x weight, as ofproto-dpif-xlate.c's group_best_live_bucket scores
-    them (with a hash of the lab's own: the structure, not OVS's bits, decides the shares)."""
-    return max(buckets, key=lambda b: ((mix(flow_h, b[0]) & 0xFFFF) * b[1], b[0]))[0]
+    """The bucket Open vSwitch's `hash` method picks among live `buckets` [(bucket id, weight)], in
+    the group's order, for a packet whose fields hashed to `flow_h`: the highest
+    (hash_int(bucket id, flow_h) & 0xffff) x weight, a later bucket winning a tie
+    (ofproto-dpif-xlate.c group_best_live_bucket)."""
+    best, best_score = None, 0
+    for bucket_id, weight in buckets:
+        score = (ovs_hash_int(bucket_id, flow_h) & 0xFFFF) * weight
+        if score >= best_score:
+            best, best_score = bucket_id, score
+    return best
 
 
 def switch_bases(fabric, options):
@@ -89,3 +102,40 @@ def switch_bases(fabric, options):
     `shared_basis`)."""
     seed, shared = options.get("seed", 0), options.get("shared_basis", False)
     return {name: switch_basis(sw.dpid, seed, shared) for name, sw in fabric.switches.items()}
+
+
+# -- Open vSwitch's own hash (lib/hash.h, mhash: builds without SSE4.2), for its `hash` groups ----------
+def _rot(x, k):
+    return ((x << k) | (x >> (32 - k))) & MASK
+
+
+def _mhash_add(h, data):
+    if data:
+        data = _rot((data * 0xCC9E2D51) & MASK, 15)
+        h ^= (data * 0x1B873593) & MASK
+    return (_rot(h, 13) * 5 + 0xE6546B64) & MASK
+
+
+def _mhash_finish(h):
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & MASK
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & MASK
+    return h ^ (h >> 16)
+
+
+def ovs_hash_bytes(data, basis):
+    """lib/hash.c hash_bytes: 32-bit little-endian words, the tail zero-padded, then the length."""
+    h, n = basis & MASK, len(data)
+    for i in range(0, n, 4):
+        h = _mhash_add(h, int.from_bytes(data[i:i + 4].ljust(4, b"\0"), "little"))
+    return _mhash_finish(h ^ n)
+
+
+def ovs_hash_int(x, basis):
+    """hash_int(x, basis) = hash_2words(x, basis)."""
+    return _mhash_finish(_mhash_add(_mhash_add(x & MASK, 0), basis & MASK) ^ 8)
+
+
+def ovs_hash_uint64(x):
+    return _mhash_finish(_mhash_add(_mhash_add(0, x & MASK), (x >> 32) & MASK) ^ 8)
