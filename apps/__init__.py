@@ -57,7 +57,11 @@ class AppInfo:
         return {o.name: o.default for o in self.options}
 
 
-_SEED = Option("seed", int, 0, "hash seed (the same seed gives the same choices)", low=-1)
+_SEED = Option("seed", int, 0, "hash seed: with each switch's dpid, its hash basis (the same seed gives the "
+                                "same choices)", low=-1)
+_SHARED = Option("shared_basis", bool, False, "every switch hashes from one basis: the misconfiguration that "
+                                              "makes the same choice at every tier (apps/hashing.py)")
+HASHING = (_SEED, _SHARED)          # every app: its select groups (and its stage) hash
 _WEIGHTS_ON = Option("weights", bool, True, "weight each member by the healthy capacity behind it (WCMP)")
 _WEIGHTS_OFF = Option("weights", bool, False, "weight each member by the healthy capacity behind it (WCMP)")
 _LOAD_WINDOW = Option("load_window_us", float, 2000.0,
@@ -65,22 +69,23 @@ _LOAD_WINDOW = Option("load_window_us", float, 2000.0,
 
 APPS = {
     "ecmp": AppInfo("ECMP: select groups hashing the 5-tuple, one per destination leaf",
-                    (_WEIGHTS_OFF,)),
+                    (_WEIGHTS_OFF, *HASHING)),
     "eecmp": AppInfo("E-ECMP: the 5-tuple plus the RoCE BTH destination QP, hashed per packet at "
-                     "the switch's egress stage", (_SEED,), stage="hash"),
+                     "the switch's egress stage", HASHING, stage="hash"),
     "flowlet": AppInfo("flowlet switching: a flow idle longer than the gap moves to the least-loaded "
                        "member; new flows start there",
                        (Option("gap_us", float, 10000.0, "flowlet interval (lab time; at 10-20 Mbit/s a packet takes 0.5-1 ms)", low=0),
                         _LOAD_WINDOW,
                         Option("qp", bool, False, "flows are 5-tuple + destination QP (default: 5-tuple)"),
-                        _SEED), stage="flowlet"),
+                        *HASHING), stage="flowlet"),
     "te": AppInfo("centralized TE: CSPF places <source port, destination prefix> entries at the "
                   "leaves above the ECMP defaults",
                   (Option("period_s", float, 1.0, "recompute period", low=0),
                    Option("max_utilization", float, 1.0,
                           "share of a link's rate CSPF may allocate", low=0),
                    Option("min_mbps", float, 0.1,
-                          "measured rate below which an unannounced flow is not a demand", low=-1)),
+                          "measured rate below which an unannounced flow is not a demand", low=-1),
+                   *HASHING),
                   routing="te"),
     "ar": AppInfo("adaptive routing: every packet goes to the member with the least queued bytes "
                   "(seed 002 JSQ), weighted by the capacity behind it; a dead member leaves at once",
@@ -89,7 +94,7 @@ APPS = {
                    _WEIGHTS_ON,
                    Option("carrier", bool, True,
                           "leave a member without carrier in the data path (off: when the controller "
-                          "recomputes)")), stage="ar"),
+                          "recomputes)"), *HASHING), stage="ar"),
 }
 
 
@@ -113,6 +118,18 @@ def parse_routing(text):
             raise RoutingError(f"routing {name}: option {key} needs a value ({key}=...)")
         options[key] = known[key].parse(name, value)
     return name, options
+
+
+def with_seed(text, seed):
+    """The routing choice `text` with its hash seed set to `seed`, unless it sets one itself (a
+    run's seed reaches every switch's hash basis: apps/hashing.py)."""
+    parse_routing(text)
+    _, _, rest = text.strip().partition(":")
+    if "seed" in {item.partition("=")[0].strip() for item in rest.split(",") if item.strip()}:
+        return text
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise RoutingError(f"a run's hash seed must be a whole number >= 0, got {excerpt(seed)}")
+    return f"{text.strip()}{',' if rest.strip() else ':'}seed={seed}"
 
 
 def routing_label(text):

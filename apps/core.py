@@ -19,6 +19,7 @@ import time
 from fabriclab.apps import openflow
 from fabriclab.apps.arp import ArpResponder
 from fabriclab.apps.control import SteeringPlan, SteeringStatus, Status
+from fabriclab.apps.hashing import switch_bases
 from fabriclab.apps.linkstate import LinkState
 from fabriclab.apps.programmer import Programmer
 from fabriclab.apps.steering import SteeringError, arp_addresses, merged, steering_state
@@ -39,7 +40,8 @@ class ControllerCore:
         self.publish = publish or (lambda status: None)
         self.clock = clock
         self.links = LinkState(self.fabric)
-        self.programmer = Programmer()
+        self.bases = switch_bases(self.fabric, config.options)
+        self.programmer = Programmer(self.bases)
         self.arp = ArpResponder(self.fabric)
         self.by_dpid = {s.dpid: s.name for s in self.fabric.switches.values()}
         self.datapaths = {}            # switch name -> datapath

@@ -10,17 +10,18 @@ WeightedGroup, FailoverGroup, ReplicateGroup), flow_add/del with ('output', port
 from __future__ import annotations
 
 from fabriclab.apps.ecmp import FailoverGroup, WeightedGroup, group_ports
-from fabriclab.apps.ovs_groups import SelectionMethodProperty, weighted_selection
+from fabriclab.apps.ovs_groups import hash_selection, weighted_selection
 from fabriclab.apps.steering import IN_PORT, ReplicateGroup
 
 
-def messages(dp, op):
-    """The messages that carry out one diff() op on `dp`."""
+def messages(dp, op, basis=0):
+    """The messages that carry out one diff() op on `dp`, whose select groups hash from `basis`
+    (its switch's: apps/hashing.py)."""
     kind = op[0]
     if kind == "reset":
         return reset(dp)
     if kind in ("group_add", "group_mod"):
-        return [group_mod(dp, op[1], op[2], add=kind == "group_add")]
+        return [group_mod(dp, op[1], op[2], add=kind == "group_add", basis=basis)]
     if kind == "group_del":
         return [dp.ofproto_parser.OFPGroupMod(dp, command=dp.ofproto.OFPGC_DELETE, group_id=op[1])]
     if kind == "flow_add":
@@ -40,7 +41,7 @@ def reset(dp):
     ]
 
 
-def group_mod(dp, gid, group, add=True):
+def group_mod(dp, gid, group, add=True, basis=0):
     ofp, parser = dp.ofproto, dp.ofproto_parser
     command = ofp.OFPGC_ADD if add else ofp.OFPGC_MODIFY
     if isinstance(group, FailoverGroup):
@@ -60,7 +61,7 @@ def group_mod(dp, gid, group, add=True):
         parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=weight),
         parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port)])
         for i, (port, weight) in enumerate(group_ports(group))]
-    method = weighted_selection(parser) if isinstance(group, WeightedGroup) else SelectionMethodProperty(parser)
+    method = weighted_selection(parser, basis) if isinstance(group, WeightedGroup) else hash_selection(parser, basis)
     return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT, group_id=gid,
                               buckets=buckets, properties=[method])
 

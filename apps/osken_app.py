@@ -85,7 +85,8 @@ class FabricApp(app_manager.OSKenApp):
         _ports, rows = port_settings(config.fabric)
         stage = SelectStage(pins_for(config.run_id or "adhoc"), mode, queue_rows=rows,
                             **stage_settings(mode, config.options)).load()
-        return StageSync(stage, config.fabric, mode, config.run_id or "adhoc")
+        return StageSync(stage, config.fabric, mode, config.run_id or "adhoc", seed=config.options.get("seed", 0),
+                         shared=config.options.get("shared_basis", False))
 
     def _link_queues(self):
         """AR reads the queue model's occupancies, which the lab starts after the controller: try

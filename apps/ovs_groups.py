@@ -48,6 +48,14 @@ class SelectionMethodProperty:
         return bytearray(raw + bytes(-length % 8))
 
 
-def weighted_selection(parser):
-    """The selection method of a weighted group: dp_hash over the 5-tuple (see DP_HASH_L4)."""
-    return SelectionMethodProperty(parser, method="dp_hash", fields=(), param=DP_HASH_L4 << 32)
+def hash_selection(parser, basis=0):
+    """The selection method of an unweighted group: `hash` over the 5-tuple from the switch's
+    `basis` (OVS: basis = hash_uint64(selection_method_param); apps/hashing.py says why each
+    switch needs its own)."""
+    return SelectionMethodProperty(parser, param=basis & 0xFFFFFFFF)
+
+
+def weighted_selection(parser, basis=0):
+    """The selection method of a weighted group: dp_hash over the 5-tuple (see DP_HASH_L4), its
+    parameter's low half the switch's hash basis."""
+    return SelectionMethodProperty(parser, method="dp_hash", fields=(), param=(DP_HASH_L4 << 32) | (basis & 0xFFFFFFFF))

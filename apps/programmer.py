@@ -16,7 +16,8 @@ from fabriclab.apps.ecmp import diff
 
 
 class Programmer:
-    def __init__(self):
+    def __init__(self, bases=None):
+        self.bases = bases or {}  # switch -> the hash basis its select groups hash from
         self.generation = 0
         self.installed = {}     # switch -> SwitchState last sent
         self.synced = {}        # switch -> generation confirmed by a barrier reply
@@ -38,7 +39,7 @@ class Programmer:
         for switch, dp in datapaths.items():
             state = desired[switch]
             for op in diff(self.installed.get(switch), state):
-                sends.extend((dp, msg) for msg in openflow.messages(dp, op))
+                sends.extend((dp, msg) for msg in openflow.messages(dp, op, self.bases.get(switch, 0)))
             self.installed[switch] = state
             barrier = openflow.barrier(dp)
             self.pending[(switch, barrier.xid)] = self.generation

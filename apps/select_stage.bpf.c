@@ -121,7 +121,7 @@ struct load {
 struct port_cfg {           /* written by user space for every port the stage is attached to */
 	__u64 rate_bytes;     /* the link's rate, bytes per second (drains the virtual queue) */
 	__u32 qport;          /* the queue model's index of this port + 1 (0: none) */
-	__u32 pad;
+	__u32 basis;          /* the hash basis of the port's switch (apps/hashing.py: switch_basis) */
 };
 
 struct vqueue {
@@ -646,7 +646,10 @@ int select_egress(struct __sk_buff *skb)
 			}
 		}
 	}
-	__u32 h = cfg->seed;
+	/* each switch hashes from its own basis: one basis everywhere would make the same choice at
+	   every tier (apps/hashing.py says why) */
+	struct port_cfg *basis = bpf_map_lookup_elem(&port_cfg, &here);
+	__u32 h = basis ? basis->basis : cfg->seed;
 	h = mix(h, bpf_ntohl(fk.saddr));
 	h = mix(h, bpf_ntohl(fk.daddr));
 	h = mix(h, ((__u32)fk.sport << 16) | fk.dport);

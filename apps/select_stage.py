@@ -27,6 +27,7 @@ import sys
 import time
 
 from fabriclab.apps.control import StageStatus
+from fabriclab.apps.hashing import eecmp_member, flow_hash, mix  # noqa: F401 - the stage's Python twins
 from fabriclab.apps.ecmp import WeightedGroup, group_ports
 from fabriclab.errors import LabError
 from fabriclab.queues import datapath
@@ -73,7 +74,7 @@ class Members(ctypes.Structure):
 
 
 class PortCfg(ctypes.Structure):
-    _fields_ = [("rate_bytes", ctypes.c_uint64), ("qport", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+    _fields_ = [("rate_bytes", ctypes.c_uint64), ("qport", ctypes.c_uint32), ("basis", ctypes.c_uint32)]
 
 
 class PortState(ctypes.Structure):
@@ -103,43 +104,9 @@ class TestRunOpts(ctypes.Structure):
                 ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32)]
 
 
-# -- the hash, as the stage computes it -----------------------------------------------------------
+# -- the hash, as the stage computes it: apps/hashing.py (mix, flow_hash, eecmp_member), with each
+# switch's basis in its ports' PortCfg
 MASK = 0xFFFFFFFF
-
-
-def mix(h, w):
-    """murmur3's 32-bit finalizer after folding in one word (select_stage.bpf.c: mix)."""
-    h = (h ^ w) & MASK
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & MASK
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & MASK
-    h ^= h >> 16
-    return h
-
-
-def _ip(address):
-    return int.from_bytes(socket.inet_aton(address), "big")
-
-
-def flow_hash(src, dst, proto, sport, dport, qp=None, seed=0):
-    """The stage's hash of a packet: 5-tuple, then the BTH destination QP when `qp` is given
-    (E-ECMP hashes it for every RoCEv2 packet)."""
-    h = seed & MASK
-    for word in (_ip(src), _ip(dst), ((sport & 0xFFFF) << 16) | (dport & 0xFFFF), proto):
-        h = mix(h, word)
-    return mix(h, qp & 0xFFFFFF) if qp is not None else h
-
-
-def eecmp_member(members, src, dst, sport, qp, seed=0, dport=ROCE_PORT, proto=17, down=()):
-    """Which of `members` (in the group's order) E-ECMP sends a RoCEv2 packet to: the hash's
-    member, or the next one after it that is not in `down`."""
-    start = flow_hash(src, dst, proto, sport, dport, qp, seed) % len(members)
-    for i in range(len(members)):
-        member = members[(start + i) % len(members)]
-        if member not in down:
-            return member
-    return None
 
 
 def ar_choices(depths, weights=None, quantum=0, down=()):
@@ -198,9 +165,11 @@ def fabric_port_names(fabric, switch):
     return out
 
 
-def port_settings(fabric):
-    """{interface: (rate in Mbit/s, queue model port index + 1 or 0)} of every fabric port, and
-    the number of rows of the queue model's stats map (0 without one)."""
+def port_settings(fabric, seed=0, shared=False):
+    """{interface: (rate in Mbit/s, queue model port index + 1 or 0, its switch's hash basis)} of
+    every fabric port, and the number of rows of the queue model's stats map (0 without one)."""
+    from fabriclab.apps.hashing import switch_basis
+
     qports, rows = {}, 0
     if fabric.spec.queues is not None:
         from fabriclab.queues.model import port_table
@@ -210,8 +179,9 @@ def port_settings(fabric):
         rows = len(table) * datapath.NCLASS
     out = {}
     for link in fabric.fabric_links:
-        for intf in (link.a_intf, link.b_intf):
-            out[intf] = (link.rate_mbps, qports.get(intf, 0))
+        for switch, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+            basis = switch_basis(fabric.switches[switch].dpid, seed, shared)
+            out[intf] = (link.rate_mbps, qports.get(intf, 0), basis)
     return out, rows
 
 
@@ -304,11 +274,11 @@ class StageSync:
     """Keeps a loaded stage attached to every connected switch's fabric ports, its members equal to
     the select groups of the state the controller is about to program, and its ports' settings."""
 
-    def __init__(self, stage, fabric, mode, run_id=""):
+    def __init__(self, stage, fabric, mode, run_id="", seed=0, shared=False):
         self.stage = stage
         self.fabric = fabric
         self.mode = mode
-        self.ports, _rows = port_settings(fabric)
+        self.ports, _rows = port_settings(fabric, seed, shared)
         self.queue_pin = queue_stats_pin(run_id) if fabric.spec.queues is not None and mode == "ar" else None
         self.updated = None
 
@@ -354,7 +324,7 @@ class SelectStage:
         self.link_error = ""
         self.obj = None
         self.written = {}          # MemberKey tuple -> ((ifindex, weight), ...), as in the map
-        self.port_written = {}     # ifindex -> (rate_bytes, qport)
+        self.port_written = {}     # ifindex -> (rate_bytes, qport, basis)
         self.attached = set()
 
     def load(self):
@@ -464,15 +434,16 @@ class SelectStage:
         self.written = wanted
 
     def set_ports(self, ports):
-        """Write each port's {interface: (rate in Mbit/s, queue model index + 1 or 0)}."""
-        for intf, (rate_mbps, qport) in ports.items():
+        """Write each port's {interface: (rate in Mbit/s, queue model index + 1 or 0[, its
+        switch's hash basis])}; a port with no basis hashes from the stage's seed."""
+        for intf, (rate_mbps, qport, *basis) in ports.items():
             try:
                 index = socket.if_nametoindex(intf)
             except OSError:
                 continue
-            value = (int(rate_mbps * 1e6 / 8), int(qport))
+            value = (int(rate_mbps * 1e6 / 8), int(qport), int(basis[0]) if basis else self.settings.seed)
             if self.port_written.get(index) != value:
-                self.port_cfg.update(index, PortCfg(*value, 0))
+                self.port_cfg.update(index, PortCfg(*value))
                 self.port_written[index] = value
 
     def forget_down_ports_that_are_up(self):

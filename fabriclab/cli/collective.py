@@ -69,7 +69,7 @@ def add_collective_args(p):
     p.add_argument("--dcqcn-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a DCQCN NIC parameter, e.g. rpg_ai_rate=10 (repeatable)")
     p.add_argument("--ack-timeout", type=float, help="local ACK timeout, s (default from buffers)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seeds the QPs (their source ports) and the switches' hash bases (default 1)")
     p.add_argument("--plb", choices=PLB_MODES, default="static",
                    help="plane load balancing on a multiplane NIC: per-plane (per-plane CC and the "
                         "shallowest egress queue, per packet), global (one CC across planes), static "
@@ -157,12 +157,18 @@ def cmd_collective(args):
     from fabriclab.results import nccl, tables
     from fabriclab.topologies.spec import load_spec
 
+    from fabriclab.apps import RoutingError, with_seed
+
     spec = load_spec(args.spec)
     check_app(args.routing)
     if args.format == "nccl":
         args.in_place = True            # nccl-tests runs every size both ways
     cspec = spec_from_args(args)
-    plan = collective_plan(spec, args.routing, cspec, args, sample_ms=args.sample_ms)
+    try:                                # the seed draws the QPs and the switches' hash bases
+        routing = with_seed(args.routing, args.seed)
+    except RoutingError as exc:
+        raise LabError(f"--seed: {exc}") from None
+    plan = collective_plan(spec, routing, cspec, args, sample_ms=args.sample_ms)
     return running.execute(plan, args, f"bringing up {spec.name} with {args.routing}; {cspec.collective}, "
                                        f"sizes {args.sizes} ...",
                            {"table": tables.collective_table, "nccl": nccl.render}, bar=True)

@@ -78,6 +78,9 @@ def _traffic_args(p):
     p.add_argument("--link-up", action="append", default=[], metavar="A-B@T",
                    help="bring a link up T seconds into the traffic (repeatable)")
     p.add_argument("--sample-ms", type=float, default=5.0, help="port sampling interval (default 5 ms)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the run's hash seed: with each switch's dpid, its hash basis (default 0; a "
+                        "routing that sets seed= keeps its own)")
     running.add_output_args(p)
 
 
@@ -176,14 +179,20 @@ def allpairs_plan(args, kind="run"):
     from fabriclab.traffic.allpairs import AllPairsSpec
     from fabriclab.workflows.plan import Job, Metrics, link_events, single_run
 
+    from fabriclab.apps import RoutingError, with_seed
+
     spec = load_spec(args.spec)
     check_app(args.routing)
+    try:
+        routing = with_seed(args.routing, getattr(args, "seed", 0))
+    except RoutingError as exc:
+        raise LabError(f"--seed: {exc}") from None
     workload = AllPairsSpec(duration_s=args.duration, load=args.load, flows_per_pair=args.flows_per_pair,
                             sport_mode=args.sport_mode)
-    source = {"command": kind, "spec": args.spec, "routing": args.routing, "duration_s": args.duration,
+    source = {"command": kind, "spec": args.spec, "routing": routing, "duration_s": args.duration,
               "load": args.load, "flows_per_pair": args.flows_per_pair, "sport_mode": args.sport_mode,
               "link_down": list(args.link_down), "link_up": list(args.link_up)}
-    return single_run(spec.name, kind, spec, Job("traffic", workload), routing=args.routing,
+    return single_run(spec.name, kind, spec, Job("traffic", workload), routing=routing,
                       faults=link_events(args.link_down, args.link_up),
                       metrics=Metrics(sample_ms=args.sample_ms, bin_ms=max(50.0, args.sample_ms)), source=source)
 

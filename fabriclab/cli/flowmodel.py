@@ -81,7 +81,10 @@ def _workload_args(q, default_collective="allreduce", allow_none=False, seed=Tru
     q.add_argument("--order", choices=flows.ORDERS, default="linear", help="ring order of the ranks")
     if seed:
         q.add_argument("--seed", type=int, default=0, help="seed of the shuffled ring")
-    q.add_argument("--hash-seed", dest="hash_seed", type=int, default=0, help="seed of the switches' hash")
+    q.add_argument("--hash-seed", dest="hash_seed", type=int, default=0,
+                   help="the run's hash seed: with each switch's dpid, its hash basis (as the emulation's)")
+    q.add_argument("--shared-basis", dest="shared_basis", action="store_true",
+                   help="every switch hashes from one basis: the misconfiguration that polarizes each tier")
     q.add_argument("--max-flows", dest="max_flows", type=int, default=flows.DEFAULT_MAX_FLOWS,
                    help=f"refuse workloads with more flows (default {flows.DEFAULT_MAX_FLOWS})")
 
@@ -225,7 +228,7 @@ def cmd_fabric(args):
     results, tables, notes = [], [], []
     for scheme in schemes:
         try:
-            outcome = evaluate.run(graph, routes, collective, scheme, args.hash_seed)
+            outcome = evaluate.run(graph, routes, collective, scheme, args.hash_seed, args.shared_basis)
         except LabError as err:
             if scheme != "optimal" or args.routing:
                 raise
@@ -256,7 +259,8 @@ def cmd_fabric(args):
                  for r in rows[:args.links]], title=f"Busiest fabric links, {scheme}"))
     workload = {"collective": collective.name, "size": collective.size, "ranks": collective.ranks,
                 "qps": args.qps, "sport_mode": args.sport_mode, "order": args.order, "seed": args.seed,
-                "hash_seed": args.hash_seed, "flows_per_step": len(collective.steps[0].flows),
+                "hash_seed": args.hash_seed, "shared_basis": args.shared_basis,
+                "flows_per_step": len(collective.steps[0].flows),
                 "rails": graph.params.rails}
     by = {r["routing"]: r for r in results}
     versus = None
@@ -302,10 +306,11 @@ def cmd_failures(args):
     graph = build_graph(args)
     collective = None if args.collective == "none" else collective_of(graph, args)
     found = failures.study(graph, fractions, args.trials, args.seed, collective,
-                           schemes if collective else (), args.hash_seed)
+                           schemes if collective else (), args.hash_seed, args.shared_basis)
     workload = None if collective is None else {
         "collective": collective.name, "size": collective.size, "ranks": collective.ranks, "qps": args.qps,
-        "sport_mode": args.sport_mode, "order": args.order, "hash_seed": args.hash_seed}
+        "sport_mode": args.sport_mode, "order": args.order, "hash_seed": args.hash_seed,
+        "shared_basis": args.shared_basis}
     doc = result_doc(graph, "failures", overrides_of(args), seed=args.seed, workload=workload, **found)
     title = (f"Leaf-pair max-flow under random fabric link failures, {graph.params.name} "
              f"({found['fabric_cables']} fabric cables, {found['leaf_pairs']} leaf pairs x {args.trials} trial(s), "

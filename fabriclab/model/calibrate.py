@@ -4,8 +4,10 @@
 
 Builds the fabric, runs the collective with the lab's agents (ECMP, one rank per host, ranks in
 host order, as the model's linear ring), evaluates the flow model for the same spec, workload and
-QPs under ECMP (the model's hash, not Open vSwitch's) and the ideal split, and prints both with
-the model's error. What the model leaves out shows up as that error: RoCE headers and ACKs (about
+QPs under ECMP and the ideal split, and prints both with the model's error. The model's flows carry
+the UDP source ports the agents' queue pairs use, and its ECMP hashes them as Open vSwitch's select
+groups do, bit for bit and from the same basis per switch, so it places every flow where the
+emulation's switches do. What the model leaves out shows up as that error: RoCE headers and ACKs (about
 2% of the bytes at a 4 KiB path MTU), pacing and scheduling jitter, queues and losses.
 """
 
@@ -28,13 +30,31 @@ def check_calibratable(spec):
                        f"{spec.nics_per_host} NIC(s) on {spec.planes} plane(s)")
 
 
-def model_rows(spec, collective, sizes, qps=1, sport_mode="qp"):
-    """Per size and scheme: the flow model's CCT and busbw for the spec."""
+def agents_sports(launcher):
+    """{(source address, destination address, QP index): UDP source port} of the queue pairs the
+    launcher's agents open (traffic.collective.plan_qps, from the collective's seed)."""
+    import random
+
+    from fabriclab.traffic.collective import plan_qps
+
+    spec = launcher.spec
+    plan = plan_qps(launcher.ranks, launcher.schedules, spec, random.Random(spec.seed))
+    return {(launcher.ranks[rank].ports[0].ip, qp["peer_address"], qp["index"]): qp["sport"]
+            for rank, qps in enumerate(plan) for qp in qps}
+
+
+def model_rows(spec, collective, sizes, qps=1, sport_mode="qp", sports=None):
+    """Per size and scheme: the flow model's CCT and busbw for the spec; `sports`
+    (agents_sports) gives each flow the source port the emulation's queue pair uses."""
     graph = ClosGraph.from_spec(spec)
     routes = Routes(graph)
     out = {}
     for size in sizes:
         work = flows.build(graph, collective, size, qps, sport_mode, "linear")
+        for step in work.steps if sports else ():
+            for f in step.flows:
+                key = (graph.ip_text(f.src), graph.ip_text(f.dst), (f.src_qpn - flows.FIRST_QPN) % qps)
+                f.sport = sports.get(key, f.sport)
         for scheme in MODEL_SCHEMES:
             outcome = evaluate.run(graph, routes, work, scheme)
             up = evaluate.balance(graph, routes, outcome.loads)["up"]["max_mean"]
@@ -77,8 +97,9 @@ def run_calibration(spec, collective="allreduce", sizes=(1 << 20,), qps=1, sport
     # The emulation rounds sizes to whole elements per rank; model the sizes it actually runs.
     launcher = Launcher(Lab(spec), cspec)
     run_sizes = [s.size for s in launcher.schedules]
+    sports = agents_sports(launcher)
     launcher.cleanup()
-    modelled = model_rows(spec, collective, run_sizes, qps, sport_mode)
+    modelled = model_rows(spec, collective, run_sizes, qps, sport_mode, sports)
     plan = single_run(f"{spec.name}-calibration", "calibration", spec, Job(collective, cspec),
                       source={"collective": collective, "sizes": list(sizes), "qps": qps,
                               "sport_mode": sport_mode, "iterations": iterations})

@@ -47,12 +47,13 @@ def transfer_time(nbytes, rate_mbps):
     return nbytes * 8 / (rate_mbps * 1e6) if rate_mbps > 0 else _INF
 
 
-def run(graph, routes, collective, scheme, hash_seed=0):
-    """Evaluate `collective` (flows.Collective) under routing `scheme` over `routes`."""
+def run(graph, routes, collective, scheme, hash_seed=0, shared_basis=False):
+    """Evaluate `collective` (flows.Collective) under routing `scheme` over `routes`; the hashing
+    schemes hash from each switch's basis (placement.place)."""
     out = Outcome(scheme, collective.name, collective.size, collective.ranks, 0.0)
     longest = -1.0
     for step in collective.steps:
-        placed = place(graph, routes, step.flows, scheme, hash_seed)
+        placed = place(graph, routes, step.flows, scheme, hash_seed, shared_basis)
         capacity = graph.link_cap + group_capacity(graph, placed.groups) if placed.groups else graph.link_cap
         rates = max_min_rates(capacity, placed.routes)
         time = max((transfer_time(f.nbytes, r) for f, r in zip(step.flows, rates)), default=0.0)

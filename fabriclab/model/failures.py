@@ -67,7 +67,7 @@ def capacity_ratios(graph, baseline, down):
     return [c / b if b > 0 else 0.0 for c, b in zip(leaf_pair_capacity(graph, down), baseline)]
 
 
-def study(graph, fractions, trials=1, seed=0, collective=None, schemes=(), hash_seed=0):
+def study(graph, fractions, trials=1, seed=0, collective=None, schemes=(), hash_seed=0, shared_basis=False):
     """Per fraction: capacity distribution over leaf pairs and trials; CCT per scheme if a
     collective (flows.Collective) is given, relative to the same scheme without failures."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -76,7 +76,7 @@ def study(graph, fractions, trials=1, seed=0, collective=None, schemes=(), hash_
     clean = {}
     if collective is not None:
         routes = Routes(graph)
-        clean = {s: evaluate.run(graph, routes, collective, s, hash_seed).cct_s for s in schemes}
+        clean = {s: evaluate.run(graph, routes, collective, s, hash_seed, shared_basis).cct_s for s in schemes}
     rows = []
     for fraction in fractions:
         ratios, failed, ccts = [], [], {s: [] for s in schemes}
@@ -87,7 +87,7 @@ def study(graph, fractions, trials=1, seed=0, collective=None, schemes=(), hash_
             if collective is not None:
                 routes = Routes(graph, down)
                 for s in schemes:
-                    ccts[s].append(evaluate.run(graph, routes, collective, s, hash_seed).cct_s)
+                    ccts[s].append(evaluate.run(graph, routes, collective, s, hash_seed, shared_basis).cct_s)
         row = {"fraction": fraction, "trials": trials, "failed_cables": failed[0] if failed else 0,
                "capacity": distribution(ratios)}
         if collective is not None:

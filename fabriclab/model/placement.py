@@ -30,13 +30,14 @@ switches make independent choices, and the statistics are what real hashing give
 
 from __future__ import annotations
 
-import struct
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fabriclab.apps.hashing import flow_hash as stage_hash
+from fabriclab.apps.hashing import mix, ovs_group_hash, ovs_hash_bucket, switch_basis
 from fabriclab.errors import LabError
+from fabriclab.topologies.fabric import switch_dpid
 from fabriclab.traffic.roce import IPPROTO_UDP, ROCEV2_UDP_PORT
 
 SCHEMES = ("ecmp", "eecmp", "te", "flowlet", "spray", "ideal", "optimal")
@@ -55,16 +56,18 @@ class Placement:
     groups: list = field(default_factory=list)
 
 
-def place(graph, routes, flows, scheme, hash_seed=0):
-    """Route every flow of a step under `scheme`, over the Routes (failures) given."""
+def place(graph, routes, flows, scheme, hash_seed=0, shared_basis=False):
+    """Route every flow of a step under `scheme`, over the Routes (failures) given; the hashing
+    schemes hash from each switch's basis in a run seeded `hash_seed` (`shared_basis`: one basis
+    for every switch, the misconfiguration that polarizes: apps/hashing.py)."""
     if scheme in ("ecmp", "eecmp"):
-        placed = _hashed(graph, routes, flows, scheme == "eecmp", hash_seed)
+        placed = _hashed(graph, routes, flows, scheme == "eecmp", hash_seed, shared_basis)
     elif scheme in ("spray", "ideal"):
         placed = _split(graph, routes, flows, weighted=scheme == "ideal")
     elif scheme == "te":
         placed = _cspf(graph, routes, flows)
     elif scheme == "flowlet":
-        placed = _flowlet(graph, routes, flows, hash_seed)
+        placed = _flowlet(graph, routes, flows, hash_seed, shared_basis)
     elif scheme == "optimal":
         from fabriclab.model.optimal import place_optimal     # it builds on this module
         placed = place_optimal(graph, routes, flows)
@@ -84,27 +87,38 @@ def _ends(graph, flow):
 
 
 # -- hashing ----------------------------------------------------------------------------------------
+# The emulation's hashes (apps/hashing.py), switch by switch from each switch's basis: ECMP as an
+# Open vSwitch `hash` group scores its buckets, E-ECMP and flowlet's first choice as the stage.
 
 def _mix(h):
-    """A 32-bit avalanche (murmur3's finalizer): decorrelates the per-switch choices."""
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK
-    return h ^ (h >> 16)
+    """A 32-bit avalanche (murmur3's finalizer): orders a step's flowlets."""
+    return mix(0, h)
 
 
-def switch_seeds(graph, hash_seed=0):
-    return [_mix(zlib.crc32(name.encode()) ^ (hash_seed & _MASK)) for name in graph.sw_name]
+_ROLES = ("leaf", "spine", "super_spine")
 
 
-def flow_hash(graph, flow, with_qp=False):
-    """CRC-32 of the fields a switch hashes: the 5-tuple, plus the destination QP for E-ECMP."""
-    key = struct.pack("!IIBHH", graph.port_ip[flow.src - graph.n_switches],
-                      graph.port_ip[flow.dst - graph.n_switches], IPPROTO_UDP, flow.sport, ROCEV2_UDP_PORT)
-    if with_qp:
-        key += flow.dst_qpn.to_bytes(3, "big")
-    return zlib.crc32(key)
+def switch_dpids(graph):
+    """Each model switch's dpid, as the emulation gives the switch of that name (its tier, plane and
+    global index: topologies/fabric.py switch_dpid)."""
+    return [switch_dpid(_ROLES[tier], plane, int(name.rsplit("s" if tier else "l", 1)[1]))
+            for name, tier, plane in zip(graph.sw_name, graph.sw_tier, graph.sw_plane)]
+
+
+def switch_seeds(graph, hash_seed=0, shared=False):
+    """Each switch's hash basis in a run seeded `hash_seed` (shared: one for all, which polarizes)."""
+    return [switch_basis(dpid, hash_seed, shared) for dpid in switch_dpids(graph)]
+
+
+def _fields(graph, flow):
+    return (graph.port_ip[flow.src - graph.n_switches], graph.port_ip[flow.dst - graph.n_switches],
+            IPPROTO_UDP, flow.sport, ROCEV2_UDP_PORT)
+
+
+def flow_hash(graph, flow, with_qp=False, basis=0):
+    """The stage's hash of a flow's packets at a switch whose basis is `basis`: the 5-tuple, plus
+    the destination QP for E-ECMP."""
+    return stage_hash(*_fields(graph, flow), qp=flow.dst_qpn if with_qp else None, seed=basis)
 
 
 def _crossing(graph, routes, flows, order, out):
@@ -136,18 +150,25 @@ def _per_flow(graph, flows, middle):
     return Placement("", out)
 
 
-def _hashed(graph, routes, flows, with_qp, hash_seed):
-    seeds = switch_seeds(graph, hash_seed)
+def _hashed(graph, routes, flows, with_qp, hash_seed, shared=False):
+    """ECMP: each switch's select group picks the bucket with the highest score of the flow's
+    5-tuple hashed from the switch's basis (with one basis everywhere, the same bucket index at
+    every tier); E-ECMP: the stage's member, the hash (QP included) modulo the members."""
+    seeds = switch_seeds(graph, hash_seed, shared)
     dst_of = graph.link_dst
 
     def middle(flow, a, b):
         if not routes.reachable(a, b):
             return None
-        h = flow_hash(graph, flow, with_qp)
+        fields = _fields(graph, flow)
         hops, x = [], a
         while x != b:
             opts = routes.options_array(x, b)        # an array: a tuple of 128 ints costs 4.6 KB
-            e = int(opts[_mix(h ^ seeds[x]) % len(opts)])
+            if with_qp:
+                k = stage_hash(*fields, qp=flow.dst_qpn, seed=seeds[x]) % len(opts)
+            else:
+                k = ovs_hash_bucket(ovs_group_hash(*fields, basis=seeds[x]), [(i, 1) for i in range(len(opts))])
+            e = int(opts[k])
             hops.append((e, 1.0))
             x = dst_of[e]
         return hops
@@ -157,7 +178,7 @@ def _hashed(graph, routes, flows, with_qp, hash_seed):
 
 # -- flowlets --------------------------------------------------------------------------------------
 
-def _flowlet(graph, routes, flows, hash_seed):
+def _flowlet(graph, routes, flows, hash_seed, shared=False):
     """Least-loaded choice per flowlet, the lab's flowlet stage in a fluid model.
 
     The stage sends a new flow, or one idle longer than the flowlet gap (10 ms by default), to
@@ -170,18 +191,18 @@ def _flowlet(graph, routes, flows, hash_seed):
     share, as TE's) of the flowlets already on it. Each switch chooses for itself, blind to the
     links after it: two flowlets that spread over a leaf's uplinks can still meet on one
     spine-to-leaf link, which TE and the optimum avoid."""
-    seeds = switch_seeds(graph, hash_seed)
+    seeds = switch_seeds(graph, hash_seed, shared)
     dst_of = graph.link_dst
     need = demands(graph, flows)
-    hashes = [flow_hash(graph, f) for f in flows]
+    fields = [_fields(graph, f) for f in flows]
     load = np.zeros(graph.n_links)
     out = [None] * len(flows)
-    order = sorted(range(len(flows)), key=lambda i: (_mix(hashes[i] ^ (hash_seed & _MASK)), i))
+    order = sorted(range(len(flows)), key=lambda i: (_mix(stage_hash(*fields[i], seed=hash_seed & _MASK)), i))
     for i, a, b, up, down in _crossing(graph, routes, flows, order, out):
         hops, x = [], a
         while x != b:
             opts = routes.options_array(x, b)
-            start = _mix(hashes[i] ^ seeds[x]) % len(opts)
+            start = stage_hash(*fields[i], seed=seeds[x]) % len(opts)
             here = load[opts]
             least = np.flatnonzero(here == here.min())
             # the first of the least loaded, scanning from the hash's member onwards (cyclically)

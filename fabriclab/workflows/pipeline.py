@@ -179,10 +179,11 @@ def collector_frozen():
 
 def run_one(lab, plan, run, folder, progress=None, shared=False):
     """One run on a running lab; returns its RunOutcome (the record and the series behind it)."""
+    from fabriclab.apps import routing_label
     from fabriclab.measure.portsampler import PortSampler
     from fabriclab.queues.sampler import QueueSampler
 
-    if lab.routing != run.routing:
+    if routing_label(lab.routing) != routing_label(run.routing):     # "ecmp:seed=0" is "ecmp"
         lab.set_routing(run.routing)
     if lab.queues is not None and not shared:
         wait_drained(lab)
@@ -452,7 +453,18 @@ class _RoutingWatch(threading.Thread):
             self.join(2)
 
     def state(self):
-        return {"app": self.lab.routing, "stage": self.lab.stage_stats(), "te": _te_summary(self.placement)}
+        return {"app": self.lab.routing, "stage": self.lab.stage_stats(), "te": _te_summary(self.placement),
+                "hash": _hash_bases(self.lab)}
+
+
+def _hash_bases(lab):
+    """The seed, and each switch's hash basis, the routing app hashed from (apps/hashing.py)."""
+    from fabriclab.apps import parse_routing
+    from fabriclab.apps.hashing import switch_bases
+
+    _name, options = parse_routing(lab.routing)
+    return {"seed": options.get("seed", 0), "shared": bool(options.get("shared_basis", False)),
+            "bases": switch_bases(lab.fabric, options)}
 
 
 def _te_summary(placement):

@@ -11,6 +11,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
 
+from fabriclab.apps.hashing import ovs_group_hash, ovs_hash_bucket, switch_basis
 from fabriclab.measure import telemetry
 from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
@@ -42,9 +43,35 @@ def test_leaves_hold_one_select_group_per_remote_leaf_over_every_spine(lab):
     uplinks = [link.a_intf for link in lab.fabric.fabric_links if link.a == "l1"]
     for group in groups:
         assert "type=select" in group
-        # The hash covers the 5-tuple, UDP ports included (OVS's default would skip them).
-        assert "selection_method=hash,fields(ip_src,ip_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst)" in group
+        # The hash covers the 5-tuple, UDP ports included (OVS's default would skip them), from
+        # l1's own basis (apps/hashing.py: one basis everywhere would polarize a second tier)
+        basis = switch_basis(lab.fabric.switches["l1"].dpid)
+        assert (f"selection_method=hash,selection_method_param={basis},"
+                "fields(ip_src,ip_dst,nw_proto,tcp_src,tcp_dst,udp_src,udp_dst)") in group, group
         assert sorted(u for u in uplinks if f'output:"{u}"' in group) == sorted(uplinks)
+
+
+def test_open_vswitch_picks_the_bucket_the_lab_and_its_flow_model_compute(lab):
+    """The lab's Python twin of Open vSwitch's `hash` select method (apps/hashing.py, which the
+    flow model hashes with) against the switch itself: for flows from l1's hosts to the other
+    leaves, ofproto/trace's output port is the bucket the twin scores highest from l1's basis."""
+    import random
+    import re
+
+    rng = random.Random(7)
+    basis = switch_basis(lab.fabric.switches["l1"].dpid)
+    uplinks = sorted((link.a_port, link.a_intf) for link in lab.fabric.fabric_links if link.a == "l1")
+    sources = [p for h in lab.fabric.hosts.values() for p in h.ports if p.leaf == "l1"]
+    targets = [p for h in lab.fabric.hosts.values() for p in h.ports if p.leaf != "l1"]
+    for _ in range(48):
+        src, dst, sport = rng.choice(sources), rng.choice(targets), rng.randrange(49152, 65536)
+        out = subprocess.run(["ovs-appctl", "ofproto/trace", "l1",
+                              f"in_port={src.leaf_port},dl_type=0x0800,nw_proto=17,nw_src={src.ip},nw_dst={dst.ip},"
+                              f"udp_src={sport},udp_dst=4791"], capture_output=True, text=True, check=True).stdout
+        (port,) = {int(n) for n in re.findall(r"^\s*output:(\d+)", out, re.M)}
+        bucket = ovs_hash_bucket(ovs_group_hash(src.ip, dst.ip, 17, sport, 4791, basis),
+                                 [(i, 1) for i in range(len(uplinks))])
+        assert port == uplinks[bucket][0], (src.ip, dst.ip, sport, out[-400:])
 
 
 def test_distinct_flows_spread_over_spines_without_reordering(lab, figure):

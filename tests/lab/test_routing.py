@@ -214,6 +214,16 @@ def test_stage_hash_matches_python(veths):
             assert verdict == (-1 & 0xFFFFFFFF if expect == veths[0] else 7)   # pass or redirect
             chosen.add(expect)
         assert chosen == set(veths)
+        # each port hashes from its switch's basis once the controller wrote it (apps/hashing.py)
+        basis = 0x5EED1234
+        stage.set_ports({v: (10.0, 0, basis) for v in veths})
+        moved = 0
+        for qp in range(64, 96):
+            _verdict, picked, _ = stage.test_run(roce_frame("10.1.1.1", "10.1.2.1", 49152, qp), index[veths[0]])
+            expect = eecmp_member(veths, "10.1.1.1", "10.1.2.1", 49152, qp, seed=basis)
+            assert picked == index[expect]
+            moved += expect != eecmp_member(veths, "10.1.1.1", "10.1.2.1", 49152, qp)
+        assert moved > 0                          # another basis, other choices
         # a destination with no group entry is left to OVS's choice
         verdict, picked, _ = stage.test_run(roce_frame("10.1.1.1", "10.1.3.1", 1, 1), index[veths[0]])
         assert picked == 0 and stage.stats()["no_members"] == 1

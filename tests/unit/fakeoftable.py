@@ -32,7 +32,7 @@ from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from fabriclab.apps.ovs_groups import SelectionMethodProperty
-from fabriclab.apps.select_stage import flow_hash, mix
+from fabriclab.apps.hashing import flow_hash, ovs_group_hash, ovs_hash_bucket
 
 CONTROLLER = "controller"
 MAX_HOPS = 16
@@ -105,6 +105,7 @@ class FakeOFTable:
         self.flows = {}          # (priority, match) -> Entry
         self.groups = {}         # group id -> (type, buckets)
         self.methods = {}        # select group id -> selection method ("" when none was given)
+        self.params = {}         # select group id -> its selection method's parameter (the basis)
         self.dead_ports = set()
         self.packet_outs = []
         self.barriers = []       # xids of the barrier requests received, not yet answered
@@ -180,6 +181,7 @@ class FakeOFTable:
             assert methods[0].method == "hash" or not methods[0].fields, "OVS refuses fields with dp_hash"
         self.groups[gid] = (msg.type, tuple(msg.buckets))
         self.methods[gid] = methods[0].method if methods else ""
+        self.params[gid] = methods[0].param if methods else 0
 
     @staticmethod
     def _group_refs(actions):
@@ -315,8 +317,14 @@ class FakeOFTable:
             return []
         if kind == ofp.OFPGT_FF:
             return self._run_one(live[0].actions, packet)
-        h = flow_hash(packet.ipv4_src, packet.ipv4_dst, packet.ip_proto or 0, packet.udp_src or 0,
-                      packet.udp_dst or 0)
+        # the fields hashed from the group's basis: `hash` takes hash_uint64(param), dp_hash the
+        # param's low half (ofproto-dpif-xlate.c)
+        param = self.params.get(gid, 0)
+        fields = (packet.ipv4_src, packet.ipv4_dst, packet.ip_proto or 0, packet.udp_src or 0, packet.udp_dst or 0)
+        if self.methods[gid] == "dp_hash":
+            h = flow_hash(*fields, seed=param & 0xFFFFFFFF)
+        else:
+            h = ovs_group_hash(*fields, basis=param)
         if self.methods[gid] == "dp_hash":
             table = dp_hash_table([self.weight(b) for b in buckets])
             for i in range(len(table)):
@@ -325,8 +333,8 @@ class FakeOFTable:
                     return self._run_one(bucket.actions, packet)
             return []
         # `hash` (and the default): the live bucket with the highest (hash & 0xffff) x weight
-        best = max(live, key=lambda b: ((mix(h, b.bucket_id) & 0xFFFF) * self.weight(b), b.bucket_id))
-        return self._run_one(best.actions, packet)
+        best = ovs_hash_bucket(h, [(b.bucket_id, self.weight(b)) for b in live])
+        return self._run_one(next(b for b in live if b.bucket_id == best).actions, packet)
 
 
 def dp_hash_table(weights):

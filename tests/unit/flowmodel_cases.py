@@ -2,7 +2,9 @@
 data/flowmodel_golden.json (recorded from the per-flow implementation before it was rewritten
 for speed): test_flowmodel_golden.py holds every later version to them.
 
-Regenerate only when a change of results is intended:
+ECMP's and E-ECMP's were recorded again when each switch got a hash basis of its own (apps/hashing.py:
+the model hashes as the emulation's switches do); the other schemes' are the per-flow
+implementation's. Regenerate only when a change of results is intended:
     .venv/bin/python -m tests.unit.flowmodel_cases > tests/unit/data/flowmodel_golden.json
 """
 

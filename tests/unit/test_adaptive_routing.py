@@ -12,6 +12,7 @@ from fabriclab.apps import APPS, parse_routing
 from fabriclab.apps.control import AppConfig, RunFiles
 from fabriclab.apps.core import ControllerCore
 from fabriclab.apps.ecmp import EcmpRouting, WeightedGroup, group_id
+from fabriclab.apps.hashing import switch_basis
 from fabriclab.apps.select_stage import (SOURCE, StageSync, ar_choices, group_members,
                                          kernel_lets_stage_read_carrier, port_settings, stage_settings,
                                          stage_source)
@@ -31,13 +32,13 @@ def fab():
 # -- the app --------------------------------------------------------------------------------------------
 def test_ar_options_and_the_stage_settings_they_make():
     name, options = parse_routing("ar")
-    assert options == {"quantum_bytes": 64, "weights": True, "carrier": True}
+    assert options == {"quantum_bytes": 64, "weights": True, "carrier": True, "seed": 0, "shared_basis": False}
     assert stage_settings("ar", options) == {"seed": 0, "carrier": True, "quantum": 64}
     _name, options = parse_routing("ar:quantum_bytes=0,weights=off,carrier=off")
     assert stage_settings("ar", options) == {"seed": 0, "carrier": False, "quantum": 0}
     assert APPS["ar"].stage == "ar" and APPS["ar"].routing == "ecmp"
-    assert parse_routing("ecmp:weights=on")[1] == {"weights": True}
-    assert parse_routing("ecmp")[1] == {"weights": False}          # today's ECMP unless asked
+    assert parse_routing("ecmp:weights=on")[1] == {"weights": True, "seed": 0, "shared_basis": False}
+    assert parse_routing("ecmp")[1] == {"weights": False, "seed": 0, "shared_basis": False}   # unweighted unless asked
 
 
 # -- the choice -----------------------------------------------------------------------------------------
@@ -80,13 +81,15 @@ def test_the_stage_gets_each_groups_members_with_their_capacity_weights(fab):
 def test_port_settings_give_rates_and_the_queue_models_rows():
     plain = Fabric(dataclasses.replace(load_spec("routing"), queues=None))
     ports, rows = port_settings(plain)
-    assert rows == 0 and ports["l1-eth5"] == (10.0, 0)
+    assert rows == 0 and ports["l1-eth5"] == (10.0, 0, switch_basis(plain.switches["l1"].dpid))
+    # each port hashes from its switch's basis: l1's ports one, s1's another
+    assert ports["l1-eth6"][2] == ports["l1-eth5"][2] != ports["s1-eth1"][2]
     assert set(ports) == {i for link in plain.fabric_links for i in (link.a_intf, link.b_intf)}
     lossless = Fabric(load_spec("incast"))
     ports, rows = port_settings(lossless)
     table = port_table(lossless)
     assert rows == len(table) * NCLASS
-    assert ports["l1-eth5"] == (10.0, next(p.idx for p in table if p.name == "l1-eth5") + 1)
+    assert ports["l1-eth5"][:2] == (10.0, next(p.idx for p in table if p.name == "l1-eth5") + 1)
 
 
 class RecordingStage:

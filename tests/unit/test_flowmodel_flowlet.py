@@ -38,13 +38,17 @@ def test_a_leafs_flowlets_spread_over_its_uplinks_where_ecmp_collides():
 
 
 def test_one_flowlet_alone_takes_the_hash_member():
-    # Nothing loaded yet: the scan starts at the hash's member and takes it (ECMP's choice).
+    # Nothing loaded yet: the scan starts at the stage hash's member (from the leaf's basis, as the
+    # lab's flowlet stage) and takes it.
     graph = ClosGraph(ClosParams(leaves=2, spines=4, hosts_per_leaf=1))
     fl = flows.connection_flows(graph, [(0, 1)], MIB)
     routes = Routes(graph)
+    leaf = placement._leaf(graph, fl[0].src)
+    opts = routes.options_array(leaf, placement._leaf(graph, fl[0].dst))
     for seed in range(8):
-        assert placement.place(graph, routes, fl, "flowlet", seed).routes == \
-            placement.place(graph, routes, fl, "ecmp", seed).routes
+        basis = placement.switch_seeds(graph, seed)[leaf]
+        first = placement.place(graph, routes, fl, "flowlet", seed).routes[0][1][0]
+        assert first == int(opts[placement.flow_hash(graph, fl[0], basis=basis) % len(opts)])
 
 
 def test_flowlet_is_blind_to_the_links_after_the_first_choice():

@@ -30,6 +30,7 @@ EXPERIMENTS = {
     "victim-noise": "fabriclab.workflows.experiments.victim",
     "routing-schemes": "fabriclab.workflows.experiments.routing",
     "ecmp-balance": "fabriclab.workflows.experiments.ecmp_balance",
+    "ecmp-tiers": "fabriclab.workflows.experiments.ecmp_tiers",
     "flowlet-interval": "fabriclab.workflows.experiments.flowlet_interval",
     "ar-fabric": "fabriclab.workflows.experiments.ar_fabric",
     "multiplane-asymmetry": "fabriclab.workflows.experiments.multiplane_asymmetry",
@@ -46,7 +47,8 @@ class Options:
     quick: bool = False              # smaller transfers and fewer iterations (tests, CI)
     sample_s: float = 0.005          # port and queue sampling interval
     routing: str | None = None       # None: the experiment's DEFAULT_ROUTING (else ecmp)
-    seed: int = 1                    # seeds the workloads' queue pairs (source ports: a hash draw)
+    seed: int = 1                    # seeds the workloads' queue pairs (source ports) and the
+                                     # switches' hash bases: a draw of the hash
     lossy: bool = False              # drop the lossless class (experiments with LOSSY_OPTION only)
     shuffle: bool = False            # run the cases in an order drawn from the seed (reproduce's draws)
 
@@ -59,6 +61,7 @@ def module(name):
 
 def build_plan(name, spec=None, options=None):
     """The experiment's Plan on `spec` (a spec name, a file, or None for its default)."""
+    from fabriclab.apps import with_seed
     from fabriclab.lab.controller import check_app
     from fabriclab.topologies.fabric import Fabric
     from fabriclab.topologies.spec import load_spec
@@ -66,6 +69,8 @@ def build_plan(name, spec=None, options=None):
 
     mod = module(name)
     options = options or Options()
+    if isinstance(options.seed, bool) or not isinstance(options.seed, int) or options.seed < 0:
+        raise LabError(f"--seed must be a whole number >= 0, got {str(options.seed)[:20]}")
     if not options.sample_s >= 0.001:
         raise LabError(f"--sample-ms must be >= 1 ms, got {options.sample_s * 1e3:g}")
     default = getattr(mod, "DEFAULT_ROUTING", "ecmp")
@@ -77,7 +82,9 @@ def build_plan(name, spec=None, options=None):
     if options.lossy and not getattr(mod, "LOSSY_OPTION", False):
         raise LabError(f"experiment {name} takes no --lossy: it runs under its spec's own queue settings")
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)
-    runs = mod.runs(Fabric(fabric_spec), options)
+    # the seed draws the switches' hash bases too (a routing that names its own seed keeps it)
+    runs = [dataclasses.replace(r, routing=with_seed(r.routing, options.seed))
+            for r in mod.runs(Fabric(fabric_spec), options)]
     sample_ms = options.sample_s * 1e3
     plan = Plan(name=name, kind="experiment", spec=fabric_spec, runs=runs,
                 metrics=Metrics(sample_ms=sample_ms, bin_ms=max(50.0, sample_ms)),
