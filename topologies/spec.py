@@ -195,6 +195,17 @@ class FabricSpec:
         up = self.spines * self.parallel_links * self.fabric_rate_mbps
         return down / up
 
+    def derated(self, factor):
+        """The same fabric with every link `factor` times slower: the time scale `factor` times larger
+        (real_host_rate is what the links stand for and stays), buffers in bytes as they are (each
+        then holds `factor` times the lab time, the same real time), delays in real time, so
+        scaled along. What a run that saturated the CPU is run again at (experiments.run_experiment)."""
+        if not factor >= 1:
+            raise SpecError(f"spec {self.name!r}: a derating factor is >= 1, got {factor}")
+        return dataclasses.replace(
+            self, host_rate_mbps=self.host_rate_mbps / factor, fabric_rate_mbps=self.fabric_rate_mbps / factor,
+            super_spine_rate_mbps=None if self.super_spine_rate_mbps is None else self.super_spine_rate_mbps / factor)
+
     @property
     def time_scale(self):
         """How many times slower than the modelled hardware the lab runs (None if not stated)."""

@@ -20,6 +20,9 @@ def register(subparsers):
                    help="smaller transfers and fewer iterations (a minute instead of several)")
     p.add_argument("--sample-ms", type=float, default=5.0, help="port and queue sampling interval (default 5 ms)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-derate", dest="derate", action="store_false",
+                   help="keep a run that saturated the CPU as it is (not valid) instead of running the experiment "
+                        "again at half its link rates, at most twice")
     p.add_argument("--lossy", action="store_true",
                    help="run without the lossless class (PFC) where the experiment allows it "
                         "(routing-schemes); results say so")
@@ -28,7 +31,7 @@ def register(subparsers):
 
 
 def cmd_experiment(args):
-    from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, module
+    from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, module, run_experiment
 
     if args.name == "list":
         rows = [(name, module(name).DEFAULT_SPEC, module(name).SUMMARY) for name in EXPERIMENTS]
@@ -36,6 +39,15 @@ def cmd_experiment(args):
         return 0
     options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed,
                       lossy=args.lossy)
-    plan = build_plan(args.name, args.spec, options)
+    plan = build_plan(args.name, args.spec, options)          # every case checked before anything runs
+
+    def runner(progress):
+        import pathlib
+        import types
+
+        doc = run_experiment(args.name, args.spec, args.out, options, progress=progress, verbose=args.verbose,
+                             run_plots=args.run_plots, derate=args.derate)
+        return types.SimpleNamespace(doc=doc, folder=pathlib.Path(doc["folder"]))
+
     return running.execute(plan, args, f"{args.name}: {plan.experiment.SUMMARY}",
-                           {"table": lambda doc: "\n" + plan.experiment.table(doc)})
+                           {"table": lambda doc: "\n" + plan.experiment.table(doc)}, runner=runner)

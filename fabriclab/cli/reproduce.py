@@ -18,6 +18,9 @@ def register(subparsers):
                         "fewer with --quick); each claim is judged on its figures' 90%% interval over them")
     p.add_argument("--only", metavar="SEED|CLAIM", help="comma-separated seeds (000) or claim ids "
                                                         "(000-eecmp-gain); `--only list` lists them")
+    p.add_argument("--no-derate", dest="derate", action="store_false",
+                   help="judge a draw whose run saturated the CPU as it is (not judged) instead of running it "
+                        "again at half its link rates")
     p.add_argument("--out", help="results folder (default results/<time>-reproduce/)")
     p.add_argument("--from", dest="source", metavar="DIR",
                    help="judge the claims again from a catalogue folder's experiments (no fabric, no root)")
@@ -47,7 +50,8 @@ def cmd_reproduce(args):
     print(f"reproduce: {len(claims)} claims from {len(counts)} experiments, {sum(counts.values())} runs of "
           f"them{' (quick forms)' if quick else ''}{' read from ' + args.source if args.source else ''}", flush=True)
     outcome = catalogue.run(claims, quick=quick, out=out, progress=lambda line: print(line, flush=True),
-                            runner=runner, events=running.Progress(), origin=origin, draws=draws)
+                            runner=runner, events=running.Progress(), origin=origin, draws=draws,
+                            derate=args.derate)
     print("\n" + catalogue.summary_table(outcome.rows))
     if args.markdown:
         write_markdown(outcome, pathlib.Path(args.markdown), quick)

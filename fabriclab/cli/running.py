@@ -25,19 +25,25 @@ def add_output_args(p, formats=("table", "json")):
                         "`fabriclab report FOLDER` draws them later")
 
 
-def execute(plan, args, heading, renderers, bar=False):
+def execute(plan, args, heading, renderers, bar=False, runner=None):
     """What every verb that runs a plan does: say what it starts, run it through the pipeline with
     progress lines, print the document in the chosen format (`renderers`: {format: doc -> text};
     `json` prints the document itself) and return the exit code the document earns. Only `table`
     is for people (heading, progress, where the results went); any other format prints its text
-    alone, for scripts to parse (a text format says on stderr where the results went)."""
+    alone, for scripts to parse (a text format says on stderr where the results went).
+    `runner(progress)`, where given, runs the plan instead (an experiment's own loop) and returns
+    an object with the document and folder, as pipeline.run_plan does."""
     from fabriclab.workflows import pipeline
 
     table = args.format == "table"
     if table:
         print(heading, flush=True)
-    result = pipeline.run_plan(plan, args.out, progress=Progress(bar=bar) if table else None,
-                               verbose=args.verbose, run_plots=getattr(args, "run_plots", True))
+    progress = Progress(bar=bar) if table else None
+    if runner is not None:
+        result = runner(progress)
+    else:
+        result = pipeline.run_plan(plan, args.out, progress=progress, verbose=args.verbose,
+                                   run_plots=getattr(args, "run_plots", True))
     if args.format not in renderers:
         print(json.dumps(result.doc, indent=1))
     elif table:
@@ -81,6 +87,9 @@ class Progress:
             self.label = f"[{event['index'] + 1}/{event['total']}] {event['label']}" if event["total"] > 1 \
                 else event["label"]
             self._line(f"{self.label}: starting", final=not self.tty)
+        elif kind == "derate":
+            self._line(f"CPU saturated in {', '.join(event['saturated'][:3])}: running again at 1/{2 ** event['derate']} "
+                       f"of the link rates", final=True)
         elif kind == "job" and self.bar:
             progress_bar(event["fraction"], event.get("label", ""))
         elif kind == "tick":

@@ -105,3 +105,59 @@ def test_cli_lists_and_refuses_bad_input_in_one_line(capsys, tmp_path):
     assert "--sample-ms must be >= 1 ms" in capsys.readouterr().err
     assert main(["experiment", "ecn-dcqcn", "--routing", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+# -- derating: a saturated experiment runs again at lower link rates ------------------------------------
+def test_a_derated_spec_is_the_same_fabric_at_a_larger_time_scale():
+    from fabriclab.topologies.spec import load_spec
+
+    spec = load_spec("meta_dc")
+    slow = spec.derated(2)
+    assert (slow.host_rate_mbps, slow.fabric_rate_mbps, slow.super_spine_rate_mbps) == (10, 10, 5)
+    assert slow.time_scale == 2 * spec.time_scale and slow.buffers == spec.buffers
+    assert slow.lab_delay_ms("fabric") == 2 * spec.lab_delay_ms("fabric")
+    with pytest.raises(Exception, match="derating factor is >= 1"):
+        spec.derated(0.5)
+
+
+def test_a_saturated_experiment_runs_again_slower_at_most_twice_and_keeps_every_attempt(tmp_path, monkeypatch):
+    """A fake pipeline: every run saturates the CPU until the rates are quartered; the document
+    judged is the last attempt's, the earlier ones stay beside it, and the document lists all."""
+    import types
+
+    from fabriclab.results import document
+    from fabriclab.workflows import pipeline
+    from fabriclab.workflows.experiments import MAX_DERATE, run_experiment, saturated_runs
+    from tests.unit import resultdocs as rd
+
+    seen = []
+
+    def fake_run_plan(plan, out, progress=None, verbose=False, run_plots=True):
+        seen.append(plan.spec.host_rate_mbps)
+        job = rd.collective_job()
+        runs = [rd.run(r.label, {"ring": job}) for r in plan.runs]
+        if plan.spec.host_rate_mbps > 2.5:         # the `incast` spec's 10 Mbit/s saturates until 1/4
+            for r in runs[:1]:
+                r["valid"], r["invalid"] = False, ["ring: CPU saturated: the software switches ..."]
+        doc = rd.doc("experiment", runs)
+        doc["scale"]["host_rate_mbps"], doc["scale"]["time_scale"] = plan.spec.host_rate_mbps, plan.spec.time_scale
+        document.write(doc, out)
+        return types.SimpleNamespace(doc=doc)
+
+    monkeypatch.setattr(pipeline, "run_plan", fake_run_plan)
+    out = tmp_path / "pfc"
+    doc = run_experiment("pfc-incast", out=out, options=Options(quick=True))
+    assert seen == [10, 5, 2.5] and MAX_DERATE == 2
+    assert [a["derate"] for a in doc["attempts"]] == [0, 1, 2]
+    assert [a["host_rate_mbps"] for a in doc["attempts"]] == [10, 5, 2.5]
+    assert doc["attempts"][0]["saturated"] == [doc["runs"][0]["label"]] and not doc["attempts"][2]["saturated"]
+    assert (tmp_path / "pfc.attempt-1" / "results.json").is_file() and (tmp_path / "pfc.attempt-2").is_dir()
+    assert document.load(out)["attempts"] == doc["attempts"]                  # of the one schema
+    seen.clear()
+    assert "attempts" not in run_experiment("pfc-incast", out=tmp_path / "kept", options=Options(quick=True),
+                                            derate=False) and seen == [10]
+    lossless = {"runs": [{"label": "a", "invalid": ["lossless drop: l1-eth3 ...", "CPU saturated: ..."]},
+                         {"label": "b", "invalid": []}, {"label": "c", "invalid": ["x: CPU saturated: ..."]}]}
+    assert saturated_runs(lossless) == ["c"]                                   # no slower rate mends a drop
+    with pytest.raises(LabError, match="derate must be 0-2"):
+        build_plan("pfc-incast", options=Options(derate=3))

@@ -364,3 +364,18 @@ def test_the_model_claims_run_offline_into_a_catalogue_and_a_markdown_document(t
     assert (tmp_path / "docs" / "reproductions" / "001-alltoall-topology.png").stat().st_size > 5_000
 
 
+
+
+def test_a_draw_run_again_slower_records_the_scale_its_verdict_came_from(tmp_path):
+    def runner(name, folder, quick, k):
+        got = doc(("r", []))
+        if k == 2:
+            got["attempts"] = [{"derate": 0, "host_rate_mbps": 10, "time_scale": 40000, "saturated": ["r"]},
+                               {"derate": 1, "host_rate_mbps": 5, "time_scale": 80000, "saturated": []}]
+        return got
+
+    outcome = catalogue.run((claim(None, ("ecmp-balance",)),), quick=True, out=tmp_path,
+                            progress=lambda line: None, runner=runner)
+    assert outcome.ok and outcome.experiments["ecmp-balance"]["derated"] == {"2": {"rate_divisor": 2, "attempts": 2}}
+    text = (tmp_path / "catalogue.md").read_text()
+    assert "| ecmp-balance | 3 |" in text and "draw 2: 1/2 (CPU saturated at full)" in text

@@ -51,6 +51,7 @@ class Options:
                                      # switches' hash bases: a draw of the hash
     lossy: bool = False              # drop the lossless class (experiments with LOSSY_OPTION only)
     shuffle: bool = False            # run the cases in an order drawn from the seed (reproduce's draws)
+    derate: int = 0                  # the spec's links 2**derate times slower (a saturated run's rerun)
 
 
 def module(name):
@@ -81,7 +82,11 @@ def build_plan(name, spec=None, options=None):
     check_app(options.routing)
     if options.lossy and not getattr(mod, "LOSSY_OPTION", False):
         raise LabError(f"experiment {name} takes no --lossy: it runs under its spec's own queue settings")
+    if isinstance(options.derate, bool) or not isinstance(options.derate, int) or not 0 <= options.derate <= MAX_DERATE:
+        raise LabError(f"derate must be 0-{MAX_DERATE} halvings of the link rates, got {str(options.derate)[:20]}")
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)
+    if options.derate:
+        fabric_spec = fabric_spec.derated(2 ** options.derate)
     # the seed draws the switches' hash bases too (a routing that names its own seed keeps it)
     runs = [dataclasses.replace(r, routing=with_seed(r.routing, options.seed))
             for r in mod.runs(Fabric(fabric_spec), options)]
@@ -94,14 +99,58 @@ def build_plan(name, spec=None, options=None):
     return plan
 
 
-def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False, run_plots=True):
+def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False, run_plots=True,
+                   derate=True):
     """Run experiment `name`; returns the results document, written to `out` (default
     results/<time>-<name>/) with the experiment's table inputs and plots (each run's own too,
-    unless `run_plots` is False)."""
+    unless `run_plots` is False). A run that saturated the CPU measured the software switches,
+    not the fabric: with `derate`, the whole experiment runs again at half its link rates (twice
+    its time scale), at most MAX_DERATE times, and the document judged is the last one's; every
+    attempt stays beside it (`<out>.attempt-<k>`) and the document lists them (`attempts`)."""
+    import pathlib
+
+    from fabriclab.results import document
     from fabriclab.workflows import pipeline
 
-    plan = build_plan(name, spec, options)
-    return pipeline.run_plan(plan, out, progress=progress, verbose=verbose, run_plots=run_plots).doc
+    options = options or Options()
+    folder = pathlib.Path(out) if out else document.default_folder(name)
+    attempts = []
+    while True:
+        plan = build_plan(name, spec, options)
+        doc = pipeline.run_plan(plan, folder, progress=progress, verbose=verbose, run_plots=run_plots).doc
+        saturated = saturated_runs(doc)
+        attempts.append({"derate": options.derate, "host_rate_mbps": doc["scale"]["host_rate_mbps"],
+                         "time_scale": doc["scale"]["time_scale"], "saturated": saturated})
+        if not (derate and saturated and options.derate < MAX_DERATE):
+            break
+        aside = folder.with_name(f"{folder.name}.attempt-{len(attempts)}")
+        if aside.exists():
+            import shutil
+
+            shutil.rmtree(aside)
+        folder.rename(aside)
+        attempts[-1]["folder"] = aside.name
+        if progress:
+            progress({"event": "derate", "saturated": saturated, "derate": options.derate + 1})
+        options = dataclasses.replace(options, derate=options.derate + 1)
+    if len(attempts) > 1:
+        doc["attempts"] = attempts
+        document.write(doc, folder)
+    return doc
+
+
+MAX_DERATE = 2                 # halvings of the link rates a saturated experiment is run again at
+
+
+def saturated_runs(doc):
+    """Labels of the runs that are not valid only because the CPU saturated (a lossless drop or a
+    failed check is the fabric's, and no slower rate would mend it)."""
+    out = []
+    for run in doc["runs"]:
+        reasons = run["invalid"]
+        if reasons and all("CPU saturated" in reason for reason in reasons):
+            out.append(run["label"])
+    return out
 
 
 # -- reading an experiment's document (its tables and plots) ---------------------------------------
