@@ -1,10 +1,11 @@
 """A claim from a paper, and what the lab found when it checked it.
 
 A claim names the packaged experiments it reads (or none: a model's claim), the paper's figure and
-the conditions it was measured under, and a `measure(docs)` that turns the experiments' results
-documents into a Finding: the lab's figure, the model's where one applies, and whether the paper's
-direction holds. The agreement is a ratio where the paper gives one number to set the lab's
-against, and "direction only" where it gives a trend or an ordering.
+the conditions it was measured under, and a `measure(docs)` that turns one draw of the
+experiments' results documents into a Finding: the lab's figure, the model's where one applies,
+and the paper's direction as effects (figures against bounds). `agreement` judges the claim over
+its draws' findings on each effect's interval (judge.py): agrees, inconclusive, flipped or not
+judged, with the ratio lab / paper where the paper gives one number.
 """
 
 from __future__ import annotations
@@ -55,10 +56,6 @@ class Effect:
     @property
     def holds(self):
         return self.value > self.bound if self.op == ">" else self.value < self.bound
-
-    @property
-    def text(self):
-        return f"{self.name} {self.op} {self.bound:g}"
 
 
 @dataclass
