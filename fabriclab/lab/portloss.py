@@ -109,7 +109,7 @@ class PortLoss:
             entry = stage.map.lookup(index)
         except (LabError, OSError, KeyError):
             entry = None
-        if entry is not None and (entry.dropped or entry.passed):
+        if entry is not None:       # kept even at zero: a port that had loss stays listed
             dropped, passed = self.retired.get((node, intf), (0, 0))
             self.retired[(node, intf)] = (dropped + int(entry.dropped), passed + int(entry.passed))
 

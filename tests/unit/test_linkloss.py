@@ -251,3 +251,20 @@ def test_a_ports_loss_count_survives_a_new_rate_and_its_lifting(monkeypatch):
     loss.set("l1", None, "l1-eth3", threshold(0.5))
     stage.map.send(7, dropped=1, passed=1)
     assert loss.counters() == {("l1", "l1-eth3"): (13, 51)}
+
+
+def test_a_port_that_carried_nothing_stays_listed_after_its_loss_is_lifted(monkeypatch):
+    # A lossy cable the traffic's hash did not use: lifted, it must still read (0, 0), not vanish
+    # (a run reads a difference per port, before and after)
+    from fabriclab.lab import portloss
+
+    loss = portloss.PortLoss("r")
+    stage = types.SimpleNamespace(map=FakeLossMap(), attached={}, pin="/sys/fs/bpf/x")
+    loss.stages["switches"] = stage
+    monkeypatch.setattr(portloss.PortLoss, "_stage", lambda self, node, pid, intf: stage)
+    monkeypatch.setattr(portloss, "_ifindex", lambda node, pid, intf: 7)
+    monkeypatch.setattr(portloss, "_tc", lambda node, pid, commands: None)
+    loss.set("s1", None, "s1-eth2", threshold(0.3))
+    assert loss.counters() == {("s1", "s1-eth2"): (0, 0)}
+    loss.set("s1", None, "s1-eth2", 0)
+    assert loss.counters() == {("s1", "s1-eth2"): (0, 0)}
