@@ -102,7 +102,13 @@ def test_ecn_marks_come_from_red_where_the_kernel_has_it(lab, record_property):
           f"red_marked: {queue_delta(after, before, 'red_marked').get((hot, 'lossless'))}, totals: {totals}, "
           f"ce_marked at receivers: {run.sizes[0]['counters'].get('ce_marked', 0)}, "
           f"pfc reaction: {run.queues['pfc_reaction']}")
-    assert marks.get((hot, "lossless"), 0) > 0, marks
+    # The 3:1 marks where the senders overlap: at h2's port when h1's flow meets the others', at
+    # l2's uplink when only h3's and h4's do (under emulation the agents can start 100 ms apart,
+    # a whole flow's time), so the test asks for marks on the incast's path, not at one port.
+    path = {hot} | {link.a_intf if link.a == src else link.b_intf
+                    for src, dst in (("l2", "s1"), ("s1", "l1")) for link in lab.fabric.find_link(src, dst)}
+    marked = {port for (port, cls), n in marks.items() if cls == "lossless" and n > 0}
+    assert marked and marked <= path, (marks, path)
     assert run.sizes[0]["counters"].get("ce_marked", 0) > 0
     assert all(after[key]["role"] != "host" for key in marks)
     assert run.queues["ecn_mechanism"] == lab.ecn_mechanism
@@ -110,7 +116,8 @@ def test_ecn_marks_come_from_red_where_the_kernel_has_it(lab, record_property):
         # RED's own counter saw them too (it also counts packets that came in marked), it dropped
         # nothing, and the gates' netlink changes left every RED in place.
         red_marked = queue_delta(after, before, "red_marked")
-        assert 0 < marks[(hot, "lossless")] <= red_marked[(hot, "lossless")], (marks, red_marked)
+        assert all(0 < marks[(port, "lossless")] <= red_marked[(port, "lossless")] for port in marked), \
+            (marks, red_marked)
         assert totals["red_marked"] >= totals["marks"] > 0
         assert totals["red_drops"] == 0
         # Every packet a RED marked reached its receiver marked, once.
