@@ -3,6 +3,12 @@ test's pass rate and the spread of every figure it asserts on.
 
     sudo ./lab.sh test --repeat 10 tests/lab/test_queues.py -k pauses
     .venv/bin/python -m tests.repeat 10 tests/unit/test_table.py
+    .venv/bin/python -m tests.repeat --catalogues DIR [DIR...] -- tests/lab/test_ecmp_tiers.py
+
+The tests that read the `reproduce --quick` catalogue can instead be run once against each of
+several catalogues run before (each CI run leaves one, with its draws): `--catalogues` sets
+FABRICLAB_QUICK_CATALOGUE to each folder in turn, so their figures' spread is over every draw of
+every catalogue without running the catalogue again.
 
 A test names the figures it asserts on with the `figure` fixture (tests/conftest.py); pytest
 writes them into its JUnit XML as `figure:<name>` properties, which this reads back. A margin in a
@@ -97,21 +103,45 @@ def table(rows):
     return format_table(("test / figure", "passed", "n", "min", "median", "max", "sd"), out)
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
+USAGE = (f"usage: python -m tests.repeat N [pytest args]   (N: 1-{MAX_REPEATS})\n"
+         f"       python -m tests.repeat --catalogues DIR [DIR...] -- [pytest args]")
+
+
+def parse(argv):
+    """(runs' environments, pytest args) from the command line, or None when it is not one."""
+    import os
+
+    if argv and argv[0] == "--catalogues":
+        if "--" not in argv:
+            return None
+        cut = argv.index("--")
+        folders = argv[1:cut]
+        if not 1 <= len(folders) <= MAX_REPEATS or not all(
+                (pathlib.Path(f) / "catalogue.json").is_file() for f in folders):
+            return None
+        return [{**os.environ, "FABRICLAB_QUICK_CATALOGUE": str(pathlib.Path(f).resolve())}
+                for f in folders], argv[cut + 1:]
     if not argv or not argv[0].isdigit() or not 1 <= int(argv[0]) <= MAX_REPEATS:
-        print(f"usage: python -m tests.repeat N [pytest args]   (N: 1-{MAX_REPEATS})", file=sys.stderr)
+        return None
+    return [None] * int(argv[0]), argv[1:]
+
+
+def main(argv=None):
+    parsed = parse(list(sys.argv[1:] if argv is None else argv))
+    if parsed is None:
+        print(USAGE, file=sys.stderr)
         return 2
-    n, args = int(argv[0]), argv[1:]
+    envs, args = parsed
+    n = len(envs)
     folder = pathlib.Path("results") / f"repeat-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     runs = []
-    for k in range(1, n + 1):
+    for k, env in enumerate(envs, 1):
         xml = folder / f"run-{k}.xml"
         t0 = time.monotonic()
         code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                                "-o", "junit_family=xunit1",        # keeps each test's properties
-                               f"--junitxml={xml}", *args], stdin=subprocess.DEVNULL).returncode
+                               f"--junitxml={xml}", *args], stdin=subprocess.DEVNULL, env=env).returncode
         run = read_run(xml)
         runs.append(run)
         failed = sorted(t for t, (o, _f) in run.items() if o in ("failed", "error"))

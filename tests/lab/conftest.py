@@ -70,10 +70,18 @@ class QuickCatalogue:
 def quick_catalogue(tmp_path_factory):
     """The catalogue, run as a user runs `fabriclab reproduce --quick`: a process of its own, whose
     twenty experiment draws leave nothing in the test process (its output: reproduce-quick.log
-    beside the folder)."""
+    beside the folder). FABRICLAB_QUICK_CATALOGUE=FOLDER reads a catalogue run before instead (a
+    CI run's, say): the tests' figures over many catalogues, without running one each time."""
+    import pathlib
     import subprocess
     import sys
 
+    given = os.environ.get("FABRICLAB_QUICK_CATALOGUE")
+    if given:
+        folder = pathlib.Path(given)
+        if not (folder / "catalogue.json").is_file():
+            pytest.exit(f"FABRICLAB_QUICK_CATALOGUE: no catalogue.json in {str(folder)[:200]}", returncode=4)
+        return QuickCatalogue(folder, 0)
     folder = tmp_path_factory.mktemp("reproduce-quick")
     proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "reproduce", "--quick", "--out", str(folder)],
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
