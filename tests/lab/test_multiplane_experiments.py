@@ -128,18 +128,25 @@ def test_plane_failover(quick_catalogue, figure):
         assert (folder / "plane_failover.png").stat().st_size > 10_000
 
 
-def test_plane_flaps(tmp_path, figure):
-    doc = run("plane-flaps", tmp_path)
-    cases = by_label(doc)
-    base, per_plane, software = cases["no flaps"], cases["per-plane"], cases["software, 0.4 s"]
-    assert plane_flaps.downs(per_plane) and plane_flaps.downs(software)
-    assert not plane_flaps.downs(base)
-    # XXX-MEASURE (once: p99 323/411/690 ms; reaction 0.08 s against 0.39 s)
-    reaction = figure("median reaction software / per-plane", statistics.median(plane_flaps.reactions(software))
-                      / statistics.median(plane_flaps.reactions(per_plane)))
-    assert reaction > 1
-    tail = figure("CCT p99 software / per-plane", ring(software)["cct_ms"]["p99"] / ring(per_plane)["cct_ms"]["p99"])
-    assert tail > 1
+def test_plane_flaps(quick_catalogue, figure):
+    """Flaps happen, the NICs take the planes out, per-plane sooner than software's timeout, on
+    every draw. Whether that shortens the tail (CCT p99) is claim 002-flap-tail's to judge: one
+    flap on the wrong ring step decides a quick draw's p99 (a CI run measured software / per-plane
+    0.93, one before 1.7)."""
+    for k, doc, folder in drawn(quick_catalogue, "plane-flaps"):
+        cases = by_label(doc)
+        base, per_plane, software = cases["no flaps"], cases["per-plane"], cases["software, 0.4 s"]
+        assert plane_flaps.downs(per_plane) and plane_flaps.downs(software), k
+        assert not plane_flaps.downs(base), k
+        assert plane_flaps.reactions(per_plane) and plane_flaps.reactions(software), k
+        # Per-plane takes its own plane out on carrier loss (milliseconds) and a peer's after a
+        # few probe timeouts (about 0.15 s); software waits out its 0.4 s timeout each time. Two
+        # runs measured the medians 0.08 against 0.38-0.39 s (ratio 4.7-4.9).
+        reaction = figure(f"median reaction software / per-plane, draw {k}",
+                          statistics.median(plane_flaps.reactions(software))
+                          / statistics.median(plane_flaps.reactions(per_plane)))
+        assert reaction > 1, k
+        assert (folder / "plane_flaps.png").stat().st_size > 10_000
 
 
 def test_esr(tmp_path, figure):

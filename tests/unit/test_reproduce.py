@@ -249,6 +249,36 @@ def outcome_machine(folder):
     return json.loads((folder / "catalogue.json").read_text())["machine"]
 
 
+def flaps_doc(per_plane_removal_s, software_removal_s, p99_per_plane, p99_software):
+    """A plane-flaps document: one host link down at t=1 s in each flapping case, and each NIC's
+    removal of that plane `*_removal_s` later."""
+    def run(label, removal_s, p99):
+        flapping = removal_s is not None
+        events = [{"t_s": 1.0, "event": "h1-p2l1 down", "undo": False}] if flapping else []
+        removed = [{"event": "removed", "plane": 2, "t": 1001.0 + removal_s}] if flapping else []
+        return {"label": label, "origin_unix": 1000.0, "invalid": [], "faults": [{"events": events}],
+                "jobs": {"ring": {"sizes": [{"cct_ms": {"p99": p99}}],
+                                  "plb": {"ranks": {"0": {"events": removed}}}}}}
+    return {"runs": [run("no flaps", None, 300.0), run("per-plane", per_plane_removal_s, p99_per_plane),
+                     run("software, 0.4 s", software_removal_s, p99_software)]}
+
+
+def test_the_flap_claim_reads_reactions_and_tails_and_flips_when_software_is_sooner():
+    from fabriclab.workflows.reproduce.seed002 import flap_tail
+
+    claim = next(c for c in CLAIMS if c.id == "002-flap-tail")
+    found = flap_tail({"plane-flaps": flaps_doc(0.004, 0.4, 400.0, 700.0)})
+    assert [e.value for e in found.effects] == [pytest.approx(100), pytest.approx(1.75)]
+    assert "0.004 s (per-plane) against 0.400 s" in found.lab
+    assert agreement(claim, [found, flap_tail({"plane-flaps": flaps_doc(0.005, 0.41, 410.0, 720.0)})]).status == AGREES
+    wrong = [flap_tail({"plane-flaps": flaps_doc(0.4, 0.004, 700.0 + i, 400.0)}) for i in range(2)]
+    assert agreement(claim, wrong).status == FLIPPED
+    # a NIC that removed nothing: the draw cannot be judged, not a crash
+    nothing = flaps_doc(0.004, 0.4, 400.0, 700.0)
+    nothing["runs"][1]["jobs"]["ring"]["plb"]["ranks"]["0"]["events"] = []
+    assert "not a finite number" in agreement(claim, [flap_tail({"plane-flaps": nothing})] * 2).invalid[0]
+
+
 # -- claims measured without a network --------------------------------------------------------------------
 def test_the_ring_vs_fully_connected_claims_hold_in_seed_001s_model():
     ar = seed001.allreduce({})
