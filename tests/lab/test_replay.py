@@ -10,6 +10,7 @@ import sys
 import jsonschema
 import pytest
 
+from fabriclab.system.shaping import burst_bytes
 from fabriclab.workflows import traces
 from fabriclab.workflows.plan import Job, Plan, RunPlan
 from fabriclab.workflows.replay import ReplaySpec
@@ -47,11 +48,20 @@ def check_job(job, trace, lab, figure, size_scale=1):
     rows = [row for segment in job["segments"] for row in segment["sizes"]]
     assert [o["valid"] for o in ops] == [row["valid"] for row in rows]
     scale = job["scaling"]
+    spec = lab.fabric.spec
+    # The shapers' htb lets a burst of at least two frames through at once (system/shaping.py),
+    # and the bucket refills while a rank waits between steps: each step can beat its share of
+    # the ideal time by one burst's time at the slower link rate, and no collective here takes
+    # more than a ring AllReduce's 2(n-1) steps. (The bound was 0.7 x ideal: over 10 runs
+    # (2026-11-27) a 2-rank ReduceScatter whose ideal, 3.3 ms, is under one burst's 7.2 ms
+    # measured 0.66-1.67 x ideal and failed 3 runs in 10.)
+    burst_ms = max(burst_bytes(rate, spec.mtu) * 8 / (rate * 1e3)
+                   for rate in (spec.host_rate_mbps, spec.fabric_rate_mbps))
     for op in ops:
         assert op["size"] == pytest.approx(op["trace_size"] / size_scale, abs=4 * op["ranks"])
-        # a collective cannot beat its ideal time by more than the shaper's burst allowance
         name = f"{op['collective']} {op['index']} on {','.join(op['hosts'])}: CCT / ideal"
-        assert figure(name, op["cct_ms"] / op["ideal_ms"]) > 0.7, op
+        floor = op["ideal_ms"] - 2 * (op["ranks"] - 1) * burst_ms
+        assert figure(name, op["cct_ms"] / op["ideal_ms"]) > floor / op["ideal_ms"], (op, burst_ms)
         assert op["cct_real_ms"] == pytest.approx(op["cct_ms"] * scale["lab_to_real"], rel=1e-3, abs=1e-6)
         if op["gap_ran_ms"] is not None and op["index"] and op["hosts"] == ops[op["index"] - 1]["hosts"]:
             # within a segment a step starts no sooner than its gap after the previous one's end

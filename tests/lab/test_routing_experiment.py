@@ -21,7 +21,8 @@ def test_routing_schemes_show_each_schemes_mechanism_on_every_draw(quick_catalog
         eecmp = ring["E-ECMP + 4 QPs shared sport"]
         assert eecmp["counters"]["out_of_sequence"] == 0 and eecmp["buffer_drops"]["total"] == 0, (k, eecmp)
         # TE places every flow of the ring on an uplink of its own: all of them placed, and the
-        # uplinks even (a placement, not a draw: XXX-MEASURE)
+        # uplinks even (a placement, not a draw: 1.004-1.024, sd 0.008, over 5 quick draws of 3
+        # catalogues, 2026-11-27; the bound, 1.25, is 28 sd above the most)
         te = cases["TE"]["routing_state"]["te"]
         assert te["placed"] >= 16 and te["unplaced"] == 0, (k, te)
         assert figure(f"TE uplink max/mean, draw {k}", ring["TE"]["balance"]["up"]["max_mean_ratio"]) < 1.25

@@ -21,12 +21,12 @@ def test_switchml_against_ring_and_under_loss(quick_catalogue, figure):
         for tags, agg, ring, _run in sizes:
             n, what = tags["workers"], f"n={tags['workers']} {tags['elements']} elements, draw {k}"
             assert agg["verify"]["ok"] and agg["verify"]["exact"], (k, tags)
-            # Without loss, a resend is a timer that fired early (a busy machine); they stay rare
-            # (XXX-MEASURE).
+            # Without loss, a resend is a timer that fired early (a busy machine); they stay rare:
+            # 0 in every case of 5 quick draws of 3 catalogues, 2026-11-27.
             assert figure(f"loss-free resends / packets, {what}",
                           agg["retransmissions"] / agg["packets_sent"]) <= 0.05, (k, agg["retransmissions"])
-            # Bytes a worker sends: one tensor (plus headers) against a ring's 2(n-1)/n tensors
-            # (XXX-MEASURE).
+            # Bytes a worker sends: one tensor (plus headers) against a ring's 2(n-1)/n tensors:
+            # counted, not drawn (0.981 for n=2, 1.308 for n=3 on all 5 draws: the headers' 1.9%)
             ratio = figure(f"ring bytes / SwitchML bytes, {what}",
                            ring["bytes_sent_per_rank"][0] / agg["bytes_sent_per_worker"])
             assert ratio == pytest.approx(2 * (n - 1) / n, rel=0.05), (k, tags)
