@@ -46,7 +46,7 @@ def flap_tail(docs):
 
     doc = docs["plane-flaps"]
     runs = runs_by_label(doc)
-    software = next(label for label in runs if label.startswith("software"))
+    software = "software, 0.4 s"          # in the quick form and the full one (0.1, 0.4, 1.6 s)
     fast, slow = runs["per-plane"], runs[software]
     react = {name: statistics.median(reactions(r)) if reactions(r) else float("nan")
              for name, r in (("per-plane", fast), ("software", slow))}
