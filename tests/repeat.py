@@ -141,7 +141,11 @@ def main(argv=None):
         t0 = time.monotonic()
         code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                                "-o", "junit_family=xunit1",        # keeps each test's properties
-                               f"--junitxml={xml}", *args], stdin=subprocess.DEVNULL, env=env).returncode
+                               f"--junitxml={xml}",
+                               # a temporary folder of its own: pytest keeps only its 3 newest in
+                               # /tmp/pytest-of-USER, so each run there would delete another's
+                               # (a CI run's beside it, say)
+                               f"--basetemp={folder / 'tmp'}", *args], stdin=subprocess.DEVNULL, env=env).returncode
         run = read_run(xml)
         runs.append(run)
         failed = sorted(t for t, (o, _f) in run.items() if o in ("failed", "error"))
