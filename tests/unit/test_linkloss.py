@@ -230,8 +230,8 @@ class FakeLossMap:
             entry.passed += passed + (0 if entry.threshold else dropped)
 
 
-def test_a_ports_loss_count_survives_a_new_rate_and_its_lifting(monkeypatch):
-    # A timed fault changes and lifts the loss mid-run: what the port dropped must still be counted
+def fake_port_loss(monkeypatch):
+    """A PortLoss on a fake map whose one port is ifindex 7: (the PortLoss, its stage)."""
     from fabriclab.lab import portloss
 
     loss = portloss.PortLoss("r")
@@ -240,6 +240,12 @@ def test_a_ports_loss_count_survives_a_new_rate_and_its_lifting(monkeypatch):
     monkeypatch.setattr(portloss.PortLoss, "_stage", lambda self, node, pid, intf: stage)
     monkeypatch.setattr(portloss, "_ifindex", lambda node, pid, intf: 7)
     monkeypatch.setattr(portloss, "_tc", lambda node, pid, commands: None)
+    return loss, stage
+
+
+def test_a_ports_loss_count_survives_a_new_rate_and_its_lifting(monkeypatch):
+    # A timed fault changes and lifts the loss mid-run: what the port dropped must still be counted
+    loss, stage = fake_port_loss(monkeypatch)
     loss.set("l1", None, "l1-eth3", threshold(0.5))
     stage.map.send(7, dropped=10, passed=20)
     loss.set("l1", None, "l1-eth3", threshold(0.1))                 # a new rate: the count goes on
@@ -256,14 +262,7 @@ def test_a_ports_loss_count_survives_a_new_rate_and_its_lifting(monkeypatch):
 def test_a_port_that_carried_nothing_stays_listed_after_its_loss_is_lifted(monkeypatch):
     # A lossy cable the traffic's hash did not use: lifted, it must still read (0, 0), not vanish
     # (a run reads a difference per port, before and after)
-    from fabriclab.lab import portloss
-
-    loss = portloss.PortLoss("r")
-    stage = types.SimpleNamespace(map=FakeLossMap(), attached={}, pin="/sys/fs/bpf/x")
-    loss.stages["switches"] = stage
-    monkeypatch.setattr(portloss.PortLoss, "_stage", lambda self, node, pid, intf: stage)
-    monkeypatch.setattr(portloss, "_ifindex", lambda node, pid, intf: 7)
-    monkeypatch.setattr(portloss, "_tc", lambda node, pid, commands: None)
+    loss, stage = fake_port_loss(monkeypatch)
     loss.set("s1", None, "s1-eth2", threshold(0.3))
     assert loss.counters() == {("s1", "s1-eth2"): (0, 0)}
     loss.set("s1", None, "s1-eth2", 0)
