@@ -375,6 +375,29 @@ def test_no_traffic_before_the_fault_gives_a_note():
     assert recovery.impact(trickle, [0.0] * 30, 1.0)["note"] == BEFORE
 
 
+def test_a_fault_in_the_jobs_own_gap_takes_its_baseline_from_before_the_gap():
+    """The shape of a CI failure (2026-11-27): the ring idled from 0.43 s before a flap to 0.17 s
+    after it (between iterations), so the half second before the flap held nothing. The baseline
+    is the traffic before the gap, and the gap is stated."""
+    times, mbps = bins([0.0] * 2 + [90.0] * 10 + [0.0] * 8 + [0.0] * 4 + [70.0] * 16)
+    out = recovery.impact(times, mbps, 1.0)
+    assert out["baseline_mbps"] == 90.0 and out["idle_before_s"] == pytest.approx(0.4)
+    assert out["fell"] is True and out["recovery_s"] == pytest.approx(0.2)
+    assert out["after_mbps"] == 70.0 and out["retained"] == pytest.approx(70 / 90, abs=1e-3)
+    # mid-traffic, nothing idle: the half second just before
+    times, mbps = bins([50.0] * 10 + [90.0] * 10 + [30.0] * 10)
+    out = recovery.impact(times, mbps, 1.0)
+    assert out["baseline_mbps"] == 90.0 and out["idle_before_s"] == 0.0
+
+
+def test_the_baseline_search_stops_at_its_limit():
+    """Traffic more than SEARCH_S before the fault is no baseline for it."""
+    gap = round(recovery.SEARCH_S / BIN) + 1
+    times, mbps = bins([90.0] * 10 + [0.0] * gap + [90.0] * 10)
+    out = recovery.impact(times, mbps, times[10 + gap])
+    assert out == {"baseline_mbps": None, "recovery_s": None, "note": BEFORE}
+
+
 def test_a_small_but_real_baseline_is_used():
     """6 % of the peak is above the floor: the fault is measured against it."""
     times, mbps = bins([6.0] * 20 + [1.0] * 4 + [6.0] * 4 + [100.0])
