@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.lab.runstate import RunState
-from fabriclab.system import fullkernel, procs
+from fabriclab.system import fullkernel, patience, procs
 
 WIRE_HOST, WIRE_PREFIX = "172.31.253.1", 28
 MAX_GUESTS = 4          # each is a 2-CPU, 3 GiB qemu: four is already more than a 2-core machine runs well
@@ -45,6 +45,11 @@ SSH_SETUP_FAILURES = {95: "could not bring the wire up", 96: "sshd did not start
 # machine's): outside the lab's run root, so a `clean` in the guest never finds this machine's
 # run records and takes them for its own.
 GUEST_DIR = "/run/fabriclab-guest"
+# root's home in a guest: a machine's own, empty, not this machine's /root. A session over SSH runs
+# its shell's rc files from the home (Debian's bash reads ~/.bashrc for `ssh HOST CMD`), and this
+# machine's may do anything: a pyenv set-up there took 20 s of every SSH command under emulation
+# (a doctor over the inventory 171 s, 2026-11-28).
+GUEST_HOME = "/tmp/fabriclab-home"
 
 
 def guest_address(index):
@@ -184,6 +189,11 @@ class GuestMachine:
             f.write(self.inventory_text(project_dir, venv_dir or sys.prefix))
         return path
 
+    def patience(self):
+        """FABRICLAB_PATIENCE for every session in a guest, as the full-kernel tier's: under software
+        emulation a controller or an agent starts several times slower than here."""
+        return fullkernel.GUEST_PATIENCE if self.tier.accel != "kvm" else 1
+
     # -- steps ----------------------------------------------------------------------------------
     def _keygen(self, path):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fabriclab-{self.run.id}",
@@ -209,7 +219,7 @@ class GuestMachine:
                 f"AuthorizedKeysFile {GUEST_DIR}/authorized_keys\n"
                 "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 f"UsePAM yes\nStrictModes no\nPidFile {GUEST_DIR}/sshd.pid\n"
-                f"SetEnv MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR}\n")
+                f"SetEnv MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR} {patience.ENV}={self.patience()}\n")
         (d / "known_hosts").write_text("".join(known))
 
     def _wire(self):
@@ -246,7 +256,8 @@ modprobe -a {' '.join(fullkernel.MODULES)} || exit 92
 dev=$(ip -o link | awk -F': ' '/{guest.mac}/ {{print $2}}')
 ip link set lo up && ip link set "$dev" mtu {WIRE_MTU} && ip addr add {guest.address}/{WIRE_PREFIX} dev "$dev" \
     && ip link set "$dev" up || exit 95
-mkdir -p /run/sshd {fullkernel.GUEST_MPLCONFIGDIR}
+mkdir -p /run/sshd {fullkernel.GUEST_MPLCONFIGDIR} && install -d -m 700 {GUEST_HOME} || exit 96
+sed -i 's#^\\(root:[^:]*:0:0:[^:]*:\\)[^:]*:#\\1{GUEST_HOME}:#' /etc/passwd || exit 96
 {SSHD} -f {GUEST_DIR}/sshd_config -E {GUEST_DIR}/sshd.log || exit 96
 echo "{READY}"
 while :; do sleep 3600; done

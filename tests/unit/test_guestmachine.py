@@ -3,6 +3,7 @@ and sshd set-up (fabriclab/lab/guestmachine.py; the boot itself: tests/lab/test_
 
 import ipaddress
 import pathlib
+import subprocess
 import types
 
 import pytest
@@ -47,6 +48,22 @@ def test_the_guest_reads_its_files_outside_the_lab_run_root(tmp_path):
     assert f"{RUN_ROOT}/" not in script and not pathlib.PurePath(GUEST_DIR).is_relative_to(RUN_ROOT)
 
 
+def test_root_in_the_guest_has_a_home_of_its_own(tmp_path):
+    """This machine's /root (shared with the guest) may hold rc files that cost 20 s an SSH
+    command under emulation: the guest's passwd, in its own overlay of /etc, points root's home at
+    an empty folder. The script's own sed line, run on a copy of a passwd file."""
+    machine = fake(tmp_path)
+    script = machine.guest_script(machine.guests[0])
+    (line,) = [ln for ln in script.splitlines() if "/etc/passwd" in ln]
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\nrootless:x:1000:1000::/root:/bin/sh\n")
+    subprocess.run(["sh", "-c", line.replace("/etc/passwd", str(passwd))], check=True)
+    assert passwd.read_text().splitlines() == [f"root:x:0:0:root:{guestmachine.GUEST_HOME}:/bin/bash",
+                                               "rootless:x:1000:1000::/root:/bin/sh"]
+    assert f"install -d -m 700 {guestmachine.GUEST_HOME}" in script
+    assert script.index("/etc/passwd") < script.index(guestmachine.SSHD)
+
+
 def test_an_inventory_path_that_cannot_be_written_is_refused_before_booting(tmp_path, capsys):
     from fabriclab.cli.main import main
 
@@ -86,3 +103,20 @@ def test_a_count_of_guests_out_of_range_is_refused_before_anything(capsys):
     assert main(["fullkernel", "machine", "--guests", "9"]) == 2
     err = capsys.readouterr().err
     assert "--guests: between 1 and 4, got 9" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("accel, emulated", [("tcg", True), ("kvm", False)])
+def test_every_ssh_session_in_an_emulated_guest_is_patient(tmp_path, accel, emulated):
+    """Sessions over SSH get the tier's FABRICLAB_PATIENCE: in a guest under software emulation a
+    controller took more than its 20 s to listen (a sweep case there, 2026-11-28)."""
+    from fabriclab.system import fullkernel, patience
+
+    expected = fullkernel.GUEST_PATIENCE if emulated else 1
+    assert expected > 1 or not emulated
+    machine = fake(tmp_path)
+    machine.tier = types.SimpleNamespace(accel=accel)
+    machine._keys()
+    config = (tmp_path / "guest" / "sshd_config").read_text().splitlines()
+    (setenv,) = [line for line in config if line.startswith("SetEnv ")]
+    assert f"{patience.ENV}={expected}" in setenv.split()[1:]
+    assert f"MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR}" in setenv.split()[1:]
