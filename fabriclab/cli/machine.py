@@ -115,7 +115,8 @@ def register_fullkernel(subparsers):
                         "guest as a second lab machine (SSH over a virtual wire) until Ctrl-C")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS",
                    help="after `test`, everything is pytest's (so fabriclab's options go before the "
-                        "action); default: -m fullkernel tests/lab -rs")
+                        "action); default: -m fullkernel over the files of tests/lab that hold such "
+                        "tests (collected here first) -rs")
     p.add_argument("--timeout", type=float, default=fullkernel.DEFAULT_TIMEOUT_S,
                    help=f"seconds before the whole run is stopped (default {fullkernel.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--kernel", help="a vmlinuz to boot (default: the newest in /boot with the modules)")
@@ -132,9 +133,6 @@ def register_fullkernel(subparsers):
     p.set_defaults(func=cmd_fullkernel)
 
 
-DEFAULT_SELECTION = ("-m", "fullkernel", "tests/lab", "-rs")
-
-
 def cmd_fullkernel(args):
     if args.action == "status":
         tier = fullkernel.probe(args.kernel, args.guest, kvm=args.kvm)
@@ -149,7 +147,7 @@ def cmd_fullkernel(args):
         rest = tail.parse_args(args.pytest_args or [])
         args.inventory, args.guests = rest.inventory, rest.guests
         return run_guest_machine(args)
-    pytest_args = list(args.pytest_args or DEFAULT_SELECTION)
+    pytest_args = list(args.pytest_args or fullkernel.default_selection())
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]
     result = fullkernel.run_tests(pytest_args, args.timeout, args.kernel, args.guest, kvm=args.kvm)

@@ -170,3 +170,22 @@ def test_the_checkout_is_compiled_before_a_guest_imports_it(tmp_path):
     assert not (tmp_path / "examples" / "__pycache__").exists()           # not a package guests import
     script = fullkernel.guest_script("/v/bin/python", "/repo", ["-m", "fullkernel"], "/out")
     assert f"MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR}" in script and f"mkdir -p {fullkernel.GUEST_MPLCONFIGDIR}" in script
+
+
+def test_the_default_selection_names_only_the_files_holding_the_tiers_tests(tmp_path):
+    """Collected here, so the guest collects three modules, not every lab module; the marker is
+    kept, so the guest runs exactly the marked tests."""
+    lab = tmp_path / "tests" / "lab"
+    lab.mkdir(parents=True)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    fullkernel: the tier\n")
+    (lab / "test_marked.py").write_text("import pytest\npytestmark = pytest.mark.fullkernel\n"
+                                        "def test_a():\n    pass\n")
+    (lab / "test_mixed.py").write_text("import pytest\n@pytest.mark.fullkernel\ndef test_b():\n    pass\n"
+                                       "def test_c():\n    pass\n")
+    (lab / "test_plain.py").write_text("def test_d():\n    pass\n")
+    assert fullkernel.default_selection(tmp_path) == [
+        "-m", "fullkernel", "tests/lab/test_marked.py", "tests/lab/test_mixed.py", "-rs"]
+    # nothing marked (or a module that does not import): the folder, and the guest says what failed
+    (lab / "test_marked.py").unlink()
+    (lab / "test_mixed.py").write_text("import no_such_module_here\n")
+    assert fullkernel.default_selection(tmp_path) == ["-m", "fullkernel", "tests/lab", "-rs"]
