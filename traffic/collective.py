@@ -450,6 +450,7 @@ class CollectiveRun:
     link_rate_mbps: float
     sizes: list = field(default_factory=list)        # per size: a result row (dict)
     finals: dict = field(default_factory=dict)       # rank -> final counters
+    abandoned: bool = False      # a noise job's last iteration was given up when it was told to stop
     elapsed_s: float = 0.0
     queues: dict | None = None                       # the queue model's counters over the run
     traffic_window: tuple | None = None              # wall clock: first measured start, last end
@@ -513,15 +514,22 @@ def _onto_this_clock(message, offset_s):
                 shift(event, "t")
 
 
+class _Abandoned(Exception):
+    """A background job's iteration given up: its stop came while it ran."""
+
+
 class Launcher:
     """Runs one collective job. Several can run at once on disjoint hosts (a victim beside a
     noise job): each needs its own `name` (its control folder); `stop`, a threading.Event, ends
-    a job after its current iteration (at least one measured) instead of its last."""
+    a job after its current iteration (at least one measured) instead of its last. With
+    `abandon`, a job that has finished a measured iteration ends at once when `stop` is set,
+    mid-iteration: noise, whose last iteration nobody measures (it cost victim-noise a third of
+    its time, 2026-11-28); its final counters are read as they stand."""
 
-    def __init__(self, lab, spec, progress=None, name="collective", stop=None, on_ready=None):
+    def __init__(self, lab, spec, progress=None, name="collective", stop=None, on_ready=None, abandon=False):
         spec.check()
         self.lab, self.spec, self.progress = lab, spec, progress
-        self.name, self.stop = name, stop
+        self.name, self.stop, self.abandon = name, stop, abandon
         self.on_ready = on_ready      # called once every agent is up, before the first iteration
         fabric = lab.fabric
         self.ranks = place_ranks(fabric, spec)
@@ -722,8 +730,9 @@ class Launcher:
         link.hello = hello
         self.selector.register(conn, selectors.EVENT_READ, link)
 
-    def _gather(self, kind, ranks, timeout_s, doing, on_message=None):
-        """Wait until every rank in `ranks` sent a `kind` message; returns {rank: message}."""
+    def _gather(self, kind, ranks, timeout_s, doing, on_message=None, until=None):
+        """Wait until every rank in `ranks` sent a `kind` message; returns {rank: message}. Raises
+        _Abandoned once `until()` is true (looked at every 0.2 s at most)."""
         waiting = set(ranks)
         got = {}
         if kind == "hello":
@@ -756,6 +765,8 @@ class Launcher:
 
         deadline = time.monotonic() + timeout_s
         while waiting:
+            if until is not None and until():
+                raise _Abandoned(doing)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._stuck(waiting, doing, timeout_s)
@@ -873,6 +884,7 @@ class Launcher:
             result.pids = {rank: link.hello.get("pid") for rank, link in self.links.items()}
             everyone = list(self.links)
             last_end = None
+            abandoned = False
             for index, schedule in self.cases:
                 label = f"{schedule.collective} {human_size(schedule.size)}" + (" in place" * schedule.in_place)
                 for link in self.links.values():
@@ -895,8 +907,13 @@ class Launcher:
                         start_at = max(start_at, last_end + gap)
                     for link in self.links.values():
                         link.send({"run": it, "start_at": start_at})
-                    done = self._gather("done", everyone, timeout + START_MARGIN_S,
-                                        f"running {label} iteration {it + 1}")
+                    until = self.stop.is_set if self.abandon and self.stop is not None and iterations else None
+                    try:
+                        done = self._gather("done", everyone, timeout + START_MARGIN_S,
+                                            f"running {label} iteration {it + 1}", until=until)
+                    except _Abandoned:
+                        abandoned = True
+                        break
                     if marks is not None:
                         self.softroce.add_iteration_counters(done, marks)
                     if it >= spec.warmup:
@@ -914,6 +931,9 @@ class Launcher:
                 if spec.program is not None:
                     row["gap_s"] = idle           # the idle time before it, as it ran
                 result.sizes.append(row)
+                if abandoned:
+                    break
+            result.abandoned = abandoned
             finals = self.stop_agents()
             if self.softroce is not None:
                 self.softroce.add_final_counters(finals)

@@ -157,6 +157,8 @@ def collective_job(run, role="measured"):
         "rank_counters": {str(rank): final["totals"] for rank, final in sorted(run.finals.items())},
         "qps": [{**q, "rank": rank} for rank, final in sorted(run.finals.items()) for q in final["qps"]],
         "elapsed_s": round(run.elapsed_s, 3),
+        # noise told to stop gave up the iteration it was in: its counters stand as they were then
+        "abandoned_last_iteration": getattr(run, "abandoned", False),
         "valid": not invalid, "invalid": invalid,
         **({"plb": plb_record(run)} if run.plb is not None else {}),
     }

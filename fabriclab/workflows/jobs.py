@@ -64,7 +64,8 @@ class CollectiveJob:
             spec = dataclasses.replace(spec, iterations=DURATION_ITERATIONS)
         self.spec = spec
         # Ranks, hosts and schedules are checked here, before anything is built.
-        self.launcher = Launcher(lab, spec, name=f"job-{job.name}")
+        # noise ends mid-iteration once the measured jobs are done: nobody measures its last one
+        self.launcher = Launcher(lab, spec, name=f"job-{job.name}", abandon=job.noise)
         self.hosts = {r.host for r in self.launcher.ranks}
 
     def run(self, stop, on_start, progress=None):

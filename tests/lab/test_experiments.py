@@ -90,6 +90,12 @@ def test_victim_noise(quick_catalogue):
         # admitted by CTS, the same incast pauses no one
         assert pauses(cts) == 0, (k, hops(cts))
         assert spreading["jobs"]["noise"]["role"] == "noise"
+        # noise ends once the victim is done, mid-iteration if it has a measured one: whether it
+        # gave one up or not, it reports a measured iteration and every rank's final counters
+        for run in (spreading, cts, lossy):
+            noise = run["jobs"]["noise"]
+            assert isinstance(noise["abandoned_last_iteration"], bool), k
+            assert size(run, "noise")["iterations"] >= 1 and len(noise["rank_counters"]) == len(noise["ranks"]), k
         # lossless means lossless: whatever spreads, the PFC class drops nothing
         assert all(totals(run).get("lossless_drops", 0) == 0 for run in cases.values())
         assert not [r for run in cases.values() for r in run["invalid"] if "lossless drop" in r]

@@ -95,3 +95,39 @@ def test_a_rank_on_another_clock_gets_start_times_on_its_clock_and_reports_on_th
     here.sock = FakeSock()
     here.send({"run": 0, "start_at": 5.0})
     assert rank_channel.Lines().feed(here.sock.sent[0]) == [{"run": 0, "start_at": 5.0}]
+
+
+class Running:
+    """A process still running."""
+
+    returncode = None
+
+    def poll(self):
+        return None
+
+
+def test_a_wait_is_given_up_once_its_until_is_true_and_not_before():
+    """Noise told to stop gives up the iteration it is in: the wait for "done" ends within a poll
+    of `until` turning true, long before its own timeout, and a rank's "done" ends it as before."""
+    import threading
+    import time
+
+    from fabriclab.traffic.collective import _Abandoned
+
+    ours, theirs = socket.socketpair()
+    link = _AgentLink(0, Running())
+    link.sock = ours
+    launcher = launcher_with({0: link})
+    launcher.selector.register(ours, selectors.EVENT_READ, link)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(_Abandoned):
+        launcher._gather("done", [0], 30.0, "running gather 1M iteration 3", until=stop.is_set)
+    assert 0.25 < time.monotonic() - t0 < 1.0
+    # with `until` false, the rank's word is what ends the wait
+    theirs.sendall(rank_channel.frame({"done": 3, "end": 1.0}))
+    got = launcher._gather("done", [0], 5.0, "running", until=lambda: False)
+    assert got[0]["done"] == 3
+    theirs.close()
+    ours.close()
