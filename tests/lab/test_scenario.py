@@ -28,6 +28,9 @@ def test_a_flap_is_logged_timed_and_reported(lab_for, run_scenario, figure):
     assert 1.45 <= fault["at_s"] <= 1.8 and 2.25 <= fault["until_s"] <= 2.7
     assert [e["event"] for e in fault["events"]] == ["l1-s1 down", "l1-s1 up"]
     hit = fault["impact"]
+    # over 10 runs (2026-11-28, `python -m tests.repeat 10 tests/lab/test_scenario.py -k flap`):
+    # baseline 10.4-17.4 Mbit/s; recovery 0.69-1.39 s, sd 0.19, so the 2 s bound is 3.2 sd past the
+    # slowest. A flap in the ring's idle gap takes the traffic before the gap as its baseline.
     assert figure("delivered Mbit/s before the flap", hit["baseline_mbps"]) > 1, (hit, run["jobs"])
     assert hit["recovery_s"] is not None, (hit, run["jobs"])
     assert figure("recovery after the flap, s", hit["recovery_s"]) < 2.0, (hit, run["jobs"])
