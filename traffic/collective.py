@@ -523,8 +523,9 @@ class Launcher:
     noise job): each needs its own `name` (its control folder); `stop`, a threading.Event, ends
     a job after its current iteration (at least one measured) instead of its last. With
     `abandon`, a job that has finished a measured iteration ends at once when `stop` is set,
-    mid-iteration: noise, whose last iteration nobody measures (it cost victim-noise a third of
-    its time, 2026-11-28); its final counters are read as they stand."""
+    mid-iteration: noise, whose last iteration nobody measures (waiting for it was 12 s of a
+    51 s victim-noise draw, 2026-11-28, though a first measured iteration is still waited for);
+    its final counters are read as they stand."""
 
     def __init__(self, lab, spec, progress=None, name="collective", stop=None, on_ready=None, abandon=False):
         spec.check()
