@@ -358,14 +358,15 @@ class Timeline:
                 "truncated": self.truncated}
 
 
-def rate_series(timeline, bin_s, key="acked_bytes", plane=None):
+def rate_series(timeline, bin_s, key="acked_bytes", plane=None, phase=0.0):
     """(bin start times after the timeline's start, Mbit/s) from a timeline record's cumulative
-    counters, linearly interpolated at the bin edges."""
+    counters, linearly interpolated at the bin edges. Edges fall `phase` seconds (taken modulo
+    `bin_s`) after multiples of `bin_s` from the start, so a caller can put one on an event."""
     times = timeline["t_s"]
     values = timeline[key] if plane is None else timeline[key][plane]
     if len(times) < 2:
         return [], []
-    edges, t = [], 0.0
+    edges, t = [], round(phase % bin_s, 9)
     while t <= times[-1] + 1e-12:
         edges.append(t)
         t = round(t + bin_s, 9)
@@ -391,6 +392,8 @@ failed (all that three planes can carry)."""
 FAILOVER_TOLERANCE = 0.05
 """Three planes carry exactly 75% of four: measured goodput sits on the line, so "reached"
 allows 5% below it (the lab's goodput varies by about that from bin to bin)."""
+FAILOVER_BIN_S = 0.02
+"""failover_time's bins, and so its resolution: about two of the agent's timeline samples."""
 FAILOVER_HOLD_S = 0.2
 """Rates are means over this long (ten 20 ms bins), so one slow bin is not a failure."""
 FAILOVER_STALL = 0.5
@@ -399,23 +402,29 @@ keeps its rate for a while after a failure and then stalls; that early rate is n
 A later mean below half the target is such a stall; a dip of a few percent is not."""
 
 
-def failover_time(timeline, fault_at, until=None, key="received_bytes", bin_s=0.02,
+def failover_time(timeline, fault_at, until=None, key="received_bytes", bin_s=FAILOVER_BIN_S,
                   fraction=FAILOVER_FRACTION, hold_s=FAILOVER_HOLD_S,
                   tolerance=FAILOVER_TOLERANCE, lookback_s=0.5):
     """Seconds from `fault_at` (unix time) until a timeline's rate reached `fraction` of what it
     was over the `lookback_s` before the fault and did not stall again before `until` (unix
     time: the repair or the end). Rates are means over `hold_s`. Returns {"baseline_mbps",
-    "target_mbps", "recovery_s", "after_mbps"}; recovery_s is None when it never got there."""
-    times, mbps = rate_series(timeline, bin_s, key)
+    "target_mbps", "recovery_s", "after_mbps", "resolution_s"}; recovery_s is None when it never
+    got there.
+
+    Bins start at the fault, so recovery_s is a whole number of bins: 0 says the mean from the
+    fault on never fell below the target, i.e. back within `resolution_s` (one bin). Bins that
+    started wherever the timeline did would report their phase against the fault instead."""
     start = timeline["start"]
-    times = [start + t for t in times]
-    until = times[-1] + bin_s if until is None else until
-    before = [m for t, m in zip(times, mbps) if fault_at - lookback_s <= t and t + bin_s <= fault_at]
+    times, mbps = rate_series(timeline, bin_s, key, phase=fault_at - start)
+    rel = [round(start + t - fault_at, 6) for t in times]     # seconds from the fault, edges on it
+    before = [m for r, m in zip(rel, mbps) if -lookback_s <= r and r + bin_s <= 1e-6]
     if not before:
-        return {"baseline_mbps": None, "target_mbps": None, "recovery_s": None, "after_mbps": None}
+        return {"baseline_mbps": None, "target_mbps": None, "recovery_s": None, "after_mbps": None,
+                "resolution_s": bin_s}
+    end = rel[-1] + bin_s if until is None else until - fault_at
     baseline = sum(before) / len(before)
     target = fraction * baseline * (1 - tolerance)
-    after = [(t, m) for t, m in zip(times, mbps) if fault_at <= t and t + bin_s <= until]
+    after = [(r, m) for r, m in zip(rel, mbps) if r >= -1e-6 and r + bin_s <= end + 1e-6]
     hold = max(1, round(hold_s / bin_s))
     recovered = None
     for i in range(len(after) - hold + 1):
@@ -426,8 +435,8 @@ def failover_time(timeline, fault_at, until=None, key="received_bytes", bin_s=0.
             recovered = None             # it stalled: not recovered yet
     if recovered is None:
         return {"baseline_mbps": round(baseline, 3), "target_mbps": round(target, 3),
-                "recovery_s": None, "after_mbps": None}
+                "recovery_s": None, "after_mbps": None, "resolution_s": bin_s}
     rest = [m for _t, m in after[recovered:]]
     return {"baseline_mbps": round(baseline, 3), "target_mbps": round(target, 3),
-            "recovery_s": round(after[recovered][0] - fault_at, 4),
-            "after_mbps": round(sum(rest) / len(rest), 3)}
+            "recovery_s": round(max(0.0, after[recovered][0]), 4),
+            "after_mbps": round(sum(rest) / len(rest), 3), "resolution_s": bin_s}

@@ -3,7 +3,6 @@ one QP spread over the four planes packet by packet and placed out of order, and
 one plane failing under a stream, per-plane against NCCL-style software load balancing in the
 same test, then coming back."""
 
-import math
 import threading
 import time
 
@@ -102,6 +101,7 @@ def test_a_host_link_failure_costs_per_plane_milliseconds_and_software_its_timeo
     print(f"failover to 75% of the rate: per-plane {took['per-plane']} s, software {took['software']} s")
     assert took["per-plane"] is not None and took["software"] is not None, took
     # the issue's target: at least 20x sooner (seed 002 measured 400x at real scale)
-    faster = took["software"] / took["per-plane"] if took["per-plane"] else math.inf
+    # per-plane's goodput seldom falls below 75%: it reads 0 s, and counts as one bin of the timeline
+    faster = took["software"] / max(took["per-plane"], plb.FAILOVER_BIN_S)
     assert figure("time back to 75%, software / per-plane", faster) >= 20, took
     assert took["software"] >= 0.8, took

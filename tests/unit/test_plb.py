@@ -200,6 +200,20 @@ def test_failover_time_is_when_three_quarters_of_the_rate_came_back_for_good():
     assert plb.failover_time(stall, 101.0, until=101.5)["recovery_s"] is None
 
 
+def test_failover_time_counts_bins_from_the_fault_not_from_the_timeline():
+    # CI, 2026-11-28: per-plane recovery read 0.0086-0.019 s in every catalogue, and 0.0 once
+    # (a division by zero): the offset of the first 20 ms bin after the fault, while the rate never
+    # fell. Bins now start on the fault; "never fell" reads 0 at the timeline's resolution.
+    steady = _timeline([40] * 50 + [30] * 40, bin_s=0.01, start=100.0)
+    for fault in (100.493, 100.5, 100.5071):
+        got = plb.failover_time(steady, fault)
+        assert got["recovery_s"] == 0.0 and got["resolution_s"] == 0.02, (fault, got)
+    # a real outage of 60 ms, faulted mid-bin: three whole bins of 20 ms from the fault
+    gap = _timeline([40] * 100 + [0] * 6 + [30] * 80, bin_s=0.01, start=100.0)
+    assert plb.failover_time(gap, 100.993)["recovery_s"] == pytest.approx(0.06)
+    assert plb.failover_time(gap, 101.0)["recovery_s"] == pytest.approx(0.06)
+
+
 @pytest.mark.parametrize("plb_mode, reorder, receiver", [
     ("static", None, "go-back-n"), ("software", None, "go-back-n"), ("static", "place", "place"),
     ("per-plane", None, "place"), ("global", None, "place"), ("esr", "place", "place")])
