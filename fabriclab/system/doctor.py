@@ -78,6 +78,7 @@ class Capabilities:
     iperf3: bool = False
     mininet_system: bool = False
     mininet_here: bool = False
+    realtime: bool | None = None   # a process may take SCHED_FIFO (None: not probed)
     # (capability, why) pairs explaining a failed or skipped probe.
     notes: tuple[tuple[str, str], ...] = ()
 
@@ -109,9 +110,9 @@ def mechanisms(caps):
     """Map each lab feature key to the Mechanism the lab will use on a machine with `caps`.
 
     Keys, in table order: root, ovs, ovs_datapath, mininet, shaping, ecn, delay, queue_model,
-    roce, ethtool, iperf3. Mechanisms: ovs_datapath "kernel" | "userspace"; shaping "htb" | "tbf";
+    roce, pfc_agent, ethtool, iperf3. Mechanisms: ovs_datapath "kernel" | "userspace"; shaping "htb" | "tbf";
     ecn "red" | "bpf-clsact" | "unavailable"; delay "netem" | "none"; queue_model "bpf-clsact" |
-    "unavailable"; roce "rdma_rxe" | "udp".
+    "unavailable"; roce "rdma_rxe" | "udp"; pfc_agent "SCHED_FIFO" | "SCHED_OTHER".
     """
     m = {}
 
@@ -201,6 +202,15 @@ def mechanisms(caps):
             why = "python3-pyverbs is missing (" + FIX_HINT + ")"
         m["roce"] = Mechanism("RoCE transport", True, "udp",
                               f"{why}: the lab's userspace RoCEv2 generator")
+
+    if caps.realtime:
+        m["pfc_agent"] = Mechanism("PFC agent", True, "SCHED_FIFO",
+                                   "its own process, real-time scheduled: a pause waits for no other program")
+    else:
+        why = caps.note("realtime") or "not probed"
+        m["pfc_agent"] = Mechanism("PFC agent", True, "SCHED_OTHER",
+                                   f"no real-time scheduling ({why}): its own process, but pauses may wait "
+                                   "for the CPU behind busy programs; give the lab CAP_SYS_NICE or RLIMIT_RTPRIO")
 
     m["ethtool"] = Mechanism(
         "offload control", caps.ethtool, "ethtool" if caps.ethtool else "",
@@ -473,6 +483,14 @@ def cleanup_stale_probes():
     return removed
 
 
+def _probe_realtime(notes):
+    """Whether a process of ours may take SCHED_FIFO, as the PFC agent asks (queues/agentproc.py)."""
+    proc = _run([sys.executable, "-c", "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"])
+    if proc.returncode != 0:
+        notes["realtime"] = (_why(proc) or "refused")[-120:]
+    return proc.returncode == 0
+
+
 def _probe_now():
     notes = {}
     root = os.geteuid() == 0
@@ -498,6 +516,7 @@ def _probe_now():
         notes["mininet"] = why_here
 
     tc = _probe_tc(root, clang, notes)
+    realtime = _probe_realtime(notes)
 
     return Capabilities(
         root=root,
@@ -514,6 +533,7 @@ def _probe_now():
         iperf3=shutil.which("iperf3") is not None,
         mininet_system=mn_system,
         mininet_here=mn_here,
+        realtime=realtime,
         notes=tuple(sorted(notes.items())),
         **tc,
     )
