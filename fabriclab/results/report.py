@@ -212,7 +212,7 @@ def _run_section(folder, scale, run, index, run_plots=True):
         out += [f"Measured jobs ended {run['end_s'] - (run.get('origin_s') or 0.0):.2f} s after the "
                 f"timeline's start{bins}.", ""]
     return (out + _jobs_table(run.get("jobs") or {}) + _faults_table(run.get("faults") or [])
-            + _telemetry(run.get("telemetry") or {})
+            + _telemetry(run.get("telemetry") or {}) + _queues(run.get("queues"))
             + (_run_plots(folder, scale, run, index) if run_plots else _undrawn(folder, run, index)))
 
 
@@ -330,6 +330,35 @@ def _telemetry(tel):
         out.append("- Stragglers: not checked")
     else:
         out.append(f"- Stragglers: {', '.join(tel['stragglers']) or 'none'}")
+    return out + [""]
+
+
+def _queues(queues):
+    """The queue model's totals and the PFC agent's reaction: lossless is lossless only while the
+    reaction stays inside the headroom (reaction_ms)."""
+    report = (queues or {}).get("report")
+    if not report:
+        return []
+    totals = report.get("totals") or {}
+    out = ["### Queues and PFC", "",
+           "- Totals: " + ", ".join(f"{name} {_num(totals.get(key), 0 if key != 'pause_ms' else 1)}"
+                                    for name, key in (("ECN marks", "marks"), ("drops", "drops"),
+                                                      ("lossless drops", "lossless_drops"),
+                                                      ("watchdog drops", "wd_drops"), ("pauses sent", "pause_tx"),
+                                                      ("paused ms", "pause_ms")) if key in totals)]
+    reaction = report.get("pfc_reaction") or {}
+    if reaction.get("pauses"):
+        sched = f"; the agent ran {reaction['scheduling']}" if reaction.get("scheduling") else ""
+        out.append(f"- PFC reaction (XOFF to gate closed, wall time) over {reaction['pauses']} pauses: "
+                   f"p50 {reaction['p50_ms']:.3f} ms, p99 {reaction['p99_ms']:.3f} ms, "
+                   f"max {reaction['max_ms']:.3f} ms{sched}")
+    else:
+        out.append("- PFC reaction: no pauses")
+    for name, key in (("Watchdog alarms", "alarms"), ("Leaked accounts repaired", "leak_repairs")):
+        if report.get(key):
+            out.append(f"- {name}: {len(report[key])}")
+    if queues.get("errors"):
+        out.append(f"- Errors: {len(queues['errors'])}, the first: {str(queues['errors'][0])[:200]}")
     return out + [""]
 
 

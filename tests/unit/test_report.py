@@ -287,3 +287,25 @@ def test_heatmap_keeps_a_hundred_rows_readable(tmp_path):
     b = _png(plots.heatmap(tmp_path / "b.png", "links", rows, [0.1 * c for c in range(50)], flat,
                            "time (s)", "utilization", vmax=1.0))
     assert a != b
+
+
+def test_a_run_with_the_queue_model_reports_its_totals_and_the_pfc_reaction(tmp_path):
+    folder = tmp_path / "incast"
+    run = rd.run("ecmp", {"traffic": rd.allpairs_job(30.0)})
+    run["queues"] = {"report": {"totals": {"marks": 12, "drops": 0, "lossless_drops": 0, "wd_drops": 0,
+                                           "pause_tx": 10, "pause_ms": 594.874},
+                                "alarms": [], "leak_repairs": [{"port": "l1-eth1"}],
+                                "pfc_reaction": {"pauses": 10, "p50_ms": 0.155, "p99_ms": 0.713, "max_ms": 0.713,
+                                                 "scheduling": "SCHED_FIFO 10"}, "ports": []},
+                     "hops": {}, "summary": [], "sampling": {}, "errors": []}
+    quiet = rd.run("flowlet", {"traffic": rd.allpairs_job(30.0)})
+    quiet["queues"] = {"report": {"totals": {"pause_tx": 0}, "ports": [], "pfc_reaction": {"pauses": 0}},
+                       "hops": {}, "summary": [], "sampling": {}, "errors": []}
+    rd.write(folder, rd.doc("run", [run, quiet], name="tiny"))
+    text = report.render(folder, run_plots=False).read_text()
+    assert ("- Totals: ECN marks 12, drops 0, lossless drops 0, watchdog drops 0, pauses sent 10, "
+            "paused ms 594.9") in text
+    assert ("- PFC reaction (XOFF to gate closed, wall time) over 10 pauses: p50 0.155 ms, p99 0.713 ms, "
+            "max 0.713 ms; the agent ran SCHED_FIFO 10") in text
+    assert "- Leaked accounts repaired: 1" in text and "Watchdog alarms" not in text
+    assert text.count("### Queues and PFC") == 2 and "- PFC reaction: no pauses" in text
