@@ -27,6 +27,7 @@ from fabriclab.apps import control, select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.lab.controller import Controller, check_app
 from fabriclab.errors import LabError, Terminated
+from fabriclab.queues.agentproc import MODULE as PFC_AGENT_MODULE
 from fabriclab.queues.datapath import remove_pins
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
@@ -153,9 +154,13 @@ class Lab:
             raise
         return self
 
+    def record_pfc_agent(self, pid):
+        self.run.add_process(pid, "pfc-agent", PFC_AGENT_MODULE)
+
     def _start_queues(self):
         if self.cluster is None:
-            return QueueModel(self.fabric, self.net, self.run.id, ecn_mechanism=self.ecn_mechanism).start()
+            return QueueModel(self.fabric, self.net, self.run.id, ecn_mechanism=self.ecn_mechanism,
+                              record=self.record_pfc_agent).start()
         tunnels = {intf.name: link.vni for link in self.net.links if getattr(link, "tunnel", None)
                    for intf in (link.intf1, link.intf2)}
         return remotequeues.model_across(self.fabric, self.net, self.run, self.cluster,

@@ -37,20 +37,19 @@ import ctypes
 import json
 import math
 import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 import zlib
 
 from fabriclab.errors import LabError, SpecError
 from fabriclab.lab.runstate import RunState, is_lab_link_group
 from fabriclab.loading import excerpt
+from fabriclab.queues.agentproc import MODULE as PFC_AGENT
 from fabriclab.queues.datapath import EV_XOFF, EV_XON, NCLASS, QStat
 from fabriclab.queues.model import QueueModel
 from fabriclab.queues.sampler import MAX_SAMPLES, MIN_INTERVAL_S, QueueSampler
-from fabriclab.system.remotechannel import Channel, safe_name
+from fabriclab.system.remotechannel import Channel, Conversation, safe_name, say
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import validate
 
@@ -71,43 +70,30 @@ def main(argv=None):
     run_id = RunState.helper_id(MODULE, argv)
     if run_id is None:
         return 2
-    out = _Out()
-    out.say({"ready": os.getpid()})
+    say({"ready": os.getpid()})
     model, sampling = None, Sampling()
     try:
         for line in iter(lambda: sys.stdin.readline(MAX_LINE), ""):
             if model is None and line.strip() != "clock":
-                model, answer = _start(run_id, line, out)
+                model, answer = _start(run_id, line)
             else:
                 answer = _answer(model, line, sampling)
             if answer is not None:
-                out.say(answer)
+                say(answer)
     finally:
         if model is not None:
             model.stop()
     return 0
 
 
-class _Out:
-    """Answers and relayed pauses share the output: one line at a time."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-
-    def say(self, obj):
-        with self.lock:
-            sys.stdout.write(json.dumps(obj) + "\n")
-            sys.stdout.flush()
-
-
-def _start(run_id, line, out):
+def _start(run_id, line):
     try:
         config = start_config(json.loads(line))
         model = QueueModel(config["fabric"], None, run_id, ecn_mechanism=config["ecn"],
                            placement=config["placement"], here=config["here"], namespaces=config["namespaces"],
                            tunnels=config["tunnels"], underlays=underlays(config["peers"]),
                            wire_handle=config["wire_handle"], relay_ms=config["relay_ms"],
-                           relay=lambda kind, port, age_ns: out.say({"pfc": [kind, port, age_ns // 1000]}))
+                           relay=lambda kind, port, age_ns: say({"pfc": [kind, port, age_ns // 1000]}))
         model.start()
     except (ValueError, LabError, OSError) as exc:
         return None, {"error": str(exc)[:200]}
@@ -257,7 +243,7 @@ def _keyed(model, key, value, sampling=None):
                 raise ValueError("not [kind, port, age in us]")
             model.agent.relayed(value[0], value[1], value[2] * 1000)
         except (ValueError, LabError, OSError) as exc:
-            model.agent.errors.append(f"a relayed pause {excerpt(json.dumps(value))}: {exc}")
+            model.agent.note(f"a relayed pause {excerpt(json.dumps(value))}: {exc}")
         return None                      # pauses are not answered
     if key == "set_ecn" and isinstance(value, dict) and set(value) <= {"target", "mode", "kmin", "kmax", "pmax",
                                                                       "reset"}:
@@ -276,7 +262,7 @@ def _keyed(model, key, value, sampling=None):
     if key in ("repairs", "reaction") and isinstance(value, (int, float)) and math.isfinite(value):
         since_ns = time.monotonic_ns() - int((time.time() - value) * 1e9)
         if key == "repairs":
-            return {"repairs": _aged(r.describe() for r in list(model.agent.repairs) if r.t_ns >= since_ns)}
+            return {"repairs": _aged(model.agent.repairs_since(since_ns))}
         return {"reaction": model.agent.reaction_stats(since_ns)}
     return {"error": f"a malformed {excerpt(key)} request"}
 
@@ -328,7 +314,7 @@ def model_across(fabric, net, run, cluster, machine_of, ecn_mechanism, tunnels):
         run.add_wire_filters(devices)
         model = QueueModel(fabric, net, run.id, ecn_mechanism=ecn_mechanism, placement=placement, here=here.name,
                            tunnels=tunnels, underlays=devices, wire_handle=group, relay=on_pause,
-                           relay_ms=relay_ms)
+                           relay_ms=relay_ms, record=lambda pid: run.add_process(pid, "pfc-agent", PFC_AGENT))
         model.peers = peers
         model.start()
         for machine in others:
@@ -353,21 +339,20 @@ class RemoteQueues:
     def __init__(self, machine, run_id, nports, on_pause, record=None):
         self.machine, self.run_id, self.nports = machine, run_id, nports
         self.on_pause, self.record = on_pause, record
-        self.channel = None
         self.offset_s = 0.0          # its clock minus this one
         self.round_trip_s = None
         self.errors_here = []        # relayed pauses it sent that could not be delivered
-        self._answers = queue.Queue()
-        self._ask_lock = threading.Lock()
-        self._send_lock = threading.Lock()
-        self._reader = None
+        self.talk = Conversation(f"queue model on {machine.name}", self._unasked, ANSWER_TIMEOUT_S)
+
+    @property
+    def channel(self):
+        return self.talk.channel
 
     def open(self):
         """Start the helper and measure its clock and round trip (before start())."""
-        self.channel = Channel.opened(self.machine, MODULE, ["--run-id", self.run_id],
-                                      f"queue model on {self.machine.name}", self.record, then=self._clock)
-        self._reader = threading.Thread(target=self._read, name=f"queues-{self.machine.name}", daemon=True)
-        self._reader.start()
+        channel = Channel.opened(self.machine, MODULE, ["--run-id", self.run_id],
+                                 f"queue model on {self.machine.name}", self.record, then=self._clock)
+        self.talk.attach(channel, f"queues-{self.machine.name}")
         return self
 
     def _clock(self, channel):
@@ -380,46 +365,25 @@ class RemoteQueues:
             raise LabError(f"queue model on {self.machine.name}: a malformed reply")
         return reply
 
-    def _read(self):
-        channel = self.channel
-        while True:
-            try:
-                msg = channel.read(MAX_LINE)
-            except LabError as exc:
-                self._answers.put(exc)
-                return
-            pause = msg.get("pfc") if len(msg) == 1 else None
-            if pause is None:
-                self._answers.put(msg)
-                continue
-            try:
-                if not (isinstance(pause, list) and len(pause) == 3 and pause[0] in (EV_XOFF, EV_XON)
-                        and _int(pause[1], 0, self.nports) and _int(pause[2], 0, MAX_AGE_US)):
-                    raise ValueError(f"a malformed pause {excerpt(json.dumps(pause))}")
-                self.on_pause(pause[0], pause[1], pause[2] * 1000 + self.one_way_ns())
-            except (LabError, ValueError, KeyError, OSError) as exc:
-                self.errors_here.append(f"a pause from {self.machine.name}: {exc}")
+    def _unasked(self, msg):
+        """A pause that machine's agent relays: for the lab's model to route."""
+        pause = msg.get("pfc") if len(msg) == 1 else None
+        if pause is None:
+            return False
+        try:
+            if not (isinstance(pause, list) and len(pause) == 3 and pause[0] in (EV_XOFF, EV_XON)
+                    and _int(pause[1], 0, self.nports) and _int(pause[2], 0, MAX_AGE_US)):
+                raise ValueError(f"a malformed pause {excerpt(json.dumps(pause))}")
+            self.on_pause(pause[0], pause[1], pause[2] * 1000 + self.one_way_ns())
+        except (LabError, ValueError, KeyError, OSError) as exc:
+            self.errors_here.append(f"a pause from {self.machine.name}: {exc}")
+        return True
 
     def _ask(self, request, key):
-        with self._ask_lock:
-            self._send(request if isinstance(request, str) else json.dumps(request))
-            try:
-                reply = self._answers.get(timeout=ANSWER_TIMEOUT_S)
-            except queue.Empty:
-                raise LabError(f"queue model on {self.machine.name}: no answer") from None
-        if isinstance(reply, LabError):
-            self._answers.put(reply)         # every later request fails the same way
-            raise reply
-        if key not in reply:
-            raise LabError(f"queue model on {self.machine.name}: "
-                           f"{str(reply.get('error', 'a malformed reply'))[:200]}")
-        return reply[key]
+        return self.talk.ask(request, key)
 
     def _send(self, line):
-        with self._send_lock:
-            if self.channel is None:
-                raise LabError(f"queue model on {self.machine.name}: closed")
-            self.channel.send(line)
+        self.talk.send(line)
 
     # -- what the lab's model asks -----------------------------------------------------------------
     def pause(self, kind, idx, waited_ns=0):
@@ -535,9 +499,7 @@ class RemoteQueues:
         return time.time() - (time.monotonic_ns() - since_ns) / 1e9 + self.offset_s
 
     def close(self):
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
+        self.talk.close()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ BPFFS = pathlib.Path("/sys/fs/bpf")
 PIN_ROOT = BPFFS / "fabriclab"
 NCLASS = 3
 PROGRAMS = ("fq_egress", "fq_ingress", "fq_wire")
+PINNED_MAPS = ("stats", "bias", "ctl", "events")
 
 
 class Port(ctypes.Structure):
@@ -296,9 +297,11 @@ class DataPath:
             err = lib.bpf_program__pin(ptr, str(self.pins / prog).encode())
             if err:
                 raise LabError(f"cannot pin {prog} under {self.pins}: {os.strerror(-err)}")
-        # `stats` is pinned too: the routing apps' adaptive routing reads the occupancies.
-        if lib.bpf_map__pin(self._map_ptr("stats"), str(self.pins / "stats").encode()):
-            raise LabError(f"cannot pin the queue model's stats map under {self.pins}")
+        # Maps pinned too: `stats` for the routing apps' adaptive routing, which reads the
+        # occupancies; those the PFC agent's process opens (queues/agentproc.py).
+        for name in PINNED_MAPS:
+            if lib.bpf_map__pin(self._map_ptr(name), str(self.pins / name).encode()):
+                raise LabError(f"cannot pin the queue model's {name} map under {self.pins}")
         self.ports = Map(self._fd("ports"), ctypes.c_uint32, Port)       # by port index
         self.qcfg = Map(self._fd("qcfg"), ctypes.c_uint32, QCfg)
         self.stats = Map(self._fd("stats"), ctypes.c_uint32, QStat)
@@ -328,6 +331,12 @@ class DataPath:
         if self.obj:
             libbpf().bpf_object__close(self.obj)
             self.obj = None
+
+
+def pinned_events(pins):
+    """A descriptor of the event ring pinned under `pins` (None when it is not there)."""
+    fd = libbpf().bpf_obj_get(str(pins / "events").encode())
+    return fd if fd >= 0 else None
 
 
 class RingBuffer:

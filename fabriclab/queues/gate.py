@@ -118,6 +118,11 @@ class Gates:
             self._socks[ns_pid] = sock
         return self._socks[ns_pid]
 
+    def open(self, ns_pids):
+        """Open the sockets of these namespaces now: the first pause of each must not wait for it."""
+        for ns_pid in ns_pids:
+            self._sock(ns_pid)
+
     def set(self, ns_pid, ifindex, rate_bytes_s, burst, limit, what=""):
         self._seq += 1
         message = tbf_change_message(self._seq, ifindex, rate_bytes_s, burst, limit)

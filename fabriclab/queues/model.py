@@ -28,6 +28,7 @@ import collections
 import ctypes
 import dataclasses
 import subprocess
+import sys
 import threading
 import time
 
@@ -35,11 +36,11 @@ from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.queues import config
 from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg, QStat
-from fabriclab.queues.gate import Gates
-from fabriclab.queues.leaks import LeakRepair, accounts_of
+from fabriclab.queues.agentproc import AgentProcess
+from fabriclab.queues.leaks import accounts_of
+from fabriclab.queues.pfc import SWITCH_INTERVAL_S
 from fabriclab.queues.ovsbuf import (RECEIVE_BUFFER_BYTES, enlarge_ovs_receive_buffers,
                                      enlarge_ovs_send_buffer, ovs_receive_drops)
-from fabriclab.queues.pfc import PfcAgent
 from fabriclab.queues.red import CLASSES as RED_CLASSES
 from fabriclab.queues.red import PLACES as RED_PLACES
 from fabriclab.queues.red import RedQdiscs, class_limit, red_params
@@ -98,13 +99,15 @@ def port_table(fabric, placement=None, relay_ms=0.0):
 
 class QueueModel:
     def __init__(self, fabric, net, run_id, spec=None, ecn_mechanism="bpf-clsact", placement=None, here=None,
-                 namespaces=None, tunnels=None, underlays=(), wire_handle=None, relay=None, relay_ms=0.0):
+                 namespaces=None, tunnels=None, underlays=(), wire_handle=None, relay=None, relay_ms=0.0,
+                 record=None):
         """`net`: the Mininet network, whose hosts' shells read their interfaces (None: the
         hosts' namespaces are `namespaces`, {host: PID}). On a split fabric: `placement` {node:
         machine} and `here` this machine; `tunnels` {interface: VXLAN id} for this machine's
         ends of cables between machines, which leave by the interfaces `underlays`, where the
         wire program is a filter with handle `wire_handle` (the run's link group); `relay(kind,
-        port)` carries a pause for another machine's port there; `relay_ms` the time that takes."""
+        port)` carries a pause for another machine's port there; `relay_ms` the time that takes.
+        `record(pid)` tells the run of the PFC agent's process."""
         self.fabric, self.net, self.run_id = fabric, net, run_id
         self.spec = spec or fabric.spec.queues
         if self.spec is None:
@@ -135,10 +138,9 @@ class QueueModel:
         self._ovs_drops = 0
         self._ovs_readings = collections.deque(maxlen=1024)    # (time.monotonic_ns(), sum)
         self._ovs_lock = threading.Lock()
+        self.record = record
         self.datapath = None
-        self.agent = None
-        self.leaks = None            # the agent's LeakRepair, told which cables are down
-        self.gates = None
+        self.agent = None            # the PFC agent's process (queues/agentproc.py)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self):
@@ -151,10 +153,11 @@ class QueueModel:
                 self.red = RedQdiscs()
                 for p in self._red_ports():
                     self._set_red(p, create=True)
-            self.gates = Gates()
-            self.leaks = LeakRepair(accounts_of(self.local, NCLASS, config.CLASSES, self._xon))
-            self.agent = PfcAgent(self.datapath, {p.idx: p for p in self.local}, self.gates, self.pfc,
-                                  leaks=self.leaks, relay=self.relay, rows=len(self.ports) * NCLASS)
+            # The lab's samplers keep the short GIL switch interval the agent once set here.
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+            self.agent = AgentProcess(self.run_id, self.datapath.pins, self.local, self.pfc,
+                                      accounts_of(self.local, NCLASS, config.CLASSES, self._xon),
+                                      len(self.ports) * NCLASS, relay=self.relay, record=self.record)
             self.agent.start()
         except BaseException:
             self.stop()
@@ -177,10 +180,6 @@ class QueueModel:
         if self.agent is not None:
             self.agent.stop()
             self.agent = None
-            self.leaks = None
-        if self.gates is not None:
-            self.gates.close()
-            self.gates = None
         if self.red is not None:
             self.red.close()
             self.red = None
@@ -375,8 +374,8 @@ class QueueModel:
         """The ports `intfs` lost (down=True) or got back their cable: while it is down, the leak
         repair holds no bytes waiting in their queues (queues/leaks.py)."""
         ports = [self.by_name[name] for name in intfs if name in self.by_name]
-        if self.leaks is not None:
-            self.leaks.set_dead([p.idx * NCLASS + cls for p in ports for cls in range(NCLASS)], down)
+        if self.agent is not None:
+            self.agent.set_dead([p.idx * NCLASS + cls for p in ports for cls in range(NCLASS)], down)
         for peer in self.peers.values():
             peer.cables_down(intfs, down)
 
@@ -529,7 +528,7 @@ class QueueModel:
 
     def leak_repairs(self, since_ns=0):
         """The leaked accounts repaired since `since_ns` (time.monotonic_ns()), oldest first."""
-        return ([r.describe() for r in list(self.agent.repairs if self.agent else ()) if r.t_ns >= since_ns]
+        return ((self.agent.repairs_since(since_ns) if self.agent else [])
                 + self._from_peers("leak_repairs", since_ns))
 
     def errors(self):

@@ -1,9 +1,10 @@
 """The PFC agent: turns the data path's XOFF/XON events into closed and open gates, runs the PFC
 watchdog, and injects pause storms.
 
-It is a thread of the lab process. It sleeps in the ring buffer's epoll until an event arrives, so
-an idle fabric costs nothing; a pause takes effect in well under a millisecond of wall time (the
-netlink change), which the default headroom (`reaction_ms`) covers with margin.
+It runs in a process of its own (queues/agentproc.py), never in the lab's: there it waited for the
+GIL behind everything else the lab did. It sleeps in the ring buffer's epoll until an event
+arrives, so an idle fabric costs nothing; a pause takes effect in well under a millisecond of wall
+time (the netlink change), which the default headroom (`reaction_ms`) covers with margin.
 
 Watchdog (seed 000 section 6.3.2): a gate closed for longer than `watchdog_ms` raises an alarm; the
 gate opens, pauses aimed at that port are ignored for `restore_ms`, and with action `drop` the data
@@ -84,8 +85,8 @@ class PfcAgent:
 
     # -- thread ---------------------------------------------------------------------------------
     def start(self):
-        # The agent shares the lab process with the launcher and the sampler; with Python's
-        # default 5 ms switch interval an XOFF could wait that long for the GIL, the whole
+        # The agent's process (queues/agentproc.py) has a second thread, the pipe's reader; with
+        # Python's default 5 ms switch interval an XOFF could wait that long for the GIL, the whole
         # headroom of a port at lab rates. 0.5 ms keeps the reaction well inside it.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._ring = RingBuffer(self.datapath.events_fd(), self._on_event)
@@ -236,6 +237,14 @@ class PfcAgent:
             relayed = _percentiles([delay for ts, delay in self.relayed_reactions if ts >= since_ns])
         return {**stats, "relayed_out": self.relayed_out, "relayed_in": self.relayed_in,
                 "relayed": {**relayed, "estimated": "its age when relayed + half the relay's round trip"}}
+
+    def repairs_since(self, since_ns=0):
+        """The leak repairs made since `since_ns` (the clock's time), described, oldest first."""
+        return [r.describe() for r in list(self.repairs) if r.t_ns >= since_ns]
+
+    def note(self, text):
+        """An error found outside the agent about its work (a malformed relayed pause)."""
+        self.errors.append(text)
 
     def snapshot(self):
         """Per port: closes, time closed (ms, including a pause in progress), watchdog fires."""

@@ -1,5 +1,6 @@
 """A helper process of the lab on another machine of a cluster, spoken to in JSON lines over the
-lab's SSH connection: `python -m MODULE ARGS` there, its input and output here.
+lab's SSH connection: `python -m MODULE ARGS` there, its input and output here. A helper on this
+machine (machine None: the PFC agent, queues/agentproc.py) is spoken to the same way over pipes.
 
 The helpers are the port sampler (measure/remotesampler.py), the counter reader
 (measure/remotecounters.py) and the loss stage (lab/remoteloss.py). Those that date what they read
@@ -11,9 +12,11 @@ input ending is how a helper ends, with the run or with a dropped connection.
 from __future__ import annotations
 
 import json
+import queue
 import shlex
 import subprocess
 import sys
+import threading
 import time
 
 from fabriclab.errors import LabError
@@ -23,15 +26,19 @@ CLOCK_EXCHANGES = 5
 
 
 class Channel:
-    """`python -m module args` on `machine` (a cluster Machine with its SSH connection up); errors
-    are LabErrors starting with `what` ("port sampler on m2")."""
+    """`python -m module args` on `machine` (a cluster Machine with its SSH connection up; None:
+    this machine, in this interpreter's Python); errors are LabErrors starting with `what` ("port
+    sampler on m2")."""
 
     def __init__(self, machine, module, args, what):
         self.machine, self.what = machine, what
-        command = shlex.join([machine.python, "-m", module, *args])
-        self.proc = subprocess.Popen([*machine.ssh_argv(), command], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        if machine is None:
+            argv = [sys.executable, "-m", module, *args]
+        else:
+            argv = [*machine.ssh_argv(), shlex.join([machine.python, "-m", module, *args])]
+        # its own session: a Ctrl-C at the lab's terminal is the lab's to handle, not the helper's
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     @classmethod
     def opened(cls, machine, module, args, what, record=None, first=(), then=None):
@@ -93,10 +100,14 @@ class Channel:
         return best
 
     def why(self):
-        if self.proc.poll() is None:
+        try:
+            self.proc.wait(timeout=1)          # its output ended or its input broke: it is on its way out
+        except subprocess.TimeoutExpired:
             return "no answer"
-        err = self.proc.stderr.read().strip().splitlines()
-        return (err or [f"exit code {self.proc.returncode}"])[-1][:200]
+        if getattr(self, "_last_words", None) is None:      # its stderr can be read once: keep what it said
+            err = self.proc.stderr.read().strip().splitlines()
+            self._last_words = (err or [f"exit code {self.proc.returncode}"])[-1][:200]
+        return self._last_words
 
     def close(self):
         """End its input (so it exits) and wait for it; safe to call more than once."""
@@ -111,10 +122,70 @@ class Channel:
             self.proc.wait()
 
 
+class Conversation:
+    """Requests answered one at a time over a channel whose helper may also speak unasked (a
+    pause it relays): `unasked(msg)` takes the lines it claims by returning True, every other
+    line answers the request waiting. Once the channel ends, every request fails as it did."""
+
+    def __init__(self, what, unasked, timeout_s=60.0):
+        self.what, self.unasked, self.timeout_s = what, unasked, timeout_s
+        self.channel = None
+        self._answers = queue.Queue()
+        self._ask_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+
+    def attach(self, channel, name):
+        """Talk over `channel` (opened), its lines read by a thread called `name`."""
+        self.channel = channel
+        threading.Thread(target=self.read_all, args=(channel,), name=name, daemon=True).start()
+
+    def read_all(self, channel):
+        """Every line of `channel` until it ends (the reading thread; a test calls it directly)."""
+        while True:
+            try:
+                msg = channel.read(MAX_LINE)
+            except LabError as exc:
+                self._answers.put(exc)
+                return
+            if not self.unasked(msg):
+                self._answers.put(msg)
+
+    def send(self, line):
+        with self._send_lock:
+            if self.channel is None:
+                raise LabError(f"{self.what}: closed")
+            self.channel.send(line if isinstance(line, str) else json.dumps(line))
+
+    def ask(self, request, key):
+        """The answer's `key`; LabError for an error answer, no answer, or a channel that ended."""
+        with self._ask_lock:
+            self.send(request)
+            try:
+                reply = self._answers.get(timeout=self.timeout_s)
+            except queue.Empty:
+                raise LabError(f"{self.what}: no answer in {self.timeout_s:.0f} s") from None
+        if isinstance(reply, LabError):
+            self._answers.put(reply)         # every later request fails the same way
+            raise reply
+        if key not in reply:
+            raise LabError(f"{self.what}: {str(reply.get('error', 'a malformed reply'))[:300]}")
+        return reply[key]
+
+    def close(self):
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            channel.close()                  # its input ends: it stops
+
+
+_say_lock = threading.Lock()
+
+
 def say(obj):
-    """One reply line, on the other machine."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    """One reply line, on the other machine: whole, whichever of the helper's threads says it."""
+    line = json.dumps(obj) + "\n"
+    with _say_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def safe_name(intf):

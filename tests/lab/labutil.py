@@ -5,7 +5,7 @@ import signal
 import subprocess
 
 LAB_PROCESS_MARKS = ("mininet:", "fabriclab.apps.runner", "fabriclab.traffic.generator",
-                     "fabriclab.traffic.agent", "fabriclab.traffic.verbs_agent")
+                     "fabriclab.traffic.agent", "fabriclab.traffic.verbs_agent", "fabriclab.queues.agentproc")
 
 
 def sigint_as_at_a_terminal():

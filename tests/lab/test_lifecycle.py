@@ -168,6 +168,30 @@ def test_clean_repairs_a_killed_run():
     assert not list((RUN_ROOT / "runs").glob("*"))
 
 
+def test_a_killed_lab_takes_its_pfc_agent_with_it():
+    """The PFC agent's process stops when its pipe from the lab closes, before any `clean`: a
+    SIGKILLed lab leaves no agent holding its maps open or its gates' sockets."""
+    before = labutil.resources()
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "from fabriclab.lab.lab import Lab; from fabriclab.topologies.spec import FabricSpec;"
+                             "from fabriclab.queues.config import QueueSpec; import time;"
+                             "Lab(FabricSpec(name='t-kill', leaves=2, spines=1, hosts_per_leaf=1,"
+                             " queues=QueueSpec())).start(); time.sleep(300)"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agents = lambda: [pid for pid, cmd in labutil.lab_processes() if "fabriclab.queues.agentproc" in cmd]  # noqa: E731
+    try:
+        wait_for(lambda: programmed_runs(proc.pid), 60, "the fabric to come up")
+        (agent,) = wait_for(agents, 10, "the PFC agent")
+        proc.kill()
+        proc.wait()
+        wait_for(lambda: not agents(), 10, "the PFC agent to end with its input")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cli("clean")
+    assert labutil.leaked(before, labutil.resources()) == {}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_a_run_tears_it_down(sig):
     before = labutil.resources()

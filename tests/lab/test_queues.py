@@ -4,18 +4,21 @@ and the PFC watchdog on a pause storm."""
 
 import os
 import re
+import signal
 import time
 
 import pytest
 
+from fabriclab.errors import LabError
 from fabriclab.lab.lab import Lab
-from fabriclab.queues import datapath
+from fabriclab.queues import agentproc, datapath
+from fabriclab.system import doctor
 from fabriclab.queues.config import PfcSettings, QueueSpec
 from fabriclab.queues.model import MECHANISM
 from fabriclab.topologies.spec import FabricSpec
 from fabriclab.traffic.collective import CollectiveSpec, run_collective
 
-from .labutil import port_towards, queue_delta, queue_snapshot
+from .labutil import lab_processes, port_towards, queue_delta, queue_snapshot
 
 pytestmark = pytest.mark.lab
 
@@ -38,6 +41,42 @@ def test_stopping_the_lab_unpins_the_programs():
                                                      "from": "200 ms real x time scale 1"}
     assert not pins.exists()
     assert not os.path.exists(pins)
+
+
+def test_a_pfc_agent_that_dies_is_reported_and_the_lab_still_stops():
+    """Runs before the module's fabric exists too. The agent is a process of its own: its death
+    must show as an error of the run, never as a hang or a silently lossy fabric."""
+    spec = FabricSpec(name="t-queue3", leaves=2, spines=1, hosts_per_leaf=1, queues=QueueSpec())
+    with Lab(spec) as lab:
+        pid = lab.queues.agent.proc.pid
+        assert lab.queues.errors() == []
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while lab.queues.agent.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        errors = lab.queues.errors()
+        assert len(errors) == 1 and "PFC agent" in errors[0] and "-9" in errors[0], errors
+        with pytest.raises(LabError, match="PFC agent"):
+            lab.queues.storm("h1", 0.1)
+    assert not any(agentproc.MODULE in cmd for _pid, cmd in lab_processes())
+
+
+def test_the_pfc_agent_is_a_real_time_process_recorded_with_the_run():
+    spec = FabricSpec(name="t-queue3", leaves=2, spines=1, hosts_per_leaf=1, queues=QueueSpec())
+    with Lab(spec) as lab:
+        pid = lab.queues.agent.proc.pid
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        assert agentproc.MODULE.encode() in cmdline and lab.run.id.encode() in cmdline
+        assert {"pid": pid, "role": "pfc-agent", "match": agentproc.MODULE} in lab.run.data["processes"]
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        policies = {os.sched_getscheduler(t) for t in threads}
+        # doctor's probe says whether this machine lets a process take SCHED_FIFO; where it does,
+        # every thread of the agent runs it (the ring's poller and the pipe's reader)
+        if doctor.probe().realtime:
+            assert policies == {os.SCHED_FIFO} and lab.queues.agent.scheduling == "SCHED_FIFO 10", policies
+        else:
+            assert policies == {os.SCHED_OTHER} and "SCHED_FIFO refused" in lab.queues.agent.scheduling
+    assert not os.path.exists(f"/proc/{pid}/cmdline") or not open(f"/proc/{pid}/cmdline", "rb").read()
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +179,8 @@ def test_lossless_incast_pauses_upstream_and_loses_nothing(lab):
     # The run's result carries the same counters (what `collective` writes to results.json).
     assert run.queues["totals"]["pause_tx"] == sum(pause_tx.values())
     assert run.queues["totals"]["lossless_drops"] == 0
+    reaction = run.queues["pfc_reaction"]
+    assert reaction["pauses"] > 0 and reaction["scheduling"] == lab.queues.agent.scheduling, reaction
     assert queue_delta(after, before, "gate_closes").get(("h1-n0", "lossless"), 0) > 0
     assert queue_delta(after, before, "lossless_drops") == {} and queue_delta(after, before, "drops") == {}
     assert queue_delta(after, before, "pause_ms").get((port_towards(lab, "h1"), "lossless"), 0) > 0
@@ -186,7 +227,6 @@ def test_the_watchdog_fires_on_a_pause_storm_and_drops_the_stuck_queue(lab):
 
 
 def test_bad_runtime_changes_are_refused(lab):
-    from fabriclab.errors import LabError
     with pytest.raises(LabError, match="no switch port matches 'h1'"):
         lab.queues.set_ecn("h1", kmin=1000)
     with pytest.raises(LabError, match="ECN mode must be one of"):

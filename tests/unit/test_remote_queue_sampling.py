@@ -6,7 +6,6 @@ import base64
 import ctypes
 import json
 import queue
-import threading
 import time
 import types
 import zlib
@@ -69,9 +68,7 @@ class Machine:
 def peer_over(model, offset_s=0.0):
     peer = RemoteQueues(Machine(), "run", 2, lambda *a: None)
     peer.offset_s, peer.round_trip_s = offset_s, 0.002
-    peer.channel = Loopback(model, Sampling())
-    peer._reader = threading.Thread(target=peer._read, daemon=True)
-    peer._reader.start()
+    peer.talk.attach(Loopback(model, Sampling()), "test-peer")
     return peer
 
 
@@ -116,10 +113,10 @@ def chunk(walls, stats_bytes, bias_bytes, left=0):
 def scripted(lines):
     peer = RemoteQueues(Machine(), "run", 2, lambda *a: None)
     peer.round_trip_s = 0.002
-    peer.channel = types.SimpleNamespace(lines=list(lines), send=lambda line: None, close=lambda: None,
-                                         read=lambda limit: peer.channel.lines.pop(0) if peer.channel.lines
-                                         else (_ for _ in ()).throw(LabError("queue model on m2: no answer")))
-    peer._read()
+    peer.talk.channel = types.SimpleNamespace(lines=list(lines), send=lambda line: None, close=lambda: None,
+                                              read=lambda limit: peer.channel.lines.pop(0) if peer.channel.lines
+                                              else (_ for _ in ()).throw(LabError("queue model on m2: no answer")))
+    peer.talk.read_all(peer.talk.channel)
     return peer
 
 

@@ -87,6 +87,9 @@ class FakeAgent:
     def storm(self, idx, seconds):
         self.storms.append((idx, seconds))
 
+    def note(self, text):
+        self.errors.append(text)
+
 
 class FakeModel:
     def __init__(self):
@@ -166,8 +169,8 @@ def remote(lines, nports=2):
     pauses = []
     peer = RemoteQueues(Machine(), "run", nports, lambda kind, idx, waited: pauses.append((kind, idx, waited)))
     peer.round_trip_s = 0.004
-    peer.channel = FakeChannel(lines)
-    peer._read()            # every line the channel has, then its end
+    peer.talk.channel = FakeChannel(lines)
+    peer.talk.read_all(peer.talk.channel)          # every line the channel has, then its end
     return peer, pauses
 
 
