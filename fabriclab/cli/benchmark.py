@@ -8,7 +8,7 @@ from fabriclab.errors import LabError
 from fabriclab.table import format_table
 from fabriclab.topologies.spec import load_spec
 from fabriclab.units import human_size
-from fabriclab.workflows import benchmark
+from fabriclab.workflows import benchmark, pfcbench
 
 
 BRINGUP_COLUMNS = ("fabric", "switches", "hosts", "links", "build s", "then programmed s", "teardown s")
@@ -30,11 +30,54 @@ def register(subparsers):
     p.add_argument("--inventory", metavar="FILE",
                    help="measure instead what crossing machines costs: a small fabric on this machine, "
                         "then split by leaf over this ansible inventory's machines (docs/cluster.md)")
+    p.add_argument("--pfc-reaction", metavar="EXPERIMENTS", nargs="?", const=",".join(pfcbench.DEFAULT_EXPERIMENTS),
+                   help="instead: run these experiments (default " + ",".join(pfcbench.DEFAULT_EXPERIMENTS) +
+                        ") --draws times each and tabulate the PFC agent's reaction and lossless drops per run")
+    p.add_argument("--draws", type=int, default=10, help="with --pfc-reaction: runs of each experiment (default 10)")
+    p.add_argument("--quick", action="store_true", help="with --pfc-reaction: the experiments' quick forms")
+    p.add_argument("--out", default=None, help="with --pfc-reaction: where the runs' folders go "
+                                               "(default results/<time>-pfc-reaction)")
+    p.add_argument("--from", dest="from_folders", metavar="DIR", nargs="+",
+                   help="instead: tabulate the PFC reaction of results folders already written (experiments, "
+                        "catalogues)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run_benchmark)
 
 
+def run_pfc_reaction(args):
+    from fabriclab.workflows.experiments import EXPERIMENTS
+
+    if args.from_folders:
+        rows = pfcbench.read_folders(args.from_folders)
+    else:
+        names = [n.strip() for n in args.pfc_reaction.split(",") if n.strip()]
+        unknown = [n for n in names if n not in EXPERIMENTS]
+        if unknown or not names:
+            raise LabError(f"--pfc-reaction: unknown experiment {unknown[0][:40]!r}" if unknown
+                           else "--pfc-reaction: name at least one experiment")
+        if not 1 <= args.draws <= 100:
+            raise LabError(f"--draws must be 1..100, got {args.draws}")
+        from fabriclab.results import document
+
+        out = args.out or document.default_folder("pfc-reaction")
+        rows = pfcbench.run_draws(names, args.draws, args.quick, out)
+    totals = pfcbench.summary(rows)
+    if args.format == "json":
+        print(json.dumps({"runs": rows, "summary": totals}, indent=1))
+        return 0
+    print(format_table(pfcbench.COLUMNS, pfcbench.table_rows(rows),
+                       title="PFC reaction: XOFF to gate closed, wall time, per run"))
+    print()
+    print(format_table(("experiment", "draws", "runs", "pauses", "worst p99 ms", "worst max ms", "lossless drops"),
+                       [(name, s["draws"], s["runs"], s["pauses"], f"{s['worst_p99_ms']:.3f}",
+                         f"{s['worst_max_ms']:.3f}", s["lossless_drops"]) for name, s in totals.items()],
+                       title="Over all draws"))
+    return 0
+
+
 def run_benchmark(args):
+    if args.pfc_reaction is not None or args.from_folders:
+        return run_pfc_reaction(args)
     if args.inventory is not None:
         return run_crossing(args)
     text = benchmark.DEFAULT_SIZES if args.sizes is None else args.sizes
