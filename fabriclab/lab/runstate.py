@@ -9,18 +9,15 @@ killed by name. /run is a tmpfs, so records vanish at reboot together with what 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
-import re
 import secrets
 import shutil
-import sys
 import threading
 import time
 
-from fabriclab.system.procs import pid_alive, pid_cmdline
+from fabriclab.system.procs import helper_run_id, pid_alive, pid_cmdline, valid_run_id
 
 RUN_ROOT = pathlib.Path(os.environ.get("FABRICLAB_RUN_ROOT", "/run/fabriclab"))
 OVS_RUN_KEY = "fabriclab-run"   # external_ids key on every bridge a run creates
@@ -72,19 +69,13 @@ class RunState:
     @staticmethod
     def valid_id(run_id):
         """Whether `run_id` has the form `create` gives (a folder name, never a path)."""
-        return isinstance(run_id, str) and re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run_id) is not None
+        return valid_run_id(run_id)
 
     @classmethod
     def helper_id(cls, module, argv):
         """The run id a run's helper on another machine is started with (`--run-id ID`); None,
         said on stderr, when it is not one."""
-        parser = argparse.ArgumentParser(prog=f"python -m {module}")
-        parser.add_argument("--run-id", required=True)
-        run_id = parser.parse_args(argv).run_id
-        if not cls.valid_id(run_id):
-            print("error: not a lab run id", file=sys.stderr)
-            return None
-        return run_id
+        return helper_run_id(module, argv)
 
     @classmethod
     def load(cls, run_dir):

@@ -26,15 +26,23 @@ with the run, so `fabriclab clean` knows it by both.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import math
 import os
+import pathlib
 import sys
 import types
 
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
+from fabriclab.queues.config import WATCHDOG_ACTIONS
+from fabriclab.queues.datapath import EV_XOFF, EV_XON, Ctl, Map, QStat, pinned_events
+from fabriclab.queues.gate import Gates
+from fabriclab.queues.leaks import Account, LeakRepair
+from fabriclab.queues.pfc import PfcAgent
+from fabriclab.system.procs import helper_run_id
 from fabriclab.system.remotechannel import Channel, Conversation, say
 
 MODULE = "fabriclab.queues.agentproc"
@@ -61,9 +69,7 @@ def realtime(priority=PRIORITY):
 
 
 def main(argv=None):
-    from fabriclab.lab.runstate import RunState
-
-    if RunState.helper_id(MODULE, argv) is None:
+    if helper_run_id(MODULE, argv) is None:
         return 2
     say({"ready": os.getpid()})
     agent = None
@@ -83,13 +89,6 @@ def main(argv=None):
 
 
 def _start(line):
-    from fabriclab.queues.datapath import Ctl, Map, QStat, pinned_events
-    from fabriclab.queues.gate import Gates
-    from fabriclab.queues.leaks import LeakRepair
-    from fabriclab.queues.pfc import PfcAgent
-
-    import ctypes
-
     try:
         config = start_config(json.loads(line))
         pins = config["pins"]
@@ -124,11 +123,6 @@ def _number(value, low, high):
 
 def start_config(msg):
     """The start request, checked as hostile: ValueError naming what is wrong."""
-    import pathlib
-
-    from fabriclab.queues.config import WATCHDOG_ACTIONS
-    from fabriclab.queues.leaks import Account
-
     keys = {"pins", "ports", "pfc", "accounts", "rows", "relay"}
     config = msg.get("start") if isinstance(msg, dict) and set(msg) == {"start"} else None
     if not isinstance(config, dict) or set(config) != keys:
@@ -197,8 +191,6 @@ def _answer(agent, line):
 
 
 def _keyed(agent, key, value):
-    from fabriclab.queues.datapath import EV_XOFF, EV_XON
-
     if key == "pfc":
         if (isinstance(value, list) and len(value) == 3 and value[0] in (EV_XOFF, EV_XON)
                 and _int(value[1], 0, MAX_PORTS * 4) and _int(value[2], 0, MAX_AGE_NS)):

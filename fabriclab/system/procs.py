@@ -1,17 +1,39 @@
 """Processes by PID, checked without signalling them: alive, and the command line they run;
-stopping recorded processes that still run their recorded command (`stop_recorded`); and ending a
-process group the caller itself started (`end_group`)."""
+stopping recorded processes that still run their recorded command (`stop_recorded`); ending a
+process group the caller itself started (`end_group`); and the run id a run's helper process is
+started with, its mark (`helper_run_id`)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import pathlib
+import re
 import signal
 import subprocess
+import sys
 import time
 
 
 EXEC_RETRIES = 100     # 2 ms apart: an exec takes well under 0.2 s even on a loaded machine
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")      # lab/runstate.py makes them: a folder name, never a path
+
+
+def valid_run_id(run_id):
+    """Whether `run_id` has the form a run's id has."""
+    return isinstance(run_id, str) and RUN_ID.fullmatch(run_id) is not None
+
+
+def helper_run_id(module, argv):
+    """The run id a run's helper is started with (`python -m MODULE --run-id ID`); None, said on
+    stderr, when it is not one."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("--run-id", required=True)
+    run_id = parser.parse_args(argv).run_id
+    if not valid_run_id(run_id):
+        print("error: not a lab run id", file=sys.stderr)
+        return None
+    return run_id
 
 
 def pid_alive(pid):
