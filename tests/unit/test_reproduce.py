@@ -279,6 +279,29 @@ def test_the_flap_claim_reads_reactions_and_tails_and_flips_when_software_is_soo
     assert "not a finite number" in agreement(claim, [flap_tail({"plane-flaps": nothing})] * 2).invalid[0]
 
 
+def dcqcn_doc(quick, pfc_pauses, dcqcn_pauses, cct=(1200.0, 1250.0, 1300.0, 1320.0)):
+    labels = ("PFC only, relaxed ECN", "PFC only, tight ECN", "DCQCN, relaxed ECN", "DCQCN, tight ECN")
+    pauses = dict(zip(labels, (0, pfc_pauses, 0, dcqcn_pauses)))
+    return {"plan": {"source": {"experiment": "ecn-dcqcn", "quick": quick}}, "runs": [
+        {"label": lab, "invalid": [], "jobs": {"allreduce": {"sizes": [{"cct_ms": {"p50": ms}}]}},
+         "queues": {"hops": {"leaf->spine": {"pauses": pauses[lab]}}}} for lab, ms in zip(labels, cct)]}
+
+
+def test_the_dcqcn_claim_judges_pauses_in_the_full_form_only():
+    """CI, 2026-11-28: the quick form's pauses came before DCQCN acted, alike in both cases, and a
+    difference of +1 in both draws read as a flip."""
+    from fabriclab.workflows.reproduce.seed000 import dcqcn_cost
+
+    claim = next(c for c in CLAIMS if c.id == "000-dcqcn")
+    quick = [dcqcn_cost({"ecn-dcqcn": dcqcn_doc(True, 30, 31)}) for _ in range(2)]
+    assert [e.name for e in quick[0].effects] == ["CCT DCQCN tight / PFC only"]
+    assert "not judged in the quick form" in quick[0].lab and agreement(claim, quick).status != FLIPPED
+    full = [dcqcn_cost({"ecn-dcqcn": dcqcn_doc(False, 275 + i, 0)}) for i in range(2)]
+    assert [e.value for e in full[0].effects] == [pytest.approx(1320 / 1200), -275]     # against the faster PFC-only case
+    assert agreement(claim, full).status == AGREES
+    assert agreement(claim, [dcqcn_cost({"ecn-dcqcn": dcqcn_doc(False, 0, 9 + i)}) for i in range(2)]).status == FLIPPED
+
+
 # -- claims measured without a network --------------------------------------------------------------------
 def test_the_ring_vs_fully_connected_claims_hold_in_seed_001s_model():
     ar = seed001.allreduce({})

@@ -243,13 +243,21 @@ def dcqcn_cost(docs):
     cost = ratio(cct("DCQCN, tight ECN"), pfc_only)
     pauses = {label: sum(h.get("pauses", 0) for h in hops(runs[label]).values())
               for label in ("PFC only, tight ECN", "DCQCN, tight ECN")}
+    effects = (Effect("CCT DCQCN tight / PFC only", cost, ">", 1.0),)
+    # The quick form's one 256 KiB AllReduce is over before DCQCN has cut a rate: its pauses come
+    # with the first burst, alike with DCQCN and without (26-33 in a draw's four cases, or 0-1),
+    # and their difference is noise (-7 to +2 over 5 CI catalogues; twice +1, a "flip", in one).
+    # Only the full form (1 MiB, 3 iterations after a warm-up) shows the pauses DCQCN avoids.
+    quick = ((doc.get("plan") or {}).get("source") or {}).get("quick")
+    if not quick:
+        effects += (Effect("pauses DCQCN tight - PFC only tight",
+                           pauses["DCQCN, tight ECN"] - pauses["PFC only, tight ECN"], "<", 0.5),)
     return Finding(
         lab=f"DCQCN with tight ECN: CCT x{cost:.2f} PFC-only's; pauses {pauses['DCQCN, tight ECN']} against "
-            f"{pauses['PFC only, tight ECN']}",
+            f"{pauses['PFC only, tight ECN']}" + (" (not judged in the quick form: over before DCQCN acts)"
+                                                  if quick else ""),
         lab_value=cost,
-        effects=(Effect("CCT DCQCN tight / PFC only", cost, ">", 1.0),
-                 Effect("pauses DCQCN tight - PFC only tight",
-                        pauses["DCQCN, tight ECN"] - pauses["PFC only, tight ECN"], "<", 0.5)),
+        effects=effects,
         direction="DCQCN with tight thresholds avoids pauses but lengthens the AllReduce",
         bars=[("paper: CCT ratio", 1.05), ("lab: CCT ratio", cost)],
         unit="CCT ratio", invalid=invalid_reasons(doc))
@@ -318,5 +326,6 @@ CLAIMS = (
           "the lab's oversubscribed uplinks congest on every ring step (many flows into each uplink, "
           "an incast at every leaf), so DCQCN's rate cuts cost more than on the paper's 1:1 fabric; "
           "DCQCN on the 16:1 Gather of pfc-incast is not measured: there a sender stalled past the "
-          "launcher's 100 s limit"),
+          "launcher's 100 s limit. The quick form judges the CCT only: its one 256 KiB AllReduce ends "
+          "before DCQCN cuts a rate, so both cases pause alike"),
 )
