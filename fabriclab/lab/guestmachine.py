@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass
 
 from fabriclab.errors import EnvironmentProblem, LabError
@@ -86,6 +87,7 @@ class Guest:
     tap: str | None = None
     proc: subprocess.Popen | None = None
     qemu_recorded: bool = False
+    recorded_pids: set = dataclasses.field(default_factory=set)   # with the netdev: virtme-run, then qemu
 
     @property
     def netdev(self):
@@ -282,12 +284,20 @@ while :; do sleep 3600; done
 
     def _record_qemus(self):
         """Record each guest's qemu once it runs (found by its tap's netdev, its own), every
-        guest's on each look: a killed lab's `clean` then finds the others' while one boots."""
+        guest's on each look: a killed lab's `clean` then finds the others' while one boots.
+        virtme-run carries the netdev too and starts qemu as its child: a look between the two
+        finds only virtme-run, so the look goes on until qemu itself is recorded (CI, 2026-11-28:
+        a killed guest machine's qemu outlived `clean` and took a core for the rest of the run)."""
         for guest in self.guests:
-            if not guest.qemu_recorded:
-                for pid, _ in procs.with_argument_under(guest.netdev):
-                    self.run.add_process(pid, "guest-qemu", guest.netdev)
-                    guest.qemu_recorded = True
+            if guest.qemu_recorded:
+                continue
+            for pid, _ in procs.with_argument_under(guest.netdev):
+                if pid in guest.recorded_pids:
+                    continue
+                self.run.add_process(pid, "guest-qemu", guest.netdev)
+                guest.recorded_pids.add(pid)
+                program = (procs.pid_cmdline(pid) or "").split(" ", 1)[0]
+                guest.qemu_recorded = guest.qemu_recorded or os.path.basename(program).startswith("qemu-system")
 
     def _wait_ready(self, guest):
         deadline = time.monotonic() + BOOT_TIMEOUT_S

@@ -120,3 +120,24 @@ def test_every_ssh_session_in_an_emulated_guest_is_patient(tmp_path, accel, emul
     (setenv,) = [line for line in config if line.startswith("SetEnv ")]
     assert f"{patience.ENV}={expected}" in setenv.split()[1:]
     assert f"MPLCONFIGDIR={fullkernel.GUEST_MPLCONFIGDIR}" in setenv.split()[1:]
+
+
+def test_a_guests_qemu_is_looked_for_until_qemu_itself_is_recorded(tmp_path, monkeypatch):
+    """virtme-run carries the netdev too and starts qemu as its child: a look in between found
+    only virtme-run, and a killed machine's qemu then outlived `clean` (CI, 2026-11-28)."""
+    machine = fake(tmp_path)
+    recorded = []
+    machine.run.add_process = lambda pid, role, match: recorded.append((pid, role, match))
+    guest = machine.guests[0]
+    guest.tap = "fabg-abcdef-1"
+    running = {101: "/venv/bin/python /venv/bin/virtme-run --qemu-opts"}
+    monkeypatch.setattr(guestmachine.procs, "with_argument_under", lambda netdev: [(pid, netdev) for pid in running])
+    monkeypatch.setattr(guestmachine.procs, "pid_cmdline", lambda pid: running.get(pid))
+    machine._record_qemus()
+    assert recorded == [(101, "guest-qemu", guest.netdev)] and not guest.qemu_recorded
+    running[102] = "/usr/bin/qemu-system-x86_64 -name virtme-ng"
+    machine._record_qemus()
+    machine._record_qemus()                      # recorded once each, and no more looks once qemu is
+    running[103] = "/usr/bin/qemu-system-x86_64 -name another"
+    machine._record_qemus()
+    assert [pid for pid, _role, _match in recorded] == [101, 102] and guest.qemu_recorded
