@@ -66,7 +66,9 @@ def read_folders(folders):
 
 
 def run_draws(experiments, draws, quick, out, progress=print):
-    """Run each experiment `draws` times (seeds 1..draws) into `out`/<experiment>/draw-<k>; rows."""
+    """Run each experiment `draws` times (seeds 1..draws) into `out`/<experiment>/draw-<k>; rows.
+    A run that saturates the CPU is kept, not rerun slower: the agent must react then too, and
+    that is the load it meets worst."""
     from fabriclab.workflows.experiments import Options, run_experiment
 
     rows = []
@@ -74,7 +76,8 @@ def run_draws(experiments, draws, quick, out, progress=print):
         for k in range(1, draws + 1):
             folder = pathlib.Path(out) / name / f"draw-{k}"
             progress(f"{name}, draw {k} of {draws} -> {folder}")
-            doc = run_experiment(name, None, folder, Options(quick=quick, seed=k), run_plots=False)
+            doc = run_experiment(name, None, folder, Options(quick=quick, seed=k), run_plots=False,
+                                 derate=False)
             rows += rows_of(doc, k)
     return rows
 
