@@ -156,7 +156,7 @@ def cmd_calibrate(args):
     from fabriclab.topologies.spec import load_spec
 
     spec = load_spec(args.spec)
-    from fabriclab.model import calibrate           # the flow model's solvers: scipy (cli/flowmodel.py says why)
+    from fabriclab.workflows import calibrate         # the flow model's solvers: scipy (cli/flowmodel.py says why)
 
     doc, rows = calibrate.run_calibration(spec, args.collective, parse_sizes(args.sizes), args.qps,
                                           args.sport_mode, args.iterations, args.out)

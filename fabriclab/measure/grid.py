@@ -6,6 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
+# A port series's limits, here and on a cluster's other machines (remotesampler.py)
+MIN_INTERVAL_S = 0.001
+MAX_SAMPLES = 500_000
+
 
 class SamplingThread:
     """`sample()` on a fixed grid from `t0` (time.monotonic()), in a daemon thread named `name`,

@@ -23,11 +23,8 @@ import time
 from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters
 from fabriclab.measure import remotecounters
-from fabriclab.measure.grid import SamplingThread
+from fabriclab.measure.grid import MAX_SAMPLES, MIN_INTERVAL_S, SamplingThread
 from fabriclab.measure.remotesampler import RemoteSampler, onto
-
-MIN_INTERVAL_S = 0.001
-MAX_SAMPLES = 500_000
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,8 +37,7 @@ MAX_RESULT = 1 << 30              # bytes of the series coming back: MAX_SAMPLES
 # -- on the other machine ------------------------------------------------------------------------
 def main(argv=None):
     from fabriclab.measure.counters import PortCounters
-    from fabriclab.measure.grid import SamplingThread
-    from fabriclab.measure.portsampler import MAX_SAMPLES, MIN_INTERVAL_S
+    from fabriclab.measure.grid import MAX_SAMPLES, MIN_INTERVAL_S, SamplingThread
 
     parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("--interval", type=float, required=True)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from fabriclab.model.collectives import bus_factor
 from fabriclab.model.graph import HOST
 from fabriclab.model.maxmin import link_loads, max_min_rates
-from fabriclab.model.placement import group_capacity, place, spread_loads
+from fabriclab.model.placement import place
+from fabriclab.model.splitting import group_capacity, spread_loads
 
 _INF = float("inf")
 

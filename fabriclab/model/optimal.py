@@ -27,7 +27,7 @@ from scipy.optimize import OptimizeWarning, linprog
 from scipy.sparse import coo_matrix
 
 from fabriclab.errors import LabError
-from fabriclab.model.placement import Splitter, _leaf, _per_flow, demands, group_capacity
+from fabriclab.model.splitting import Splitter, demands, group_capacity, leaf_of, per_flow
 
 # Measured on a shuffled ring AllReduce, 1:1 fabrics (docs/model.md): 64x16x16, about 16K
 # variables, 0.5 s; 128x32x32, 135K, 2.8 s; 256x32x32, 270K, 8.6 s and 0.4 GB; 256x64x64,
@@ -46,7 +46,7 @@ def place_optimal(graph, routes, flows):
     need = demands(graph, flows)
     supply = {}                                   # destination leaf -> {source leaf: demand}
     for flow, d in zip(flows, need):
-        a, b = _leaf(graph, flow.src), _leaf(graph, flow.dst)
+        a, b = leaf_of(graph, flow.src), leaf_of(graph, flow.dst)
         if a != b and routes.reachable(a, b):
             per = supply.setdefault(b, {})
             per[a] = per.get(a, 0.0) + d
@@ -62,7 +62,7 @@ def place_optimal(graph, routes, flows):
         x, congestion = _solve(graph, dags, supply, n_vars)
         hops = _shares(graph, dags, x)
     splitter = Splitter(graph, routes, weighted=True, hops=hops)
-    placed = _per_flow(graph, flows, lambda _flow, a, b: splitter.pair(a, b))
+    placed = per_flow(graph, flows, lambda _flow, a, b: splitter.pair(a, b))
     placed.scheme = "optimal"
     placed.congestion = congestion
     return placed

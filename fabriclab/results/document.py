@@ -137,7 +137,7 @@ def collective_job(run, role="measured"):
     # as results.json holds it (a program's steps are tuples in the spec): the schema types it
     workload = json.loads(json.dumps(dataclasses.asdict(spec)))
     return {
-        "kind": "collective", "role": role, "hosts": _hosts({r.host for r in run.ranks}),
+        "kind": "collective", "role": role, "hosts": hosts_record({r.host for r in run.ranks}),
         "workload": workload,
         # udp: the lab's RNIC in Python, RoCEv2 through raw sockets; rdma_rxe: soft-RoCE verbs.
         "backend": run.backend,
@@ -164,29 +164,6 @@ def collective_job(run, role="measured"):
     }
 
 
-def replay_job(runs, spec, segments, fabric, role="measured"):
-    """The record of a replayed trace from its segments' CollectiveRuns: per collective the
-    trace's numbers beside the lab's, the job's communication time both ways, every scaling, and
-    each segment's collective record."""
-    from fabriclab.workflows import replay
-
-    scale = spec.scaling(fabric)
-    rows = replay.op_rows(segments, runs, scale)
-    parts = [collective_job(run, role) for run in runs]
-    invalid = sorted({reason for part in parts for reason in part["invalid"]})
-    return {
-        "kind": "replay", "role": role, "hosts": _hosts({h for part in parts for h in part["hosts"]}),
-        "workload": replay.workload_record(spec, fabric),
-        "trace": spec.trace.summary(),
-        "scaling": scale,
-        "ranks": {str(rank): host for rank, host in enumerate(spec.placed_hosts(fabric))},
-        "ops": rows,
-        "totals": replay.totals(rows, spec.trace, scale),
-        "segments": parts,
-        "valid": not invalid, "invalid": invalid,
-    }
-
-
 def plb_record(run):
     """The plane load balancer of a collective job: its settings, and per rank what each plane
     sent, the removals and returns of planes (unix times), the CC contexts and probes per
@@ -204,7 +181,7 @@ def allpairs_job(run, spec, fabric, role="measured"):
     invalid = _invalid(cpuload.valid(cpu))
     hosts = {h for h, flows in run.plan.items() if flows}
     return {
-        "kind": "all-pairs", "role": role, "hosts": _hosts(hosts),
+        "kind": "all-pairs", "role": role, "hosts": hosts_record(hosts),
         "workload": dataclasses.asdict(spec),
         "traffic": run.totals(),
         "links": links,
@@ -222,12 +199,13 @@ def switchml_job(report, spec, role="measured"):
     """The record of a SwitchML aggregation job from run_aggregation's report."""
     hosts = set(report["aggregators"].values()) | {h for w in report["worker_hosts"].values() for h in w}
     invalid = _invalid(True, report.get("verify"))
-    return {"kind": "switchml", "role": role, "hosts": _hosts(hosts),
+    return {"kind": "switchml", "role": role, "hosts": hosts_record(hosts),
             "workload": dataclasses.asdict(spec), "aggregation": report,
             "valid": not invalid, "invalid": invalid}
 
 
-def _hosts(names):
+def hosts_record(names):
+    """A job's hosts in the order people count them: h2 before h10."""
     return sorted(names, key=lambda h: (len(h), h))
 
 

@@ -181,6 +181,6 @@ class ReplayJob:
             launcher.cleanup()
 
     def record(self, raw):
-        from fabriclab.results import document
+        from fabriclab.workflows import replay
 
-        return document.replay_job(raw, self.job.workload, self.segments, self.lab.fabric, self.job.role)
+        return replay.job_record(raw, self.job.workload, self.segments, self.lab.fabric, self.job.role)

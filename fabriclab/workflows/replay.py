@@ -205,3 +205,26 @@ def totals(rows, trace, scale):
             "real_vs_trace": None if real_ms is None or trace_ms <= 0 else round(real_ms / trace_ms, 6),
             "gaps_ms": round(sum(r["gap_ms"] for r in rows), 4),
             "gaps_clipped": sum(1 for r in rows if r["gap_clipped"])}
+
+
+def job_record(runs, spec, segments, fabric, role="measured"):
+    """The record of a replayed trace from its segments' CollectiveRuns: per collective the
+    trace's numbers beside the lab's, the job's communication time both ways, every scaling, and
+    each segment's collective record."""
+    from fabriclab.results.document import collective_job, hosts_record
+
+    scale = spec.scaling(fabric)
+    rows = op_rows(segments, runs, scale)
+    parts = [collective_job(run, role) for run in runs]
+    invalid = sorted({reason for part in parts for reason in part["invalid"]})
+    return {
+        "kind": "replay", "role": role, "hosts": hosts_record({h for part in parts for h in part["hosts"]}),
+        "workload": workload_record(spec, fabric),
+        "trace": spec.trace.summary(),
+        "scaling": scale,
+        "ranks": {str(rank): host for rank, host in enumerate(spec.placed_hosts(fabric))},
+        "ops": rows,
+        "totals": totals(rows, spec.trace, scale),
+        "segments": parts,
+        "valid": not invalid, "invalid": invalid,
+    }

@@ -5,7 +5,7 @@ fluid model's view of time (no headers, ACKs or queues; one step for AlltoAll's 
 
 import pytest
 
-from fabriclab.model.calibrate import run_calibration
+from fabriclab.workflows.calibrate import run_calibration
 from fabriclab.queues.config import QueueSpec
 from fabriclab.results import document
 from fabriclab.topologies.spec import FabricSpec

@@ -356,7 +356,7 @@ def test_the_python_example_in_docs_model_md_runs(capsys):
 
 def test_calibration_refuses_what_the_model_ranks_differently():
     from fabriclab.errors import LabError
-    from fabriclab.model.calibrate import check_calibratable
+    from fabriclab.workflows.calibrate import check_calibratable
     from fabriclab.topologies.spec import load_spec
 
     check_calibratable(load_spec("default"))
@@ -367,7 +367,7 @@ def test_calibration_refuses_what_the_model_ranks_differently():
 
 
 def test_calibration_error_is_relative_to_the_emulation():
-    from fabriclab.model.calibrate import compare
+    from fabriclab.workflows.calibrate import compare
 
     emulated = [{"size": 1024, "cct_ms": {"mean": 200.0}, "busbw_mbps": 10.0, "valid": True,
                  "balance": {"up": {"max_mean_ratio": 2.0}}}]

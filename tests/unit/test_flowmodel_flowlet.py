@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from fabriclab.model import evaluate, flows, placement
+from fabriclab.model import evaluate, flows, placement, splitting
 from fabriclab.model.graph import ClosGraph, ClosParams
 from fabriclab.model.maxmin import max_min_rates
 from fabriclab.model.routes import Routes
@@ -43,8 +43,8 @@ def test_one_flowlet_alone_takes_the_hash_member():
     graph = ClosGraph(ClosParams(leaves=2, spines=4, hosts_per_leaf=1))
     fl = flows.connection_flows(graph, [(0, 1)], MIB)
     routes = Routes(graph)
-    leaf = placement._leaf(graph, fl[0].src)
-    opts = routes.options_array(leaf, placement._leaf(graph, fl[0].dst))
+    leaf = splitting.leaf_of(graph, fl[0].src)
+    opts = routes.options_array(leaf, splitting.leaf_of(graph, fl[0].dst))
     for seed in range(8):
         basis = placement.switch_seeds(graph, seed)[leaf]
         first = placement.place(graph, routes, fl, "flowlet", seed).routes[0][1][0]
