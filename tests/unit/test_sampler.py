@@ -90,3 +90,14 @@ def test_summary_and_csv(tmp_path):
     lines = list(csv.reader(open(path)))
     assert lines[0][:6] == ["t_s", "port", "node", "peer", "role", "class"]
     assert len(lines) == 1 + 2 and lines[2][1] == "s1-eth1" and lines[2][6 + FIELDS.index("occ")] == "300"
+
+
+def test_csv_holds_every_chosen_row_of_every_sample_in_order(tmp_path):
+    s = series([{0: {"tx_bytes": 7}, 2: {"occ": 1}}, {0: {"tx_bytes": 9}, 2: {"occ": 2, "held": -3}},
+                {1: {"paused": 1}}], times=[0.0, 0.0123456789, 1.5])
+    chosen = [ROWS[2], ROWS[0]]
+    lines = list(csv.reader(open(s.write_csv(tmp_path / "q.csv", rows=chosen))))
+    want = [[f"{t:.6f}", r.port, r.node, r.peer, r.role, r.cls,
+             *(str(int(s.data[k, ROWS.index(r), f])) for f in range(len(FIELDS)))]
+            for k, t in enumerate(s.times) for r in chosen]
+    assert lines[1:] == want and lines[2][0] == "0.000000" and lines[3][0] == "0.012346"
