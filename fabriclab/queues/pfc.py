@@ -123,14 +123,17 @@ class PfcAgent:
         self.events += 1
         try:
             with self.lock:
+                # What came before `picked` is waiting (the wake-up, the lock); after it, the gate's
+                # netlink change (the kernel's rtnl lock): a slow reaction says which it was.
+                picked = self.clock()
                 st = self.state[event.target]
                 if event.kind == EV_XOFF:
                     st.wanted = True
                 elif event.kind == EV_XON:
                     st.wanted = False
-                self._apply(event.target, st, self.clock())
+                self._apply(event.target, st, picked)
                 if event.kind == EV_XOFF and event.ts:
-                    self.reactions.append((event.ts, self.clock() - event.ts))
+                    self.reactions.append((event.ts, self.clock() - event.ts, picked - event.ts))
         except Exception as exc:               # raised inside libbpf's callback: keep it, don't lose it
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -228,10 +231,15 @@ class PfcAgent:
 
     def reaction_stats(self, since_ns=0):
         """The XOFF-to-gate-closed delay (ms) over the pauses since `since_ns` (the clock's time):
-        median, p99 and worst; with other machines, how many pauses went to and came from them,
+        median, p99 and worst, and the longest of its two parts (`max_wait_ms`: until the agent
+        had the event; `max_gate_change_ms`: the netlink change); with other machines, how many pauses went to and came from them,
         and the delay of those that came (`relayed`, estimated)."""
         with self.lock:
-            stats = _percentiles([delay for ts, delay in self.reactions if ts >= since_ns])
+            own = [(delay, waited) for ts, delay, waited in self.reactions if ts >= since_ns]
+            stats = _percentiles([delay for delay, _ in own])
+            if own:
+                stats["max_wait_ms"] = round(max(waited for _, waited in own) / 1e6, 3)
+                stats["max_gate_change_ms"] = round(max(delay - waited for delay, waited in own) / 1e6, 3)
             if self.relay is None:
                 return stats
             relayed = _percentiles([delay for ts, delay in self.relayed_reactions if ts >= since_ns])

@@ -351,7 +351,9 @@ def _queues(queues):
         sched = f"; the agent ran {reaction['scheduling']}" if reaction.get("scheduling") else ""
         out.append(f"- PFC reaction (XOFF to gate closed, wall time) over {reaction['pauses']} pauses: "
                    f"p50 {reaction['p50_ms']:.3f} ms, p99 {reaction['p99_ms']:.3f} ms, "
-                   f"max {reaction['max_ms']:.3f} ms{sched}")
+                   f"max {reaction['max_ms']:.3f} ms{sched}"
+                   + (f" (longest wait for the agent {reaction['max_wait_ms']:.3f} ms, longest gate change "
+                      f"{reaction['max_gate_change_ms']:.3f} ms)" if "max_wait_ms" in reaction else ""))
     else:
         out.append("- PFC reaction: no pauses")
     for name, key in (("Watchdog alarms", "alarms"), ("Leaked accounts repaired", "leak_repairs")):

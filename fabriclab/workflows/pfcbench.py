@@ -2,7 +2,8 @@
 
 Runs packaged experiments that pause (pfc-incast, ar-fabric, ecn-dcqcn by default) N times each
 on this machine, with the rest of the lab as busy as those experiments make it, and tabulates
-every run's XOFF-to-gate-closed delay (p50, p99, max of wall time), its lossless drops and how
+every run's XOFF-to-gate-closed delay (p50, p99, max of wall time; the longest wait for the
+agent and the longest netlink gate change, the two parts of a reaction), its lossless drops and how
 the agent was scheduled; or reads the same from results folders already written (`--from`).
 The headroom (`reaction_ms`, default 5 ms) must cover the worst of these.
 """
@@ -13,7 +14,8 @@ import json
 import pathlib
 
 DEFAULT_EXPERIMENTS = ("pfc-incast", "ar-fabric", "ecn-dcqcn")
-COLUMNS = ("experiment", "draw", "case", "pauses", "p50 ms", "p99 ms", "max ms", "lossless drops", "agent")
+COLUMNS = ("experiment", "draw", "case", "pauses", "p50 ms", "p99 ms", "max ms", "wait max", "change max",
+           "lossless drops", "agent")
 
 
 def rows_of(doc, draw):
@@ -26,7 +28,9 @@ def rows_of(doc, draw):
         out.append({"experiment": (doc.get("experiment") or {}).get("name") or doc.get("name", "?"),
                     "draw": draw, "case": run.get("label", "?"), "pauses": reaction.get("pauses", 0),
                     "p50_ms": reaction.get("p50_ms"), "p99_ms": reaction.get("p99_ms"),
-                    "max_ms": reaction.get("max_ms"), "lossless_drops": totals.get("lossless_drops", 0),
+                    "max_ms": reaction.get("max_ms"), "max_wait_ms": reaction.get("max_wait_ms"),
+                    "max_gate_change_ms": reaction.get("max_gate_change_ms"),
+                    "lossless_drops": totals.get("lossless_drops", 0),
                     "scheduling": reaction.get("scheduling", "-")})
     return out
 
@@ -87,4 +91,5 @@ def table_rows(rows):
         return "-" if value is None else f"{value:.3f}"
 
     return [(r["experiment"], r["draw"], r["case"][:32], r["pauses"], f(r["p50_ms"]), f(r["p99_ms"]),
-             f(r["max_ms"]), r["lossless_drops"], r["scheduling"]) for r in rows]
+             f(r["max_ms"]), f(r.get("max_wait_ms")), f(r.get("max_gate_change_ms")), r["lossless_drops"],
+             r["scheduling"]) for r in rows]

@@ -226,11 +226,13 @@ def test_pfc_reaction_time_is_measured_from_the_xoff():
     now = [50_000_000]
     ports = {0: object()}
     agent = PfcAgent(None, ports, FakeGates(), PfcSettings(watchdog_ms=0), clock=lambda: now[0])
-    agent._apply = lambda idx, st, t: None
-    for ts in (49_000_000, 47_000_000, 45_000_000):        # 1, 3 and 5 ms before "now"
+    agent._apply = lambda idx, st, t: now.__setitem__(0, now[0] + 500_000)    # each gate change: 0.5 ms
+    for ts in (49_000_000, 47_000_000, 45_000_000):        # 1, 3.5 and 6 ms before the agent has them
         agent._on_event(Event(EV_XOFF, 1, 0, 0, ts, 0))
     agent._on_event(Event(EV_XON, 1, 0, 0, 1, 0))            # XONs are not reactions
-    assert agent.reaction_stats() == {"pauses": 3, "p50_ms": 3.0, "p99_ms": 5.0, "max_ms": 5.0}
-    assert agent.reaction_stats(since_ns=46_000_000) == {"pauses": 2, "p50_ms": 3.0, "p99_ms": 3.0,
-                                                         "max_ms": 3.0}
+    assert agent.reaction_stats() == {"pauses": 3, "p50_ms": 4.0, "p99_ms": 6.5, "max_ms": 6.5,
+                                      "max_wait_ms": 6.0, "max_gate_change_ms": 0.5}
+    assert agent.reaction_stats(since_ns=46_000_000) == {"pauses": 2, "p50_ms": 4.0, "p99_ms": 4.0,
+                                                         "max_ms": 4.0, "max_wait_ms": 3.5,
+                                                         "max_gate_change_ms": 0.5}
     assert agent.reaction_stats(since_ns=60_000_000) == {"pauses": 0}

@@ -296,16 +296,23 @@ def test_a_run_with_the_queue_model_reports_its_totals_and_the_pfc_reaction(tmp_
                                            "pause_tx": 10, "pause_ms": 594.874},
                                 "alarms": [], "leak_repairs": [{"port": "l1-eth1"}],
                                 "pfc_reaction": {"pauses": 10, "p50_ms": 0.155, "p99_ms": 0.713, "max_ms": 0.713,
+                                                 "max_wait_ms": 0.7, "max_gate_change_ms": 0.013,
                                                  "scheduling": "SCHED_FIFO 10"}, "ports": []},
                      "hops": {}, "summary": [], "sampling": {}, "errors": []}
     quiet = rd.run("flowlet", {"traffic": rd.allpairs_job(30.0)})
     quiet["queues"] = {"report": {"totals": {"pause_tx": 0}, "ports": [], "pfc_reaction": {"pauses": 0}},
                        "hops": {}, "summary": [], "sampling": {}, "errors": []}
-    rd.write(folder, rd.doc("run", [run, quiet], name="tiny"))
+    older = rd.run("te", {"traffic": rd.allpairs_job(30.0)})       # written before reactions were split
+    older["queues"] = {"report": {"totals": {"pause_tx": 3}, "ports": [],
+                                  "pfc_reaction": {"pauses": 3, "p50_ms": 0.2, "p99_ms": 0.3, "max_ms": 0.3}},
+                       "hops": {}, "summary": [], "sampling": {}, "errors": []}
+    rd.write(folder, rd.doc("run", [run, quiet, older], name="tiny"))
     text = report.render(folder, run_plots=False).read_text()
     assert ("- Totals: ECN marks 12, drops 0, lossless drops 0, watchdog drops 0, pauses sent 10, "
             "paused ms 594.9") in text
     assert ("- PFC reaction (XOFF to gate closed, wall time) over 10 pauses: p50 0.155 ms, p99 0.713 ms, "
-            "max 0.713 ms; the agent ran SCHED_FIFO 10") in text
+            "max 0.713 ms; the agent ran SCHED_FIFO 10 (longest wait for the agent 0.700 ms, longest gate "
+            "change 0.013 ms)") in text
+    assert "over 3 pauses: p50 0.200 ms, p99 0.300 ms, max 0.300 ms\n" in text
     assert "- Leaked accounts repaired: 1" in text and "Watchdog alarms" not in text
-    assert text.count("### Queues and PFC") == 2 and "- PFC reaction: no pauses" in text
+    assert text.count("### Queues and PFC") == 3 and "- PFC reaction: no pauses" in text
