@@ -6,8 +6,9 @@ lab can refuse a bad choice before it builds anything.
 
 Every app runs in the same controller: the os-ken adapter (osken_app.py) around the controller
 core (core.py), composed from the app's AppInfo: its routing class, TE's engine, the per-packet
-selection stage. To add an app: write a routing class (desired state as data, see ecmp.py), give
-it a name in osken_app.ROUTING_CLASSES, and register the app in APPS with its options.
+selection stage, and the flow model's placement that predicts it. To add an app: write a routing
+class (desired state as data, see ecmp.py) or reuse one, and register the app in APPS with its
+options. Nothing else names it: the controller, the CLI's checks and the flow model read APPS.
 """
 
 from __future__ import annotations
@@ -46,15 +47,28 @@ class Option:
         return value
 
 
+DEFAULT_ROUTING = "ecmp"            # what a run uses when nothing names an app
+
+
 @dataclass(frozen=True)
 class AppInfo:
     summary: str
     options: tuple = field(default_factory=tuple)
-    routing: str = "ecmp"          # the routing class: "ecmp" (ecmp.py) or "te" (te.py, with TE's engine)
+    # The routing class, "module:Class" (imported by the controller only, so that checking a choice
+    # needs no os-ken): the desired flows and groups as data.
+    routing: str = "fabriclab.apps.ecmp:EcmpRouting"
+    te_engine: bool = False        # TE's engine places announced jobs above the routing class's entries
     stage: str | None = None       # the per-packet selection stage's mode (select_stage.py), if any
+    model: str | None = None       # the flow model's placement that predicts it (model/placement.py)
 
     def defaults(self):
         return {o.name: o.default for o in self.options}
+
+    def routing_class(self):
+        import importlib
+
+        module, _, name = self.routing.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 _SEED = Option("seed", int, 0, "hash seed: with each switch's dpid, its hash basis (the same seed gives the "
@@ -69,15 +83,15 @@ _LOAD_WINDOW = Option("load_window_us", float, 2000.0,
 
 APPS = {
     "ecmp": AppInfo("ECMP: select groups hashing the 5-tuple, one per destination leaf",
-                    (_WEIGHTS_OFF, *HASHING)),
+                    (_WEIGHTS_OFF, *HASHING), model="ecmp"),
     "eecmp": AppInfo("E-ECMP: the 5-tuple plus the RoCE BTH destination QP, hashed per packet at "
-                     "the switch's egress stage", HASHING, stage="hash"),
+                     "the switch's egress stage", HASHING, stage="hash", model="eecmp"),
     "flowlet": AppInfo("flowlet switching: a flow idle longer than the gap moves to the least-loaded "
                        "member; new flows start there",
                        (Option("gap_us", float, 10000.0, "flowlet interval (lab time; at 10-20 Mbit/s a packet takes 0.5-1 ms)", low=0),
                         _LOAD_WINDOW,
                         Option("qp", bool, False, "flows are 5-tuple + destination QP (default: 5-tuple)"),
-                        *HASHING), stage="flowlet"),
+                        *HASHING), stage="flowlet", model="flowlet"),
     "te": AppInfo("centralized TE: CSPF places <source port, destination prefix> entries at the "
                   "leaves above the ECMP defaults",
                   (Option("period_s", float, 1.0, "recompute period", low=0),
@@ -86,7 +100,7 @@ APPS = {
                    Option("min_mbps", float, 0.1,
                           "measured rate below which an unannounced flow is not a demand", low=-1),
                    *HASHING),
-                  routing="te"),
+                  routing="fabriclab.apps.te:TeRouting", te_engine=True, model="te"),
     "ar": AppInfo("adaptive routing: every packet goes to the member with the least queued bytes "
                   "(seed 002 JSQ), weighted by the capacity behind it; a dead member leaves at once",
                   (Option("quantum_bytes", int, 64,
@@ -94,7 +108,10 @@ APPS = {
                    _WEIGHTS_ON,
                    Option("carrier", bool, True,
                           "leave a member without carrier in the data path (off: when the controller "
-                          "recomputes)"), *HASHING), stage="ar"),
+                          "recomputes)"), *HASHING), stage="ar",
+                  # per packet to the shortest queue, weighted by capacity: in the fluid limit the
+                  # model's capacity-weighted split
+                  model="ideal"),
 }
 
 

@@ -24,15 +24,12 @@ from os_ken.ofproto import ofproto_v1_5
 
 from fabriclab.apps import APPS, control, openflow
 from fabriclab.apps.core import ControllerCore
-from fabriclab.apps.ecmp import EcmpRouting
-from fabriclab.apps.te import TeRouting
 from fabriclab.apps.te_engine import TeEngine
 
 CONFIG_CONTEXT = "fabriclab_config"
 # The lab starts the queue model within a few seconds of the controller (after Mininet is built).
 LINK_QUEUES_EVERY_S = 0.05
 LINK_QUEUES_FOR_S = 120.0
-ROUTING_CLASSES = {"ecmp": EcmpRouting, "te": TeRouting}
 
 
 def guarded(handler):
@@ -60,10 +57,10 @@ class FabricApp(app_manager.OSKenApp):
         self.config = config
         self.lock = threading.RLock()
         info = APPS[config.app]
-        routing = ROUTING_CLASSES[info.routing](config.fabric, weighted=config.options.get("weights", False))
+        routing = info.routing_class()(config.fabric, weighted=config.options.get("weights", False))
         self.core = ControllerCore(config, routing, publish=self._publish)
         self.te = None
-        if info.routing == "te":
+        if info.te_engine:
             self.te = self.core.te = TeEngine(config, routing)
         if info.stage is not None:
             self.core.stage = self._load_stage(config, info.stage)

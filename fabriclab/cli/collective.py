@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.cli import running
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
@@ -134,7 +135,7 @@ def register(subparsers):
     p = subparsers.add_parser("collective", help="bring a fabric up, run a collective (nccl-tests "
                                                  "style), report, tear down")
     p.add_argument("spec", metavar="SPEC", help="spec file or shipped spec name")
-    p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
+    p.add_argument("--routing", default=DEFAULT_ROUTING, help=f"controller app (default: {DEFAULT_ROUTING})")
     add_collective_args(p)
     p.add_argument("--sample-ms", type=float, default=5.0, help="port sampling interval (default 5 ms)")
     running.add_output_args(p, formats=("table", "json", "nccl"))

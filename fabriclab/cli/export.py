@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.export import containerlab
 
 
@@ -15,7 +16,7 @@ def register(subparsers):
     q = sub.add_parser("containerlab", help="a containerlab topology (*.clab.yml) of the same fabric, "
                                             "checked against containerlab's schema")
     q.add_argument("spec", metavar="SPEC", help="spec file or shipped spec name")
-    q.add_argument("--routing", default="ecmp", help="the controller app (default: ecmp)")
+    q.add_argument("--routing", default=DEFAULT_ROUTING, help=f"the controller app (default: {DEFAULT_ROUTING})")
     q.add_argument("--out", default=".", help="folder for SPEC.clab.yml and run/fabric.json (default: here)")
     q.add_argument("--image", default=containerlab.DEFAULT_IMAGE,
                    help=f"every node's image, built from containerlab/Dockerfile (default {containerlab.DEFAULT_IMAGE})")

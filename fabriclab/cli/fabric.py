@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.cli import running
 from fabriclab.errors import LabError
 from fabriclab.lab.controller import check_app
@@ -55,14 +56,14 @@ def register(subparsers):
     p = subparsers.add_parser("demo", help="the default experiment: default fabric, ECMP, all-pairs "
                                            "traffic, uplink balance table")
     p.add_argument("--spec", default=DEFAULT_SPEC, help="spec file or shipped name (default: default)")
-    p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
+    p.add_argument("--routing", default=DEFAULT_ROUTING, help=f"controller app (default: {DEFAULT_ROUTING})")
     _traffic_args(p)
     p.set_defaults(func=cmd_run)
 
 
 def _fabric_args(p):
     p.add_argument("spec", metavar="SPEC", help="spec file or shipped spec name (see `fabriclab specs`)")
-    p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
+    p.add_argument("--routing", default=DEFAULT_ROUTING, help=f"controller app (default: {DEFAULT_ROUTING})")
 
 
 def _traffic_args(p):

@@ -33,7 +33,7 @@ LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2
                               collective -c alltoall --sizes 64K,1M --qps 4 --verify
   rate A B MBPS|default       degrade link A-B to MBPS (it stays up), or restore the spec's rate
   ctl                         controller status: generation, links it sees down, recent events
-  routing APP[:OPT=V,...]     swap the controller app on the live fabric (ecmp, eecmp, te, flowlet)
+  routing APP[:OPT=V,...]     swap the controller app on the live fabric (ecmp, eecmp, te, flowlet, ar)
   te [json FILE]              the TE app's current placement (or dump it as JSON to FILE)
   stage                       the E-ECMP/flowlet selection stage's counters and flowlet gaps
   queues [NODE|PORT] [all]    queue model counters per port and class (occupancy, marks, drops,

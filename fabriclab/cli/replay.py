@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pathlib
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.cli import running
 from fabriclab.errors import LabError
 
@@ -28,7 +29,7 @@ def register(subparsers):
                                              "Chakra JSON) on a fabric, CCT against the trace's")
     p.add_argument("traces", nargs="+", metavar="TRACE", help="a trace file; several run as jobs at once")
     p.add_argument("--spec", default="default", help="spec file or shipped spec name (default: default)")
-    p.add_argument("--routing", default="ecmp", help="controller app (default: ecmp)")
+    p.add_argument("--routing", default=DEFAULT_ROUTING, help=f"controller app (default: {DEFAULT_ROUTING})")
     p.add_argument("--trace-format", choices=FORMATS, help="the traces' format (default: detected)")
     p.add_argument("--ranks", type=int, help="a Chakra trace's rank count (Chakra does not record it)")
     p.add_argument("--hosts", help="comma-separated hosts for the traces' ranks, in order (default: the "

@@ -21,6 +21,7 @@ import json
 import pathlib
 import shlex
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 from fabriclab.loading import clip, excerpt
 
@@ -91,7 +92,7 @@ def host_exec(fabric, name):
     return [_sh(line) for line in lines]
 
 
-def topology(fabric, routing="ecmp", image=DEFAULT_IMAGE, subnet=DEFAULT_SUBNET, run_dir="run"):
+def topology(fabric, routing=DEFAULT_ROUTING, image=DEFAULT_IMAGE, subnet=DEFAULT_SUBNET, run_dir="run"):
     """The containerlab topology (a dict, as the file's YAML holds it)."""
     from fabriclab.lab.controller import check_app
 
@@ -149,7 +150,7 @@ def validate(data):
         raise LabError(f"containerlab topology invalid at {where}: {clip(error.message, 120)}")
 
 
-def export(fabric, out, routing="ecmp", image=DEFAULT_IMAGE, subnet=DEFAULT_SUBNET):
+def export(fabric, out, routing=DEFAULT_ROUTING, image=DEFAULT_IMAGE, subnet=DEFAULT_SUBNET):
     """Write OUT/<spec>.clab.yml and OUT/run/fabric.json; returns the topology file's path."""
     import yaml
 

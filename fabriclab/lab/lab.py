@@ -23,7 +23,7 @@ from fabriclab.system import doctor
 
 from fabriclab.lab import linkloss, remotequeues
 from fabriclab.system.doctor import require_environment
-from fabriclab.apps import control, select_stage
+from fabriclab.apps import DEFAULT_ROUTING, control, select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.lab.controller import Controller, check_app
 from fabriclab.errors import LabError, Terminated
@@ -63,7 +63,7 @@ def _ovs_view(switches):
 
 
 class Lab:
-    def __init__(self, spec, routing="ecmp", verbose=False, datapath=None, split=None, machines=None):
+    def __init__(self, spec, routing=DEFAULT_ROUTING, verbose=False, datapath=None, split=None, machines=None):
         """`split` (a SplitSpec) and `machines` (fabriclab.lab.cluster.Machine, this one first)
         spread the fabric over several machines (Mininet's cluster edition)."""
         if not isinstance(spec, FabricSpec):

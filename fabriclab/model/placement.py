@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fabriclab.apps import APPS
 from fabriclab.apps.hashing import flow_hash as stage_hash
 from fabriclab.apps.hashing import mix, ovs_group_hash, ovs_hash_bucket, switch_basis
 from fabriclab.errors import LabError
@@ -39,7 +40,11 @@ from fabriclab.model.splitting import Placement, Splitter, demands, host_ends, l
 from fabriclab.topologies.fabric import switch_dpid
 from fabriclab.traffic.roce import IPPROTO_UDP, ROCEV2_UDP_PORT
 
-SCHEMES = ("ecmp", "eecmp", "te", "flowlet", "spray", "ideal", "optimal")
+# The model's own placements; each routing app names the one that predicts it (apps APPS, `model`),
+# and is a scheme here too under its own name.
+PLACEMENTS = ("ecmp", "eecmp", "te", "flowlet", "spray", "ideal", "optimal")
+APP_PLACEMENT = {name: info.model for name, info in APPS.items() if info.model in PLACEMENTS}
+SCHEMES = (*APP_PLACEMENT, *(p for p in PLACEMENTS if p not in APP_PLACEMENT))
 _MASK = 0xFFFFFFFF
 _INF = float("inf")
 
@@ -48,6 +53,7 @@ def place(graph, routes, flows, scheme, hash_seed=0, shared_basis=False):
     """Route every flow of a step under `scheme`, over the Routes (failures) given; the hashing
     schemes hash from each switch's basis in a run seeded `hash_seed` (`shared_basis`: one basis
     for every switch, the misconfiguration that polarizes: apps/hashing.py)."""
+    asked, scheme = scheme, APP_PLACEMENT.get(scheme, scheme)
     if scheme in ("ecmp", "eecmp"):
         placed = _hashed(graph, routes, flows, scheme == "eecmp", hash_seed, shared_basis)
     elif scheme in ("spray", "ideal"):
@@ -60,8 +66,8 @@ def place(graph, routes, flows, scheme, hash_seed=0, shared_basis=False):
         from fabriclab.model.optimal import place_optimal     # its LP solver loads only when asked
         placed = place_optimal(graph, routes, flows)
     else:
-        raise LabError(f"routing must be one of {', '.join(SCHEMES)}, got {scheme!r}")
-    placed.scheme = scheme
+        raise LabError(f"routing must be one of {', '.join(SCHEMES)}, got {asked!r}")
+    placed.scheme = asked
     placed.unroutable = sum(1 for r in placed.routes if r is None)
     return placed
 

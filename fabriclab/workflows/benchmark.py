@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import time
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.measure.cpuload import CpuMeter
 from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.topologies.spec import FabricSpec
@@ -47,7 +48,7 @@ def size_specs(sizes):
             for leaves, spines, hosts in sizes]
 
 
-def bench_bringup(specs, routing="ecmp", machines=None):
+def bench_bringup(specs, routing=DEFAULT_ROUTING, machines=None):
     """Bring-up, programming and teardown times of each FabricSpec (`size_specs`, or any spec
     as written, queue model and all: `--specs meta_dc`); with `machines`, each split by leaf over
     them."""

@@ -26,6 +26,7 @@ import pathlib
 import threading
 import time
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.workflows import faults as faults_mod
@@ -111,7 +112,7 @@ def prepare(plan, verbose=False):
     """A Lab (not started) for the plan, with the plan checked against its fabric."""
     from fabriclab.lab.lab import Lab
 
-    lab = Lab(plan.spec, routing=plan.runs[0].routing if plan.runs else "ecmp", verbose=verbose)
+    lab = Lab(plan.spec, routing=plan.runs[0].routing if plan.runs else DEFAULT_ROUTING, verbose=verbose)
     check(plan, lab)
     return lab
 

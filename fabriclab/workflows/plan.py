@@ -21,6 +21,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 from fabriclab.workflows import faults as faults_mod
 from fabriclab.loading import excerpt
@@ -84,7 +85,7 @@ class Job:
 @dataclass
 class RunPlan:
     label: str                              # how tables name the run: "ecmp r1", a case name
-    routing: str = "ecmp"
+    routing: str = DEFAULT_ROUTING
     jobs: list = field(default_factory=list)
     faults: list = field(default_factory=list)       # faults.Fault on the run's timeline (or a tuple)
     conditions: list = field(default_factory=list)   # faults.Fault held for the whole run
@@ -188,7 +189,7 @@ def check_run(run, where):
             raise LabError(f"{where}: a condition lasts the whole run; it takes no `for`")
 
 
-def single_run(name, kind, spec, job, routing="ecmp", faults=(), metrics=None, source=None,
+def single_run(name, kind, spec, job, routing=DEFAULT_ROUTING, faults=(), metrics=None, source=None,
                label=None):
     """The plan of `run`, `demo`, `collective` and the prompt's traffic: one run, one job."""
     plan = Plan(name=name, kind=kind, spec=spec,

@@ -26,6 +26,7 @@ import dataclasses
 import pathlib
 
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 from fabriclab.workflows import faults as faults_mod
 from fabriclab.workflows import plan as plan_mod
@@ -95,7 +96,7 @@ def parse(data, base=pathlib.Path(".")):
         raise LabError(f"scenario: name must be a non-empty string, got {excerpt(name)}")
     if not isinstance(spec, str) or not spec:
         raise LabError(f"scenario: spec must be a spec name or a path, got {excerpt(spec)}")
-    routing = data.get("routing", "ecmp")
+    routing = data.get("routing", DEFAULT_ROUTING)
     routings = routing if isinstance(routing, list) else [routing]
     if not routings or not all(isinstance(r, str) and r for r in routings):
         raise LabError(f"scenario: routing must be an app name or a list of them, got {excerpt(routing)}")

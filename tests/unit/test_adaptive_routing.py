@@ -36,7 +36,7 @@ def test_ar_options_and_the_stage_settings_they_make():
     assert stage_settings("ar", options) == {"seed": 0, "carrier": True, "quantum": 64}
     _name, options = parse_routing("ar:quantum_bytes=0,weights=off,carrier=off")
     assert stage_settings("ar", options) == {"seed": 0, "carrier": False, "quantum": 0}
-    assert APPS["ar"].stage == "ar" and APPS["ar"].routing == "ecmp"
+    assert APPS["ar"].stage == "ar" and APPS["ar"].routing_class() is EcmpRouting and APPS["ar"].model == "ideal"
     assert parse_routing("ecmp:weights=on")[1] == {"weights": True, "seed": 0, "shared_basis": False}
     assert parse_routing("ecmp")[1] == {"weights": False, "seed": 0, "shared_basis": False}   # unweighted unless asked
 

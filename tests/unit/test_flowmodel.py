@@ -224,6 +224,17 @@ def test_ideal_weights_by_remaining_capacity_and_spray_does_not():
     assert sum(rates["te"]) == pytest.approx(30.0)
 
 
+def test_adaptive_routing_is_predicted_by_the_capacity_weighted_split_and_keeps_its_name():
+    # The same degraded fabric as above: AR sends each packet to the shortest queue, weighted by
+    # the capacity behind each member; in the fluid limit that is `ideal`.
+    graph = ClosGraph(ClosParams(leaves=2, spines=2, hosts_per_leaf=4, parallel_links=2))
+    routes = Routes(graph, {cable(graph, "l2-s1")})
+    fl = flows.connection_flows(graph, [(k, 4 + k) for k in range(4)], 1e6)
+    ar = placement.place(graph, routes, fl, "ar")
+    assert ar.scheme == "ar" and ar.routes == placement.place(graph, routes, fl, "ideal").routes
+    assert max_min_rates(graph.link_cap, ar.routes) == pytest.approx([7.5] * 4)
+
+
 def test_unknown_scheme_is_refused():
     graph = ClosGraph(ClosParams())
     with pytest.raises(LabError, match="routing must be one of"):

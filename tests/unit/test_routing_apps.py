@@ -36,13 +36,17 @@ def wide():
 
 # -- options ----------------------------------------------------------------------------------------
 def test_every_app_is_listed_with_its_parts_and_defaults():
-    from fabriclab.apps.osken_app import ROUTING_CLASSES
+    from fabriclab.apps.ecmp import EcmpRouting
+    from fabriclab.apps.te import TeRouting
+    from fabriclab.model.placement import SCHEMES
 
     assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te", "ar"}
     for name, info in APPS.items():
-        assert info.routing in ROUTING_CLASSES and info.stage in (None, "hash", "flowlet", "ar")
+        assert issubclass(info.routing_class(), EcmpRouting) and info.stage in (None, "hash", "flowlet", "ar")
         assert parse_routing(name) == (name, info.defaults())
+        assert name in SCHEMES                  # the flow model predicts every app, under its name
     assert [APPS[n].stage for n in ("ecmp", "eecmp", "flowlet", "te", "ar")] == [None, "hash", "flowlet", None, "ar"]
+    assert [n for n, info in APPS.items() if info.te_engine] == ["te"] and APPS["te"].routing_class() is TeRouting
 
 
 def test_options_parse_and_fill_defaults():

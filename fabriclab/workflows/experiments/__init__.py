@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 
 EXPERIMENTS = {
@@ -74,9 +75,9 @@ def build_plan(name, spec=None, options=None):
         raise LabError(f"--seed must be a whole number >= 0, got {str(options.seed)[:20]}")
     if not options.sample_s >= 0.001:
         raise LabError(f"--sample-ms must be >= 1 ms, got {options.sample_s * 1e3:g}")
-    default = getattr(mod, "DEFAULT_ROUTING", "ecmp")
+    default = getattr(mod, "DEFAULT_ROUTING", DEFAULT_ROUTING)
     if options.routing is None:
-        options = dataclasses.replace(options, routing=default or "ecmp")
+        options = dataclasses.replace(options, routing=default or DEFAULT_ROUTING)
     elif default is None:
         raise LabError(f"experiment {name} compares routing schemes itself: it takes no --routing")
     check_app(options.routing)
