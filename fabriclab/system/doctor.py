@@ -79,6 +79,7 @@ class Capabilities:
     mininet_system: bool = False
     mininet_here: bool = False
     realtime: bool | None = None   # a process may take SCHED_FIFO (None: not probed)
+    preemption: str = ""           # the kernel's preemption model: none | voluntary | full | rt ("": unknown)
     # (capability, why) pairs explaining a failed or skipped probe.
     notes: tuple[tuple[str, str], ...] = ()
 
@@ -203,7 +204,14 @@ def mechanisms(caps):
         m["roce"] = Mechanism("RoCE transport", True, "udp",
                               f"{why}: the lab's userspace RoCEv2 generator")
 
-    if caps.realtime:
+    if caps.realtime and caps.preemption in ("none", "voluntary"):
+        # Measured 2026-11-28 (preempt=none, 2 cores): with a pytest run beside the lab, the agent's
+        # longest wait for its wake-up grew from under 1 ms to 9 ms (benchmark --pfc-reaction).
+        m["pfc_agent"] = Mechanism("PFC agent", True, "SCHED_FIFO",
+                                   f"its own process, real-time scheduled; but this kernel preempts only at "
+                                   f"points it chooses (preempt={caps.preemption}), so another program's work "
+                                   f"in the kernel can hold a pause by milliseconds: boot with preempt=full")
+    elif caps.realtime:
         m["pfc_agent"] = Mechanism("PFC agent", True, "SCHED_FIFO",
                                    "its own process, real-time scheduled: a pause waits for no other program")
     else:
@@ -483,6 +491,48 @@ def cleanup_stale_probes():
     return removed
 
 
+def kernel_preemption(release_version="", cmdline="", config="", debugfs=""):
+    """The running kernel's preemption model from what it shows: debugfs's sched/preempt ("none
+    (voluntary) full": the one in brackets), else `preempt=` on a PREEMPT_DYNAMIC kernel's command
+    line, else its build config, else `uname -v` (PREEMPT_RT, PREEMPT); "" when none of them says."""
+    import re
+
+    current = re.search(r"\((none|voluntary|full|lazy)\)", debugfs or "")
+    if current:
+        return current.group(1)
+    if "PREEMPT_RT" in release_version:
+        return "rt"
+    chosen = re.search(r"(?:^|\s)preempt=(none|voluntary|full|lazy)(?:\s|$)", cmdline or "")
+    if chosen and "PREEMPT_DYNAMIC" in release_version:
+        return chosen.group(1)
+    for option, model in (("CONFIG_PREEMPT_RT", "rt"), ("CONFIG_PREEMPT_NONE", "none"),
+                          ("CONFIG_PREEMPT_VOLUNTARY", "voluntary"), ("CONFIG_PREEMPT_LAZY", "lazy"),
+                          ("CONFIG_PREEMPT", "full")):
+        if re.search(rf"^{option}=y$", config or "", re.M):
+            return model
+    if re.search(r"\bPREEMPT\b", release_version) and "PREEMPT_DYNAMIC" not in release_version:
+        return "full"
+    return ""
+
+
+def _probe_preemption():
+    def read(path, limit=1 << 20):
+        try:
+            if path.endswith(".gz"):
+                import gzip
+
+                with gzip.open(path, "rt", errors="replace") as fh:
+                    return fh.read(limit * 8)
+            with open(path, errors="replace") as fh:
+                return fh.read(limit)
+        except (OSError, EOFError):
+            return ""
+
+    config = read(f"/boot/config-{platform.release()}") or read("/proc/config.gz")
+    return kernel_preemption(platform.version(), read("/proc/cmdline", 4096), config,
+                             read("/sys/kernel/debug/sched/preempt", 256))
+
+
 def _probe_realtime(notes):
     """Whether a process of ours may take SCHED_FIFO, as the PFC agent asks (queues/agentproc.py)."""
     proc = _run([sys.executable, "-c", "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"])
@@ -534,6 +584,7 @@ def _probe_now():
         mininet_system=mn_system,
         mininet_here=mn_here,
         realtime=realtime,
+        preemption=_probe_preemption(),
         notes=tuple(sorted(notes.items())),
         **tc,
     )

@@ -110,6 +110,30 @@ def test_rxe_without_rdma_tool_falls_back_to_udp():
     assert m.mechanism == "udp" and "rdma" in m.note
 
 
+def test_the_pfc_agent_row_says_when_the_kernel_can_hold_a_real_time_process_back():
+    def agent(**kw):
+        return doctor.mechanisms(dataclasses.replace(MINIMAL, **kw))["pfc_agent"]
+
+    assert agent(realtime=True, preemption="full").note.endswith("a pause waits for no other program")
+    for model in ("none", "voluntary"):
+        row = agent(realtime=True, preemption=model)
+        assert row.mechanism == "SCHED_FIFO" and f"preempt={model}" in row.note and "preempt=full" in row.note
+    assert agent(realtime=False, preemption="none").mechanism == "SCHED_OTHER"
+
+
+@pytest.mark.parametrize("version, cmdline, config, debugfs, model", [
+    ("#1 SMP PREEMPT_DYNAMIC", "quiet", "CONFIG_PREEMPTION=y\nCONFIG_PREEMPT_NONE=y\n", "", "none"),
+    ("#1 SMP PREEMPT_DYNAMIC", "quiet preempt=full", "CONFIG_PREEMPT_NONE=y\n", "", "full"),
+    ("#1 SMP PREEMPT_DYNAMIC", "", "CONFIG_PREEMPT_NONE=y\n", "none voluntary (full) lazy\n", "full"),
+    ("#1 SMP PREEMPT_DYNAMIC", "", "CONFIG_PREEMPT_VOLUNTARY=y\n", "", "voluntary"),
+    ("#1 SMP PREEMPT_RT", "", "", "", "rt"),
+    ("#1 SMP PREEMPT", "", "", "", "full"),
+    ("#1 SMP preempt=full", "preempt=full", "", "", ""),     # not a dynamic kernel: the command line is moot
+])
+def test_the_kernel_preemption_model_is_read_from_what_the_kernel_shows(version, cmdline, config, debugfs, model):
+    assert doctor.kernel_preemption(version, cmdline, config, debugfs) == model
+
+
 def test_kernel_datapath_chosen_only_with_the_module():
     assert doctor.ovs_datapath_type(dataclasses.replace(FULL, ovs_kernel_module=False)) == "netdev"
 
