@@ -22,6 +22,26 @@ def test_unknown_experiment_names_the_known_ones():
         module("nope")
 
 
+def test_every_experiment_implements_the_protocol_and_a_module_that_does_not_is_named():
+    import types
+
+    from fabriclab.workflows.experiments import check_protocol
+
+    assert all(module(name).NAME == name for name in EXPERIMENTS)
+    half = types.ModuleType("mine")
+    half.NAME, half.SUMMARY, half.DEFAULT_SPEC, half.REFERENCE = "mine", "mine", "tiny", {}
+    half.prepare = lambda spec, options: spec
+    half.runs = lambda fabric: []
+    half.table = lambda doc: ""
+    with pytest.raises(LabError, match=r"experiment mine: module mine lacks runs\(\) taking 2 arguments, "
+                                       r"plot\(\) \(the Experiment protocol"):
+        check_protocol(half, "mine")
+    half.runs, half.plot = (lambda fabric, options: []), (lambda doc, folder: None)
+    assert check_protocol(half, "mine") is half
+    with pytest.raises(LabError, match="calls itself 'mine'"):
+        check_protocol(half, "yours")
+
+
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
 def test_every_run_plans_and_checks_on_the_default_spec(name):
     """An experiment is a plan: every run's jobs, hosts, faults and conditions pass the pipeline's

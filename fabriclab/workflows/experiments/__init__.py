@@ -7,20 +7,16 @@ or from Python (pytest):
 
     doc = run_experiment("pfc-incast", quick=True, out=tmp_path)
 
-An experiment is a plan plus its own table and plot. Its module defines NAME, SUMMARY,
-DEFAULT_SPEC, REFERENCE (what the paper reports), optionally DEFAULT_ROUTING (the app its runs use
-unless --routing says otherwise; None: it compares routing schemes itself and takes no --routing)
-and LOSSY_OPTION (True: it runs lossless by default and `--lossy` runs it without PFC),
-`prepare(spec, options)` (the spec it runs on),
-`runs(fabric, options)` (the pipeline's RunPlans: one per case, each with its routing app, jobs,
-faults, conditions and ECN settings), `table(doc)` and `plot(doc, folder)`, which read the one
-results document. Everything is checked before the fabric is built.
+An experiment is a plan plus its own table and plot: one module that implements the Experiment
+protocol below, plus its line in EXPERIMENTS. Everything is checked before the fabric is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+from typing import Protocol
 
 from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
@@ -55,10 +51,52 @@ class Options:
     derate: int = 0                  # the spec's links 2**derate times slower (a saturated run's rerun)
 
 
+class Experiment(Protocol):
+    """What an experiment's module defines (module-level names; incast.py is a short example).
+    Optional: DEFAULT_ROUTING, the app its runs use unless --routing says otherwise (None: it
+    compares routing schemes itself and takes no --routing; absent: ecmp), and LOSSY_OPTION (True:
+    it runs lossless by default and `--lossy` runs it without PFC)."""
+
+    NAME: str               # what `fabriclab experiment NAME` calls it, and its key in EXPERIMENTS
+    SUMMARY: str            # one line for `experiment list`
+    DEFAULT_SPEC: str       # the spec it runs on unless --spec names another
+    REFERENCE: dict         # what the paper reports, for its table
+
+    def prepare(self, spec, options):
+        """The FabricSpec the runs need, from `spec` (a lossless class, rates, ...)."""
+
+    def runs(self, fabric, options):
+        """[RunPlan]: one per case, each with its routing app, jobs, faults, conditions, ECN."""
+
+    def table(self, doc):
+        """Its text table from the one results document."""
+
+    def plot(self, doc, folder):
+        """Its plots, drawn into `folder` from the document."""
+
+
+def check_protocol(mod, name):
+    """`mod` if it implements Experiment under `name`; LabError naming what it lacks otherwise."""
+    missing = [attr for attr in ("NAME", "SUMMARY", "DEFAULT_SPEC", "REFERENCE") if not hasattr(mod, attr)]
+    for method in ("prepare", "runs", "table", "plot"):
+        want = len(inspect.signature(getattr(Experiment, method)).parameters) - 1
+        found = getattr(mod, method, None)
+        if not callable(found):
+            missing.append(f"{method}()")
+        elif len(inspect.signature(found).parameters) != want:
+            missing.append(f"{method}() taking {want} arguments")
+    if missing:
+        raise LabError(f"experiment {name}: module {mod.__name__} lacks {', '.join(missing)} (the Experiment "
+                       f"protocol, workflows/experiments/__init__.py)")
+    if mod.NAME != name:
+        raise LabError(f"experiment {name}: module {mod.__name__} calls itself {mod.NAME!r}")
+    return mod
+
+
 def module(name):
     if name not in EXPERIMENTS:
         raise LabError(f"unknown experiment {name!r}: choose one of {', '.join(EXPERIMENTS)}")
-    return importlib.import_module(EXPERIMENTS[name])
+    return check_protocol(importlib.import_module(EXPERIMENTS[name]), name)
 
 
 def build_plan(name, spec=None, options=None):
