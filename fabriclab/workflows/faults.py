@@ -18,28 +18,21 @@ Poisson process with the given mean time between failures, and each failure last
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import re
 import threading
 import time
 
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt, number, whole
+from fabriclab.workflows import faultkinds
+from fabriclab.workflows.faultkinds.random_flaps import flap_times as random_flap_times
+from fabriclab.workflows.faultsteps import Fault, Step, split_link
 
-# kind -> (the target's meaning, {parameter: (type, required)})
-KINDS = {
-    "link_down": ("a link A-B", {"for": (float, False)}),
-    "link_up": ("a link A-B", {}),
-    "flap": ("a link A-B", {"count": (int, False), "down": (float, False), "up": (float, False)}),
-    "random_flaps": ("`fabric` or a list of links", {"mtbf": (float, True), "duration": (float, True),
-                                                     "until": (float, True), "seed": (int, False)}),
-    "degrade": ("a link A-B", {"rate_mbps": (float, False), "fraction": (float, False), "for": (float, False)}),
-    "slow_receiver": ("a host", {"fraction": (float, True), "for": (float, False)}),
-    "loss": ("a link A-B or `fabric` (every link)", {"fraction": (float, True), "for": (float, False)}),
-    "switch_down": ("a switch", {"for": (float, False)}),
-    "controller_restart": ("true", {}),
-}
+__all__ = ["BOUNDS", "KINDS", "MAX_STEPS", "Fault", "Step", "Timeline", "apply", "check", "describe", "parse",
+           "parse_link_event", "prepare", "random_flap_times", "resolve", "split_link", "steps"]
+
+# kind -> (the target's meaning, {parameter: (type, required)}): each kind's module says (faultkinds/)
+KINDS = {name: (mod.TARGET, mod.PARAMS) for name, mod in faultkinds.kinds().items()}
 MAX_STEPS = 10_000
 MAX_TIME_S = 86_400.0                # a fault's times: within a day of the traffic's start
 # Each parameter's physical range: (low, high], or [low, high] for the whole numbers.
@@ -49,31 +42,6 @@ BOUNDS = {"for": (0, MAX_TIME_S), "down": (0, MAX_TIME_S), "up": (0, MAX_TIME_S)
           "fraction": (0, 1)}
 # The command line's short form of a link fault: A-B@SECONDS, or A-B#N@SECONDS for parallel member N.
 _LINK_EVENT = re.compile(r"^([A-Za-z0-9]+-[A-Za-z0-9]+(?:#[0-9]+)?)@([0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
-
-
-@dataclasses.dataclass
-class Fault:
-    index: int
-    kind: str
-    target: object
-    at: float
-    params: dict
-
-    @property
-    def label(self):
-        if self.kind == "controller_restart":
-            return "controller restart"
-        target = self.target if isinstance(self.target, str) else ", ".join(map(str, self.target))
-        return f"{self.kind.replace('_', ' ')} {target}"
-
-
-@dataclasses.dataclass
-class Step:
-    t: float            # seconds after the origin
-    fault: int          # index of the fault it belongs to
-    action: str         # a Lab operation: link, rate, receiver, switch, controller
-    args: tuple
-    undo: bool = False  # the step ends (repairs) its fault
 
 
 def parse(entries):
@@ -111,20 +79,7 @@ def _parse_one(index, entry):
         else:
             params[name] = float(number(entry[name], f"{where}.{name}", low, high, low_open=True))
     target = entry[kind]
-    if kind == "controller_restart":
-        if target is not True:
-            raise LabError(f"{where}: controller_restart takes `true`")
-    elif kind == "random_flaps":
-        if target != "fabric" and not (isinstance(target, list) and target and all(isinstance(t, str) for t in target)):
-            raise LabError(f"{where}: random_flaps takes `fabric` or a list of links like [l1-s1, l2-s2]")
-        if params["until"] <= at:
-            raise LabError(f"{where}: random_flaps until ({params['until']:g} s) must come after at ({at:g} s)")
-    elif not isinstance(target, str) or not target:
-        raise LabError(f"{where}: {kind} takes {meaning}, got {excerpt(target)}")
-    if kind == "loss" and params["fraction"] >= 1:
-        raise LabError(f"{where}.fraction is the share of packets lost, in (0, 1); got {params['fraction']:g}")
-    if kind == "degrade" and ("rate_mbps" in params) == ("fraction" in params):
-        raise LabError(f"{where}: degrade takes one of rate_mbps or fraction")
+    faultkinds.kind(kind).check_entry(target, at, params, where)
     for name in ("fraction",):
         if name in params and params[name] > 1:
             raise LabError(f"{where}.{name} must be in (0, 1], got {params[name]:g}")
@@ -141,135 +96,40 @@ def parse_link_event(text, up):
     return Fault(0, "link_up" if up else "link_down", m.group(1), float(m.group(2)), {})
 
 
-def split_link(text):
-    """`l1-s1` or `l1-s1#2` -> (node1, node2, member or None)."""
-    member = None
-    if "#" in text:
-        text, _, number = text.partition("#")
-        if not number.isdigit() or int(number) < 1:
-            raise LabError(f"bad link member in {text}#{excerpt(number)}: use A-B#N with N >= 1")
-        member = int(number) - 1
-    nodes = text.split("-")
-    if len(nodes) != 2 or not all(nodes):
-        raise LabError(f"bad link {excerpt(text)}: write it as A-B, e.g. l1-s1")
-    return nodes[0], nodes[1], member
-
-
 def resolve(fault, lab):
     """Check a fault against the lab's fabric (nodes, links, hosts) without touching it; returns
     the links a link fault names, [] otherwise."""
-    where = f"scenario: faults[{fault.index}] ({fault.kind})"
     try:
-        if fault.kind in ("link_down", "link_up", "flap", "degrade"):
-            links = lab.resolve_link(*split_link(fault.target))
-            rate = fault.params.get("rate_mbps")
-            if fault.kind == "degrade" and rate is not None and rate >= min(link.rate_mbps for link in links):
-                raise LabError(f"degrade rate_mbps {rate:g} is not below the link's "
-                               f"{min(link.rate_mbps for link in links):g} Mbit/s")
-            return links
-        if fault.kind == "loss":
-            return list(lab.fabric.links) if fault.target == "fabric" else lab.resolve_link(*split_link(fault.target))
-        if fault.kind == "random_flaps":
-            if fault.target == "fabric":
-                return list(lab.fabric.fabric_links)
-            return [link for text in fault.target for link in lab.resolve_link(*split_link(text))]
-        if fault.kind == "slow_receiver" and fault.target not in lab.fabric.hosts:
-            raise LabError(f"no host {excerpt(fault.target)}")
-        if fault.kind == "switch_down" and fault.target not in lab.fabric.switches:
-            raise LabError(f"no switch {excerpt(fault.target)}")
+        return faultkinds.kind(fault.kind).resolve(fault, lab)
     except LabError as exc:
-        raise LabError(f"{where}: {exc}") from None
-    return []
-
-
-def random_flap_times(links, mtbf_s, duration_s, start, until, rng, limit=MAX_STEPS):
-    """[(time down, link)] for links failing independently with exponential gaps of mean mtbf_s
-    (counted from the end of the previous flap of the same link), each down for duration_s.
-    LabError past `limit` flaps, before drawing them all."""
-    out = []
-    for link in links:
-        t = start + rng.expovariate(1 / mtbf_s)
-        while t < until:
-            out.append((t, link))
-            if len(out) > limit:
-                raise LabError(f"random flaps: more than {limit} flaps between {start:g} and {until:g} s; "
-                               f"raise mtbf or shorten the window")
-            t += duration_s + rng.expovariate(1 / mtbf_s)
-    return sorted(out, key=lambda item: item[0])
+        raise LabError(f"scenario: faults[{fault.index}] ({fault.kind}): {exc}") from None
 
 
 def check(faults, lab):
-    """What `steps` refuses (a target the fabric lacks, more than MAX_STEPS steps), without making
-    the steps: checking a plan's runs makes none of their timelines (up to 10,000 steps each)."""
+    """What `steps` refuses (a target the fabric lacks, more than MAX_STEPS steps), counting the
+    steps without making them: checking a plan's runs makes none of their timelines."""
     total = 0
     for fault in faults:
         links = resolve(fault, lab)
-        p, i = fault.params, fault.index
-        if fault.kind == "flap":
-            total += 2 * p.get("count", 1)
-        elif fault.kind == "random_flaps":
-            try:
-                times = random_flap_times(links, p["mtbf"], p["duration"], fault.at, p["until"],
-                                          random.Random(p.get("seed", 1)), MAX_STEPS // 2 - total)
-            except LabError:
-                raise LabError(_too_many(i)) from None
-            total += 2 * len(times)
-        else:                         # one step, and one more that ends it after `for`
-            total += 1 + (fault.kind != "controller_restart" and "for" in p)
+        try:
+            total += faultkinds.kind(fault.kind).count(fault, links, MAX_STEPS - total)
+        except LabError:
+            raise LabError(_too_many(fault.index)) from None
         if total > MAX_STEPS:
-            raise LabError(_too_many(i))
+            raise LabError(_too_many(fault.index))
 
 
 def steps(faults, lab):
-    """The timeline: every fault expanded into Lab operations at their times, sorted (`check`
-    counts them the same way)."""
+    """The timeline: every fault expanded by its kind into Lab operations at their times, sorted."""
     out = []
     for fault in faults:
         links = resolve(fault, lab)
-        p, at, i = fault.params, fault.at, fault.index
-        if fault.kind in ("link_down", "link_up"):
-            up = fault.kind == "link_up"
-            out.append(Step(at, i, "link", (links, up)))
-            if "for" in p:
-                out.append(Step(at + p["for"], i, "link", (links, not up), undo=True))
-        elif fault.kind == "flap":
-            t = at
-            for _ in range(p.get("count", 1)):
-                out.append(Step(t, i, "link", (links, False)))
-                t += p.get("down", 1.0)
-                out.append(Step(t, i, "link", (links, True), undo=True))
-                t += p.get("up", 1.0)
-        elif fault.kind == "random_flaps":
-            rng = random.Random(p.get("seed", 1))
-            try:
-                times = random_flap_times(links, p["mtbf"], p["duration"], at, p["until"], rng,
-                                          MAX_STEPS // 2 - len(out))
-            except LabError:
-                raise LabError(_too_many(i)) from None
-            for t, link in times:
-                out.append(Step(t, i, "link", ([link], False)))
-                out.append(Step(t + p["duration"], i, "link", ([link], True), undo=True))
-        elif fault.kind == "degrade":
-            rate = p.get("rate_mbps") or links[0].rate_mbps * p["fraction"]
-            out.append(Step(at, i, "rate", (links, rate)))
-            if "for" in p:
-                out.append(Step(at + p["for"], i, "rate", (links, None), undo=True))
-        elif fault.kind == "slow_receiver":
-            out.append(Step(at, i, "receiver", (fault.target, p["fraction"])))
-            if "for" in p:
-                out.append(Step(at + p["for"], i, "receiver", (fault.target, None), undo=True))
-        elif fault.kind == "switch_down":
-            out.append(Step(at, i, "switch", (fault.target, False)))
-            if "for" in p:
-                out.append(Step(at + p["for"], i, "switch", (fault.target, True), undo=True))
-        elif fault.kind == "loss":
-            out.append(Step(at, i, "loss", (links, p["fraction"])))
-            if "for" in p:
-                out.append(Step(at + p["for"], i, "loss", (links, 0.0), undo=True))
-        elif fault.kind == "controller_restart":
-            out.append(Step(at, i, "controller", ()))
+        try:
+            out += faultkinds.kind(fault.kind).steps(fault, links, MAX_STEPS - len(out))
+        except LabError:
+            raise LabError(_too_many(fault.index)) from None
         if len(out) > MAX_STEPS:
-            raise LabError(_too_many(i))
+            raise LabError(_too_many(fault.index))
     return sorted(out, key=lambda s: s.t)
 
 

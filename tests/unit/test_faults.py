@@ -328,7 +328,9 @@ def test_the_step_guard_stops_random_flaps_before_unbounded_work(lab, monkeypatc
                 raise RuntimeError(f"more than {limit} flap draws before the MAX_STEPS guard")
             return super().expovariate(lambd)
 
-    monkeypatch.setattr(faults, "random", types.SimpleNamespace(Random=Bounded))
+    from fabriclab.workflows.faultkinds import random_flaps
+
+    monkeypatch.setattr(random_flaps, "random", types.SimpleNamespace(Random=Bounded))
     entry = {"at": 0, "random_flaps": "fabric", "mtbf": 1e-9, "duration": 1e-9, "until": 10}
     with pytest.raises(LabError, match="more than"):
         steps(parse([entry]), lab)
@@ -510,3 +512,32 @@ def test_check_refuses_exactly_what_steps_refuses_without_making_steps(lab):
         else:
             assert made <= MAX_STEPS
             faults.check(parse(entries), lab)
+
+
+def test_every_fault_kind_is_one_module_implementing_the_protocol():
+    import inspect
+
+    from fabriclab.workflows import faultkinds
+
+    assert list(faults.KINDS) == list(faultkinds.MODULES)
+    for name, mod in faultkinds.kinds().items():
+        assert isinstance(mod.TARGET, str) and isinstance(mod.PARAMS, dict), name
+        for method in ("check_entry", "resolve", "steps", "count"):
+            want = len(inspect.signature(getattr(faultkinds.FaultKind, method)).parameters) - 1
+            assert len(inspect.signature(getattr(mod, method)).parameters) == want, (name, method)
+
+
+@pytest.mark.parametrize("entry", [
+    {"at": 1, "link_down": "l1-s1", "for": 0.5}, {"at": 1, "link_up": "l1-s1"},
+    {"at": 1, "flap": "l1-s2", "count": 3, "down": 0.2, "up": 0.3},
+    {"at": 0.5, "random_flaps": "fabric", "mtbf": 4, "duration": 0.3, "until": 9, "seed": 7},
+    {"at": 2, "degrade": "l2-s1", "fraction": 0.5, "for": 1}, {"at": 2, "slow_receiver": "h3", "fraction": 0.25},
+    {"at": 1, "loss": "fabric", "fraction": 0.01, "for": 1}, {"at": 1, "switch_down": "s2", "for": 1},
+    {"at": 3, "controller_restart": True}])
+def test_a_kind_counts_exactly_the_steps_it_makes(lab, entry):
+    (fault,) = parse([entry])
+    links = resolve(fault, lab)
+    from fabriclab.workflows import faultkinds
+
+    kind = faultkinds.kind(fault.kind)
+    assert kind.count(fault, links, MAX_STEPS) == len(kind.steps(fault, links, MAX_STEPS)) >= 1

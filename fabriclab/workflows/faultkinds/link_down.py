@@ -1,0 +1,22 @@
+"""`link_down: A-B` (or A-B#N, a parallel member): the link goes down, back up after `for`."""
+
+from fabriclab.workflows.faultkinds.common import check_name, one_link, with_undo, with_undo_count
+
+TARGET = "a link A-B"
+PARAMS = {"for": (float, False)}
+UP = False
+
+
+def check_entry(target, at, params, where):
+    check_name(target, TARGET, "link_down", where)
+
+
+def resolve(fault, lab):
+    return one_link(fault, lab)
+
+
+def steps(fault, links, budget):
+    return with_undo(fault, "link", (links, UP), (links, not UP))
+
+
+count = with_undo_count          # its step, and the one that ends it after `for`
