@@ -12,6 +12,13 @@ def check_name(target, meaning, kind, where):
         raise LabError(f"{where}: {kind} takes {meaning}, got {excerpt(target)}")
 
 
+def named(fault, names, what):
+    """[] when the fault's target is one of `names` (the fabric's hosts, its switches)."""
+    if fault.target not in names:
+        raise LabError(f"no {what} {excerpt(fault.target)}")
+    return []
+
+
 def one_link(fault, lab):
     return lab.resolve_link(*split_link(fault.target))
 

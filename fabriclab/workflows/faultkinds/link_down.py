@@ -4,7 +4,6 @@ from fabriclab.workflows.faultkinds.common import check_name, one_link, with_und
 
 TARGET = "a link A-B"
 PARAMS = {"for": (float, False)}
-UP = False
 
 
 def check_entry(target, at, params, where):
@@ -16,7 +15,11 @@ def resolve(fault, lab):
 
 
 def steps(fault, links, budget):
-    return with_undo(fault, "link", (links, UP), (links, not UP))
+    return link_steps(fault, links, up=False)
+
+
+def link_steps(fault, links, up):
+    return with_undo(fault, "link", (links, up), (links, not up))
 
 
 count = with_undo_count          # its step, and the one that ends it after `for`

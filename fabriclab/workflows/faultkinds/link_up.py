@@ -1,22 +1,17 @@
-"""`link_up: A-B`: a link that is down comes up (and goes down again after `for`)."""
+"""`link_up: A-B`: a link that is down comes up (the lab restores the fabric after the run)."""
 
-from fabriclab.workflows.faultkinds.common import check_name, one_link, with_undo, with_undo_count
+from fabriclab.workflows.faultkinds import link_down
+from fabriclab.workflows.faultkinds.common import check_name, with_undo_count
 
-TARGET = "a link A-B"
+TARGET = link_down.TARGET
 PARAMS = {}
-UP = True
+resolve = link_down.resolve
+count = with_undo_count
 
 
 def check_entry(target, at, params, where):
     check_name(target, TARGET, "link_up", where)
 
 
-def resolve(fault, lab):
-    return one_link(fault, lab)
-
-
 def steps(fault, links, budget):
-    return with_undo(fault, "link", (links, UP), (links, not UP))
-
-
-count = with_undo_count          # its step, and the one that ends it after `for`
+    return link_down.link_steps(fault, links, up=True)

@@ -1,8 +1,6 @@
 """`slow_receiver: HOST, fraction, for`: the host takes in only `fraction` of its line rate."""
 
-from fabriclab.errors import LabError
-from fabriclab.loading import excerpt
-from fabriclab.workflows.faultkinds.common import check_name, with_undo, with_undo_count
+from fabriclab.workflows.faultkinds.common import check_name, named, with_undo, with_undo_count
 
 TARGET = "a host"
 PARAMS = {"fraction": (float, True), "for": (float, False)}
@@ -13,9 +11,7 @@ def check_entry(target, at, params, where):
 
 
 def resolve(fault, lab):
-    if fault.target not in lab.fabric.hosts:
-        raise LabError(f"no host {excerpt(fault.target)}")
-    return []
+    return named(fault, lab.fabric.hosts, "host")
 
 
 def steps(fault, links, budget):

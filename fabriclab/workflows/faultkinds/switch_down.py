@@ -1,8 +1,6 @@
 """`switch_down: SWITCH, for`: every link of the switch goes down (back up after `for`)."""
 
-from fabriclab.errors import LabError
-from fabriclab.loading import excerpt
-from fabriclab.workflows.faultkinds.common import check_name, with_undo, with_undo_count
+from fabriclab.workflows.faultkinds.common import check_name, named, with_undo, with_undo_count
 
 TARGET = "a switch"
 PARAMS = {"for": (float, False)}
@@ -13,9 +11,7 @@ def check_entry(target, at, params, where):
 
 
 def resolve(fault, lab):
-    if fault.target not in lab.fabric.switches:
-        raise LabError(f"no switch {excerpt(fault.target)}")
-    return []
+    return named(fault, lab.fabric.switches, "switch")
 
 
 def steps(fault, links, budget):
