@@ -115,14 +115,37 @@ APPS = {
 }
 
 
+def app_names():
+    """Every routing app's name: the built-in ones, then those installed packages add."""
+    from fabriclab import plugins
+
+    return [*APPS, *sorted(n for n in plugins.entry_points(plugins.ROUTING) if n not in APPS)]
+
+
+def app_info(name):
+    """The AppInfo of a built-in app or of one an installed package adds (fabriclab/plugins.py);
+    RoutingError when there is none."""
+    info = APPS.get(name)
+    if info is None and isinstance(name, str):
+        from fabriclab import plugins
+
+        try:
+            info = plugins.load(plugins.ROUTING, name)
+        except Exception as exc:           # noqa: BLE001 - one line, whatever the plugin raised
+            raise RoutingError(str(exc)) from None
+        if info is not None and not isinstance(info, AppInfo):
+            raise RoutingError(f"plugin routing app {excerpt(name)} is a {type(info).__name__}, not an AppInfo")
+    if info is None:
+        raise RoutingError(f"unknown routing app {excerpt(name)} (available: {', '.join(app_names())})")
+    return info
+
+
 def parse_routing(text):
     """'name[:opt=value,...]' -> (name, {option: value}) with every option of the app filled in."""
     if not isinstance(text, str) or not text.strip():
         raise RoutingError(f"routing must be an app name, got {excerpt(text)}")
     name, _, rest = text.strip().partition(":")
-    info = APPS.get(name)
-    if info is None:
-        raise RoutingError(f"unknown routing app {excerpt(name)} (available: {', '.join(sorted(APPS))})")
+    info = app_info(name)
     options = info.defaults()
     known = {o.name: o for o in info.options}
     for item in filter(None, (part.strip() for part in rest.split(","))):
@@ -139,10 +162,11 @@ def parse_routing(text):
 
 def with_seed(text, seed):
     """The routing choice `text` with its hash seed set to `seed`, unless it sets one itself (a
-    run's seed reaches every switch's hash basis: apps/hashing.py)."""
-    parse_routing(text)
+    run's seed reaches every switch's hash basis: apps/hashing.py). An app that hashes nothing (one
+    an installed package adds without a `seed` option) is returned as it is."""
+    name, options = parse_routing(text)
     _, _, rest = text.strip().partition(":")
-    if "seed" in {item.partition("=")[0].strip() for item in rest.split(",") if item.strip()}:
+    if "seed" not in options or "seed" in {item.partition("=")[0].strip() for item in rest.split(",") if item.strip()}:
         return text
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise RoutingError(f"a run's hash seed must be a whole number >= 0, got {excerpt(seed)}")
@@ -152,6 +176,6 @@ def with_seed(text, seed):
 def routing_label(text):
     """The canonical form of a routing choice: the name plus the options that differ from defaults."""
     name, options = parse_routing(text)
-    defaults = APPS[name].defaults()
+    defaults = app_info(name).defaults()
     changed = [f"{k}={v}" for k, v in options.items() if v != defaults[k]]
     return name + (":" + ",".join(changed) if changed else "")

@@ -22,7 +22,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5
 
-from fabriclab.apps import APPS, control, openflow
+from fabriclab.apps import app_info, control, openflow
 from fabriclab.apps.core import ControllerCore
 from fabriclab.apps.te_engine import TeEngine
 
@@ -56,7 +56,7 @@ class FabricApp(app_manager.OSKenApp):
         super().__init__(*args, **kwargs)
         self.config = config
         self.lock = threading.RLock()
-        info = APPS[config.app]
+        info = app_info(config.app)
         routing = info.routing_class()(config.fabric, weighted=config.options.get("weights", False))
         self.core = ControllerCore(config, routing, publish=self._publish)
         self.te = None

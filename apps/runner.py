@@ -15,14 +15,14 @@ import sys
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")
 
-from fabriclab.apps import APPS, control  # noqa: E402
+from fabriclab.apps import app_names, control  # noqa: E402
 
 ECHO_INTERVAL_S = 1.0
 ECHO_UNREPLIED = 30
 
 
 def main(argv=None):
-    args = control.argument_parser(APPS).parse_args(argv)
+    args = control.argument_parser(app_names()).parse_args(argv)
     config = control.AppConfig.from_args(args)
 
     from os_ken import cfg, log

@@ -11,8 +11,10 @@ def register(subparsers):
 
     p = subparsers.add_parser("experiment", help="run a packaged experiment (table, results.json, "
                                                  "plots); `experiment list` names them")
-    p.add_argument("name", metavar="NAME", choices=("list", *EXPERIMENTS),
-                   help="list, or one of: " + ", ".join(EXPERIMENTS))
+    # not argparse choices: an installed package may add experiments (fabriclab/plugins.py), and
+    # looking for them costs every verb's start; an unknown name is refused by the lookup
+    p.add_argument("name", metavar="NAME",
+                   help="list, or one of: " + ", ".join(EXPERIMENTS) + " (and those installed packages add)")
     p.add_argument("--spec", help="fabric spec (default: the experiment's own)")
     p.add_argument("--routing", help="controller app for the experiment's runs (default: the "
                                      "experiment's own; refused by those that compare schemes)")
@@ -31,10 +33,10 @@ def register(subparsers):
 
 
 def cmd_experiment(args):
-    from fabriclab.workflows.experiments import EXPERIMENTS, Options, build_plan, module, run_experiment
+    from fabriclab.workflows.experiments import Options, build_plan, module, names, run_experiment
 
     if args.name == "list":
-        rows = [(name, module(name).DEFAULT_SPEC, module(name).SUMMARY) for name in EXPERIMENTS]
+        rows = [(name, module(name).DEFAULT_SPEC, module(name).SUMMARY) for name in names()]
         print(format_table(("experiment", "default spec", "what it shows"), rows))
         return 0
     options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed,

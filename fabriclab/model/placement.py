@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabriclab.apps import APPS
+from fabriclab.apps import APPS, RoutingError, app_info
 from fabriclab.apps.hashing import flow_hash as stage_hash
 from fabriclab.apps.hashing import mix, ovs_group_hash, ovs_hash_bucket, switch_basis
 from fabriclab.errors import LabError
@@ -54,6 +54,8 @@ def place(graph, routes, flows, scheme, hash_seed=0, shared_basis=False):
     schemes hash from each switch's basis in a run seeded `hash_seed` (`shared_basis`: one basis
     for every switch, the misconfiguration that polarizes: apps/hashing.py)."""
     asked, scheme = scheme, APP_PLACEMENT.get(scheme, scheme)
+    if scheme not in PLACEMENTS and isinstance(scheme, str):
+        scheme = _plugin_placement(scheme)
     if scheme in ("ecmp", "eecmp"):
         placed = _hashed(graph, routes, flows, scheme == "eecmp", hash_seed, shared_basis)
     elif scheme in ("spray", "ideal"):
@@ -70,6 +72,18 @@ def place(graph, routes, flows, scheme, hash_seed=0, shared_basis=False):
     placed.scheme = asked
     placed.unroutable = sum(1 for r in placed.routes if r is None)
     return placed
+
+
+def _plugin_placement(name):
+    """The placement an installed package's routing app names (fabriclab/plugins.py), or `name`
+    itself when there is no such app (refused below)."""
+    try:
+        model = app_info(name).model
+    except RoutingError:
+        return name
+    if model not in PLACEMENTS:
+        raise LabError(f"routing app {name} names no placement of the flow model (its AppInfo's model)")
+    return model
 
 
 # -- hashing ----------------------------------------------------------------------------------------

@@ -93,10 +93,24 @@ def check_protocol(mod, name):
     return mod
 
 
+def names():
+    """Every experiment's name: the built-in ones, then those installed packages add."""
+    from fabriclab import plugins
+
+    return [*EXPERIMENTS, *sorted(n for n in plugins.entry_points(plugins.EXPERIMENTS) if n not in EXPERIMENTS)]
+
+
 def module(name):
-    if name not in EXPERIMENTS:
-        raise LabError(f"unknown experiment {name!r}: choose one of {', '.join(EXPERIMENTS)}")
-    return check_protocol(importlib.import_module(EXPERIMENTS[name]), name)
+    """The experiment's module, built in or added by an installed package (fabriclab/plugins.py),
+    checked against the protocol."""
+    if name in EXPERIMENTS:
+        return check_protocol(importlib.import_module(EXPERIMENTS[name]), name)
+    from fabriclab import plugins
+
+    mod = plugins.load(plugins.EXPERIMENTS, name) if isinstance(name, str) else None
+    if mod is None:
+        raise LabError(f"unknown experiment {str(name)[:40]!r}: choose one of {', '.join(names())}")
+    return check_protocol(mod, name)
 
 
 def build_plan(name, spec=None, options=None):

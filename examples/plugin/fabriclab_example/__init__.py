@@ -1,0 +1,1 @@
+"""fabriclab plugin example: the `first-path` routing app and the `first-path-vs-ecmp` experiment."""
