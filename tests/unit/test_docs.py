@@ -551,3 +551,20 @@ def test_the_readme_pytest_snippet_is_one_test():
     tree = ast.parse(code)
     tests = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
     assert len(tests) == 1, tests
+
+
+def test_every_registered_app_experiment_fault_and_job_kind_is_documented():
+    """The registries are the lists: whatever is registered has its place in the docs."""
+    from fabriclab.apps import APPS
+    from fabriclab.workflows import faults, jobs
+    from fabriclab.workflows.experiments import EXPERIMENTS
+
+    docs = {path.name: path.read_text() for path in (ROOT / "docs").glob("*.md")}
+    missing = [f"routing app {n} (docs/routing.md)" for n in APPS if f"`{n}`" not in docs["routing.md"]]
+    missing += [f"experiment {n}" for n in EXPERIMENTS
+                if not any(f"fabriclab experiment {n}" in text or re.search(rf"^#+ .*\b{re.escape(n)}\b", text, re.M)
+                           for text in docs.values())]
+    missing += [f"fault kind {k} (docs/scenarios.md)" for k in faults.KINDS if k not in docs["scenarios.md"]]
+    missing += [f"job kind {k} (docs/scenarios.md)" for k in jobs.KINDS
+                if f"kind: {k}" not in docs["scenarios.md"] and f"`{k}`" not in docs["scenarios.md"]]
+    assert missing == []
