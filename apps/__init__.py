@@ -14,6 +14,7 @@ options. Nothing else names it: the controller, the CLI's checks and the flow mo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fabriclab.loading import excerpt
 
@@ -50,6 +51,17 @@ class Option:
 DEFAULT_ROUTING = "ecmp"            # what a run uses when nothing names an app
 
 
+class RoutingClass(Protocol):
+    """What an app's routing class is (ecmp.py is the model): built from the fabric (and whether
+    members are weighted by healthy capacity), it gives every switch's desired state as data; the
+    controller core diffs it against the switch and sends the OpenFlow messages."""
+
+    def __init__(self, fabric, weighted=False): ...
+
+    def desired(self, down=frozenset()):
+        """{switch name: SwitchState (flows, groups)} with the links in `down` failed."""
+
+
 @dataclass(frozen=True)
 class AppInfo:
     summary: str
@@ -65,10 +77,16 @@ class AppInfo:
         return {o.name: o.default for o in self.options}
 
     def routing_class(self):
+        """The class `routing` names, checked to be a RoutingClass."""
         import importlib
+        import inspect
 
         module, _, name = self.routing.partition(":")
-        return getattr(importlib.import_module(module), name)
+        cls = getattr(importlib.import_module(module), name, None)
+        if not inspect.isclass(cls) or not callable(getattr(cls, "desired", None)):
+            raise RoutingError(f"routing class {excerpt(self.routing)} is not a class with desired(down) "
+                               f"(the RoutingClass protocol, apps/__init__.py)")
+        return cls
 
 
 _SEED = Option("seed", int, 0, "hash seed: with each switch's dpid, its hash basis (the same seed gives the "

@@ -275,3 +275,12 @@ def test_a_stuck_controllers_threads_are_summed_up_in_one_line():
     assert line == ("threading.py:327 wait < hub.py:90 acquire < controller.py:411 send (x2); "
                     "controller.py:320 _recv_loop")
     assert summarize_stacks("no stacks here") == ""
+
+
+def test_an_app_whose_routing_class_is_not_one_is_refused_in_one_line():
+    from fabriclab.apps import AppInfo, RoutingError
+
+    with pytest.raises(RoutingError, match=r"routing class 'fabriclab.apps.ecmp:group_id' is not a class with desired"):
+        AppInfo("x", routing="fabriclab.apps.ecmp:group_id").routing_class()
+    with pytest.raises(RoutingError, match="is not a class"):
+        AppInfo("x", routing="fabriclab.apps.ecmp:Nothing").routing_class()
