@@ -8,7 +8,7 @@ from fabriclab.errors import LabError
 from fabriclab.table import format_table
 from fabriclab.topologies.spec import load_spec
 from fabriclab.units import human_size
-from fabriclab.workflows import benchmark, pfcbench
+from fabriclab.workflows import benchmark, pfcbench, runphases
 
 
 BRINGUP_COLUMNS = ("fabric", "switches", "hosts", "links", "build s", "then programmed s", "teardown s")
@@ -40,6 +40,9 @@ def register(subparsers):
     p.add_argument("--from", dest="from_folders", metavar="DIR", nargs="+",
                    help="instead: tabulate the PFC reaction of results folders already written (experiments, "
                         "catalogues)")
+    p.add_argument("--run-phases", action="store_true",
+                   help="with --from: where the wall time of those folders' runs went (bring-up, switching the "
+                        "app, draining, starting the jobs, the traffic, teardown), per experiment")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run_benchmark)
 
@@ -75,7 +78,21 @@ def run_pfc_reaction(args):
     return 0
 
 
+def run_phases(args):
+    if not args.from_folders:
+        raise LabError("--run-phases reads results folders: give them with --from DIR...")
+    totals = runphases.read_folders(args.from_folders)
+    if args.format == "json":
+        print(json.dumps(totals, indent=1))
+        return 0
+    print(format_table(runphases.COLUMNS, runphases.table_rows(totals),
+                       title="Wall time by phase, summed over every results.json (seconds)"))
+    return 0
+
+
 def run_benchmark(args):
+    if args.run_phases:
+        return run_phases(args)
     if args.pfc_reaction is not None or args.from_folders:
         return run_pfc_reaction(args)
     if args.inventory is not None:

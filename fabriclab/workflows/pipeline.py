@@ -184,10 +184,14 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
     from fabriclab.measure.portsampler import PortSampler
     from fabriclab.queues.sampler import QueueSampler
 
+    # Where a run's wall time goes besides its traffic (the lab's own overhead, what CI waits for)
+    phases = _Phases()
     if routing_label(lab.routing) != routing_label(run.routing):     # "ecmp:seed=0" is "ecmp"
         lab.set_routing(run.routing)
+        phases.mark("routing_s")
     if lab.queues is not None and not shared:
         wait_drained(lab)
+        phases.mark("drain_s")
     runners = {job.name: jobs_mod.runner(job, lab, run) for job in run.jobs}
     raw = None
     state = lab.fault_state()
@@ -214,7 +218,9 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
         routing.start()
         if ticker:
             ticker.start()
+        phases.mark("setup_s")
         raw, windows = run_jobs(lab, run, runners, clock, progress)
+        phases.split_at("start_s", "traffic_s", clock.wall)
         clock.timeline.join_checked()
     finally:
         if ticker:
@@ -235,9 +241,41 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
             if changes_faults:
                 lab.restore(to=state)
             _reset_ecn(lab, run.ecn)
+    phases.mark("teardown_s")
     record = _record(lab, plan, run, folder, runners, raw, windows, series, qseries, clock,
                      lab.events[first_event:], conditions, routing, queue_before, loss)
+    phases.mark("record_s")
+    record["timings_s"] = phases.seconds()
     return RunOutcome(record, series, qseries, raw)
+
+
+class _Phases:
+    """Wall seconds of a run's phases, each from the previous mark: switching the controller app,
+    draining the queues, setting up (ECN, conditions, samplers), starting the jobs (agents up,
+    until the traffic's origin), the traffic, putting the fabric back, and writing the record."""
+
+    def __init__(self):
+        self.t0 = self.last = time.monotonic()
+        self.times = {}
+
+    def mark(self, name):
+        now = time.monotonic()
+        self.times[name] = self.times.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def split_at(self, before, after, wall):
+        """Mark `before` up to the wall-clock time `wall` (None: not reached) and `after` from it."""
+        now = time.monotonic()
+        if wall is None:
+            self.mark(before)
+            return
+        first = min(now - self.last, max(0.0, now - self.last - (time.time() - wall)))
+        self.times[before] = self.times.get(before, 0.0) + first
+        self.times[after] = self.times.get(after, 0.0) + (now - self.last - first)
+        self.last = now
+
+    def seconds(self):
+        return {**{k: round(v, 3) for k, v in self.times.items()}, "run_s": round(time.monotonic() - self.t0, 3)}
 
 
 def run_jobs(lab, run, runners, clock, progress=None):

@@ -271,3 +271,26 @@ def test_a_pause_whose_upstream_gate_is_open_is_drained():
                                  _row("s1-eth1", "l1-eth3", gate_closed=True)]), 0.2)
     with pytest.raises(LabError, match=r"s1-eth1 \(3000 B\)"):
         wait_drained(_drain_lab([_row("s1-eth1", "l1-eth3", occ=3000)]), 0.2)
+
+
+def test_a_runs_phases_add_up_to_its_wall_time_and_split_at_the_traffics_origin(monkeypatch):
+    from fabriclab.workflows import pipeline
+
+    clock = {"mono": 100.0, "wall": 5000.0}
+    monkeypatch.setattr(pipeline.time, "monotonic", lambda: clock["mono"])
+    monkeypatch.setattr(pipeline.time, "time", lambda: clock["wall"])
+
+    def advance(s):
+        clock["mono"] += s
+        clock["wall"] += s
+
+    phases = pipeline._Phases()
+    advance(1.5)
+    phases.mark("routing_s")
+    advance(2.0)                                     # agents start, then 3 s of traffic from the origin
+    origin = clock["wall"]
+    advance(3.0)
+    phases.split_at("start_s", "traffic_s", origin)
+    advance(0.25)
+    phases.split_at("x_s", "y_s", None)              # no origin reached: all of it before
+    assert phases.seconds() == {"routing_s": 1.5, "start_s": 2.0, "traffic_s": 3.0, "x_s": 0.25, "run_s": 6.75}
