@@ -137,7 +137,7 @@ def app_names():
     """Every routing app's name: the built-in ones, then those installed packages add."""
     from fabriclab import plugins
 
-    return [*APPS, *sorted(n for n in plugins.entry_points(plugins.ROUTING) if n not in APPS)]
+    return plugins.names(APPS, plugins.ROUTING)
 
 
 def app_info(name):

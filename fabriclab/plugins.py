@@ -4,6 +4,8 @@
     first-path = "my_package.routing:APP"           # an apps.AppInfo
     [project.entry-points."fabriclab.experiments"]
     first-path-vs-ecmp = "my_package.experiment"    # a module implementing the Experiment protocol
+    [project.entry-points."fabriclab.jobs"]
+    my-kind = "my_package.job"                      # a module implementing the JobKind protocol
 
 Built-in names win: a plugin cannot replace `ecmp`. The groups are read once a process, and only
 when a name is not built in (reading every installed package's metadata takes tens of ms).
@@ -11,6 +13,8 @@ when a name is not built in (reading every installed package's metadata takes te
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 
 from fabriclab.errors import LabError
@@ -18,6 +22,7 @@ from fabriclab.loading import excerpt
 
 ROUTING = "fabriclab.routing"
 EXPERIMENTS = "fabriclab.experiments"
+JOBS = "fabriclab.jobs"
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _found = {}
 
@@ -42,3 +47,39 @@ def load(group, name):
         where = f" (package {ep.dist.name})" if getattr(ep, "dist", None) else ""
         raise LabError(f"plugin {excerpt(name)}{where} of {group} does not load: {type(exc).__name__}: "
                        f"{str(exc)[:120]}") from None
+
+
+def names(builtin, group):
+    """The built-in names (in their order), then those installed packages add under `group`."""
+    return [*builtin, *sorted(n for n in entry_points(group) if n not in builtin)]
+
+
+def module(name, builtin, group, what):
+    """The module `builtin[name]` names (a dotted path), or the one an installed package adds under
+    `group`; LabError listing every name for one nobody has. `what` names the thing: "job kind"."""
+    if isinstance(name, str) and name in builtin:
+        return importlib.import_module(builtin[name])
+    mod = load(group, name) if isinstance(name, str) else None
+    if mod is None:
+        raise LabError(f"unknown {what} {excerpt(name)}: choose one of {', '.join(names(builtin, group))}")
+    return mod
+
+
+def check_protocol(mod, name, protocol, attrs, what, where):
+    """`mod` if it defines `attrs` and every method of `protocol` taking as many arguments, and
+    calls itself `name` (its NAME); LabError naming what it lacks otherwise."""
+    missing = [attr for attr in attrs if not hasattr(mod, attr)]
+    methods = [m for m, f in vars(protocol).items() if inspect.isfunction(f) and not m.startswith("_")]
+    for method in methods:
+        want = len(inspect.signature(getattr(protocol, method)).parameters) - 1
+        found = getattr(mod, method, None)
+        if not callable(found):
+            missing.append(f"{method}()")
+        elif len(inspect.signature(found).parameters) != want:
+            missing.append(f"{method}() taking {want} arguments")
+    if missing:
+        raise LabError(f"{what} {name}: module {mod.__name__} lacks {', '.join(missing)} (the "
+                       f"{protocol.__name__} protocol, {where})")
+    if mod.NAME != name:
+        raise LabError(f"{what} {name}: module {mod.__name__} calls itself {excerpt(mod.NAME)}")
+    return mod

@@ -35,6 +35,20 @@ def format_table(header, rows, title=None):
     return "\n".join(out)
 
 
+def markdown_table(header, rows):
+    """A markdown table (a list of lines, a blank one last); None shows as `-`."""
+    def cell(value):
+        return "-" if value is None else str(value).replace("|", "\\|")
+
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return out + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows] + [""]
+
+
+def fixed(value, decimals=2):
+    """A number as text with `decimals` places; None stays None (a table shows it as `-`)."""
+    return None if value is None else f"{value:.{decimals}f}"
+
+
 def progress_bar(fraction, label="traffic", stream=None):
     """Redraw a one-line progress bar (callers print a newline when done)."""
     import sys

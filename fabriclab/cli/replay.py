@@ -4,8 +4,8 @@
     fabriclab replay examples/traces/ddp4/chakra-rank0.json --ranks 4 --spec default
     fabriclab replay A.json B.json --spec default          # two jobs at once, each on its own hosts
 
-Each trace (a PyTorch profiler Kineto JSON or a Chakra ET JSON, workflows/traces.py) becomes a
-replay job of one run (workflows/replay.py): its ranks on hosts in `--placement` order (the first
+Each trace (a PyTorch profiler Kineto JSON or a Chakra ET JSON, jobs/traces.py) becomes a
+replay job of one run (jobs/replay.py): its ranks on hosts in `--placement` order (the first
 trace's ranks on the first hosts, the next trace's on the hosts after them, or as `--hosts` lists them),
 its collectives run in order with their compute gaps. The table gives per collective the trace's
 size and time beside the lab's CCT and that CCT in real time, then the job's communication time
@@ -23,7 +23,7 @@ from fabriclab.errors import LabError
 
 def register(subparsers):
     from fabriclab.traffic.softroce import BACKENDS
-    from fabriclab.workflows.traces import FORMATS
+    from fabriclab.jobs.traces import FORMATS
 
     p = subparsers.add_parser("replay", help="replay the collectives of real training traces (Kineto or "
                                              "Chakra JSON) on a fabric, CCT against the trace's")
@@ -65,8 +65,8 @@ def placed_hosts(fabric, placement, seed):
 def replay_specs(args, fabric_hosts):
     """A ReplaySpec per trace, each on its own hosts (`fabric_hosts` in the order to hand out)."""
     from fabriclab.units import parse_size
-    from fabriclab.workflows import traces
-    from fabriclab.workflows.replay import ReplaySpec
+    from fabriclab.jobs import traces
+    from fabriclab.jobs.replay import ReplaySpec
 
     loaded = [traces.load(path, args.trace_format, args.ranks) for path in args.traces]
     wanted = sum(t.world for t in loaded)

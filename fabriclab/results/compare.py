@@ -14,6 +14,7 @@ from __future__ import annotations
 import pathlib
 import statistics
 
+from fabriclab import jobs
 from fabriclab.results import document, plots
 from fabriclab.table import format_table
 from fabriclab.units import human_size
@@ -49,47 +50,21 @@ def rows(doc, label):
                   "outliers": None if symmetry is None else sum(len(g.get("outliers") or []) for g in symmetry)}
         for name, job in (run.get("jobs") or {}).items():
             base = {**common, "job": name, "job_kind": job.get("kind"), "role": job.get("role", "measured")}
-            out += [{**base, **_measure(job, size)} for size in _sizes(job)]
+            out += [{**base, **measures} for measures in _measures(job)]
     return out
 
 
-def _sizes(job):
-    """A collective job's sizes, a replayed trace's collectives in order; one row (None) for the
-    other kinds."""
-    if job.get("kind") == "replay":
-        return [size for part in job.get("segments") or [] for size in part.get("sizes") or []] or [None]
-    return (job.get("sizes") if job.get("kind") == "collective" else None) or [None]
+# what every row holds; a job kind's compare_rows (jobs/<kind>.py) fills in those that apply to it
+MEASURES = ("valid", "size", "in_place", "busbw_mbps", "cct_p50_ms", "cct_p99_ms", "delivered_mbps",
+            "out_of_sequence", "retransmitted_packets", "local_ack_timeout_err")
 
 
-def _measure(job, size):
-    """The comparable numbers of one job (and size): NaN-free, None where they do not apply."""
-    if size is not None:
-        cct, counters = size.get("cct_ms") or {}, size.get("counters") or {}
-        # a replayed trace mixes collectives: its rows say which
-        named = {"collective": size.get("collective")} if job.get("kind") == "replay" else {}
-        return {**named, "valid": size.get("valid", job.get("valid")), "size": size.get("size"),
-                "in_place": size.get("in_place", False),
-                "busbw_mbps": size.get("busbw_mbps"), "cct_p50_ms": cct.get("p50"), "cct_p99_ms": cct.get("p99"),
-                "delivered_mbps": None,
-                "out_of_sequence": counters.get("out_of_sequence"),
-                "retransmitted_packets": counters.get("retransmitted_packets"),
-                "local_ack_timeout_err": counters.get("local_ack_timeout_err")}
-    blank = {"valid": job.get("valid"), "size": None, "in_place": False,
-             "busbw_mbps": None, "cct_p50_ms": None, "cct_p99_ms": None,
-             "delivered_mbps": None, "out_of_sequence": None, "retransmitted_packets": None,
-             "local_ack_timeout_err": None}
-    if job.get("kind") == "all-pairs":
-        t = job.get("traffic") or {}
-        return {**blank, "delivered_mbps": t.get("delivered_mbps"), "out_of_sequence": t.get("oos")}
-    if job.get("kind") == "switchml":
-        a = job.get("aggregation") or {}
-        tat = a.get("tat_s") or {}
-        p50 = tat.get("p50")
-        return {**blank, "size": a.get("tensor_bytes"),
-                "cct_p50_ms": None if p50 is None else round(p50 * 1e3, 4),
-                "cct_p99_ms": None if tat.get("max") is None else round(tat["max"] * 1e3, 4),
-                "retransmitted_packets": a.get("retransmissions")}
-    return blank
+def _measures(job):
+    """The comparable numbers of one job, a dict per row: NaN-free, None where they do not apply (a
+    kind this install does not know gives one row of Nones)."""
+    blank = {**dict.fromkeys(MEASURES), "valid": job.get("valid"), "in_place": False}
+    kind = jobs.recorded(job.get("kind"))
+    return [{**blank, **row} for row in (kind.compare_rows(job) if kind else [{}])]
 
 
 def _labels(folders):

@@ -17,7 +17,8 @@ import statistics
 
 from fabriclab.errors import LabError
 from fabriclab.results import compare, document, plots
-from fabriclab.results.tables import both_modes, mode, rail_split
+from fabriclab import jobs as job_kinds
+from fabriclab.table import fixed, markdown_table
 from fabriclab.units import human_size
 
 HOST_PORT = re.compile(r"^h\d+-")          # a host's NIC port, e.g. h1-n0
@@ -73,10 +74,6 @@ def link_rates(names, scale):
 
 
 # -- small helpers ---------------------------------------------------------------------------------
-def _num(value, decimals=2):
-    return None if value is None else f"{value:.{decimals}f}"
-
-
 def _natural(text):
     """Sort key that puts h2 before h10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
@@ -107,14 +104,6 @@ def _measured(jobs):
     """The measured jobs (all jobs when none is marked measured): what the cross-run plots compare."""
     chosen = {name: job for name, job in jobs.items() if job.get("role") == "measured"}
     return chosen or jobs
-
-
-def _md_table(header, rows):
-    def cell(value):
-        return "-" if value is None else str(value).replace("|", "\\|")
-
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return out + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows] + [""]
 
 
 # -- report.md -------------------------------------------------------------------------------------
@@ -187,21 +176,11 @@ def _summary(doc):
         return []
     header = ("run", "job", "size", "busbw Mbit/s", "CCT p50 ms", "p99", "delivered Mbit/s", "uplink max/mean",
               "recovery s", "outliers")
-    return ["## Summary", ""] + _md_table(header, [
+    return ["## Summary", ""] + markdown_table(header, [
         (r["run"], r["job"] + ("" if r["valid"] is not False else " (invalid)"),
          compare.size_label(r["size"], r["in_place"]),
-         _num(r["busbw_mbps"]), _num(r["cct_p50_ms"], 1), _num(r["cct_p99_ms"], 1), _num(r["delivered_mbps"]),
-         _num(r["uplink_max_mean"]), _num(r["recovery_s"]), r["outliers"]) for r in rows])
-
-
-def _size(size):
-    return human_size(size) if isinstance(size, int) and size > 0 else size
-
-
-def _without(header, rows, column):
-    """The table without `column`."""
-    i = header.index(column)
-    return header[:i] + header[i + 1:], [row[:i] + row[i + 1:] for row in rows]
+         fixed(r["busbw_mbps"]), fixed(r["cct_p50_ms"], 1), fixed(r["cct_p99_ms"], 1), fixed(r["delivered_mbps"]),
+         fixed(r["uplink_max_mean"]), fixed(r["recovery_s"]), r["outliers"]) for r in rows])
 
 
 def _run_section(folder, scale, run, index, run_plots=True):
@@ -226,66 +205,24 @@ def _undrawn(folder, run, index):
 
 
 def _jobs_table(jobs):
-    """Collective jobs a row per size; all-pairs, SwitchML and replayed jobs their own tables."""
+    """A table per job kind (jobs/<kind>.py report_lines), in the registry's order; a record of a
+    kind this install does not know (a plugin's) is named, not shown."""
     out = ["### Jobs", ""]
-    collectives, streams, aggregations, replays = [], [], [], []
+    by_kind = {}
     for name, job in jobs.items():
-        valid = "yes" if job.get("valid", True) else "NO"
-        if job.get("kind") == "all-pairs":
-            t, up = job.get("traffic") or {}, ((job.get("balance") or {}).get("up") or {})
-            loss = t.get("loss")
-            streams.append((name, job.get("role", "-"), t.get("flows"), _num(t.get("delivered_mbps")),
-                            None if loss is None else f"{100 * loss:.2f}%", t.get("oos"), up.get("max_mean_ratio"),
-                            (job.get("buffer_drops") or {}).get("total"), valid))
-        elif job.get("kind") == "switchml":
-            a = job.get("aggregation") or {}
-            tat = a.get("tat_s") or {}
-            aggregations.append((name, job.get("role", "-"), a.get("workers"), _size(a.get("tensor_bytes")),
-                                 _num(1e3 * tat["p50"], 1) if tat.get("p50") is not None else None,
-                                 _num(a.get("elements_per_s", 0) / 1e6, 3), a.get("retransmissions"),
-                                 "yes" if (a.get("verify") or {}).get("ok") else "NO", valid))
-        elif job.get("kind") == "replay":
-            for op in job.get("ops") or []:
-                replays.append((name, op.get("index"), op.get("collective"), ",".join(map(str, op.get("group") or [])),
-                                _size(op.get("trace_size")), _size(op.get("size")), _num(op.get("trace_ms"), 3),
-                                _num(op.get("gap_ms"), 0), _num(op.get("cct_ms"), 1), _num(op.get("cct_real_ms"), 4),
-                                _num(op.get("busbw_mbps")), "yes" if op.get("valid", True) else "NO"))
-            t = job.get("totals") or {}
-            replays.append((name, "all", f"{t.get('collectives')} collectives", "", "", "",
-                            _num(t.get("trace_comm_ms"), 3), _num(t.get("gaps_ms"), 0), _num(t.get("lab_comm_ms"), 1),
-                            _num(t.get("lab_comm_real_ms"), 4), "", valid))
-        for s in job.get("sizes") or []:
-            cct, c = s.get("cct_ms") or {}, s.get("counters") or {}
-            fraction = s.get("busbw_fraction_of_nic")
-            collectives.append((name, job.get("role", "-"), f"{s.get('collective', '?')}/{s.get('algorithm', '?')}",
-                                _size(s.get("size")), mode(s), s.get("ranks"), _num(s.get("busbw_mbps")),
-                                None if fraction is None else f"{100 * fraction:.0f}%", _num(cct.get("p50"), 1),
-                                _num(cct.get("p99"), 1), c.get("out_of_sequence"), c.get("retransmitted_packets"),
-                                c.get("local_ack_timeout_err"),
-                                # rail-cabled fabrics (the only ones that pace a scale-up hop)
-                                rail_split(s["rails"]) if "rails" in s and (job.get("transport") or {})
-                                .get("scale_up_rate_mbps") else None,
-                                "yes" if s.get("valid", True) else "NO"))
-    if collectives:
-        header = ("job", "role", "collective", "size", "mode", "ranks", "busbw Mbit/s", "of NIC", "CCT p50 ms",
-                  "p99 ms", "OOS", "retrans", "LAT", "rail-local/cross-group/cross-rail/PXN", "valid")
-        if not any(both_modes(job.get("sizes") or []) for job in jobs.values()):
-            header, collectives = _without(header, collectives, "mode")
-        if all(row[-2] is None for row in collectives):
-            header, collectives = _without(header, collectives, "rail-local/cross-group/cross-rail/PXN")
-        out += _md_table(header, collectives)
-    if streams:
-        out += _md_table(("job", "role", "flows", "delivered Mbit/s", "loss", "OOS", "uplink max/mean",
-                          "buffer drops", "valid"), streams)
-    if aggregations:
-        out += _md_table(("job", "role", "workers", "tensor", "TAT p50 ms", "Melem/s", "retransmissions",
-                          "verified", "valid"), aggregations)
-    if replays:
-        out += _md_table(("replayed job", "#", "collective", "group", "trace size", "lab size", "trace ms",
-                          "gap ms", "CCT ms", "real ms", "busbw Mbit/s", "valid"), replays)
-    if not (collectives or streams or aggregations or replays):
+        by_kind.setdefault(job.get("kind"), []).append((name, job))
+    for kind_name, named in sorted(by_kind.items(), key=lambda item: _kind_order(item[0])):
+        kind = job_kinds.recorded(kind_name)
+        out += kind.report_lines(named) if kind else [
+            f"Job{'s' * (len(named) > 1)} {', '.join(n for n, _ in named)}: kind {str(kind_name)[:40]} is not "
+            f"installed here.", ""]
+    if len(out) == 2:
         out += ["No jobs recorded.", ""]
     return out
+
+
+def _kind_order(name):
+    return (job_kinds.KINDS.index(name), "") if name in job_kinds.KINDS else (len(job_kinds.KINDS), str(name))
 
 
 def _faults_table(faults):
@@ -295,16 +232,16 @@ def _faults_table(faults):
     for f in faults:
         impact = f.get("impact") or {}
         retained = impact.get("retained")
-        until = _num(f.get("until_s")) or ("end" if f.get("at_s") is not None else None)
-        rows.append((f.get("kind", "?"), _target(f), _num(f.get("at_s")), until, len(f.get("events") or []),
-                     _num(impact.get("baseline_mbps")), _num(impact.get("min_mbps")), _recovery(impact),
+        until = fixed(f.get("until_s")) or ("end" if f.get("at_s") is not None else None)
+        rows.append((f.get("kind", "?"), _target(f), fixed(f.get("at_s")), until, len(f.get("events") or []),
+                     fixed(impact.get("baseline_mbps")), fixed(impact.get("min_mbps")), _recovery(impact),
                      None if retained is None else f"{100 * retained:.0f}%"))
     header = ("kind", "target", "at s", "until s", "events", "baseline Mbit/s", "min Mbit/s", "recovery s",
               "retained")
     notes = [f"- {_fault_label(f)}: {note}" for f in faults
              for note in (f.get("note"), (f.get("impact") or {}).get("note")) if note]
     return (["### Faults", "", "Times are seconds from the timeline's start; recovery is from the fault to the "
-             "first bin back above half the baseline delivered rate.", ""] + _md_table(header, rows)
+             "first bin back above half the baseline delivered rate.", ""] + markdown_table(header, rows)
             + (notes + [""] if notes else []))
 
 
@@ -315,7 +252,7 @@ def _recovery(impact):
         return None
     if impact.get("fell") is False:
         return "held"
-    return "not back" if impact.get("recovery_s") is None else _num(impact["recovery_s"])
+    return "not back" if impact.get("recovery_s") is None else fixed(impact["recovery_s"])
 
 
 def _telemetry(tel):
@@ -341,7 +278,7 @@ def _queues(queues):
         return []
     totals = report.get("totals") or {}
     out = ["### Queues and PFC", "",
-           "- Totals: " + ", ".join(f"{name} {_num(totals.get(key), 0 if key != 'pause_ms' else 1)}"
+           "- Totals: " + ", ".join(f"{name} {fixed(totals.get(key), 0 if key != 'pause_ms' else 1)}"
                                     for name, key in (("ECN marks", "marks"), ("drops", "drops"),
                                                       ("lossless drops", "lossless_drops"),
                                                       ("watchdog drops", "wd_drops"), ("pauses sent", "pause_tx"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fabriclab import jobs
+from fabriclab.jobs.collective import both_modes, cross_zone_text, mode, rail_split
 from fabriclab.table import format_table
 from fabriclab.units import human_size
 
@@ -10,16 +12,6 @@ def scale_line(doc):
     scale = doc["scale"]
     return (f"links {scale['host_rate_mbps']:g} Mbit/s"
             + (f" (time scale x{scale['time_scale']:.0f})" if scale.get("time_scale") else ""))
-
-
-def mode(row):
-    """A size row's mode as the tables show it."""
-    return "in-place" if row.get("in_place", False) else "out-of-place"
-
-
-def both_modes(rows):
-    """Whether a job's size rows hold in-place results (then the tables show every row's mode)."""
-    return any(row.get("in_place", False) for row in rows)
 
 
 def job_of(doc, kind):
@@ -117,67 +109,13 @@ def collective_table(doc):
                         rows, title=title)
 
 
-def rail_split(rails):
-    """One iteration's bytes between hosts on one leaf of a rail, through the spines on the rail,
-    onto another rail, and PXN's first hops inside hosts: `96K/32K/0/32K`."""
-    keys = ("rail_local_bytes", "cross_group_bytes", "cross_rail_bytes", "pxn_bytes")
-    return "/".join(human_size(rails[k]) if rails[k] else "0" for k in keys)
-
-
-def cross_zone_text(row):
-    """threetier: the job's bytes between zones, from its schedule and from the super-spine
-    links' counters, in MiB: `3.0/3.2`."""
-    zone = row.get("cross_zone")
-    if not zone:
-        return "-"
-    counted = zone["counted_bytes"]
-    wire = "?" if counted is None else f"{counted / 2**20:.1f}"
-    return f"{zone['schedule_bytes'] / 2**20:.1f}/{wire}"
-
-
 # -- replayed traces ------------------------------------------------------------------------------
 def replay_table(doc):
-    """Per replayed job: a row per collective (the trace's size and time beside the lab's CCT and
-    that CCT in real time), then the job's communication time both ways."""
-    out = []
-    for run in doc["runs"]:
-        for name, job in run["jobs"].items():
-            if job["kind"] == "replay":
-                out.append(replay_job_table(doc, run, name, job))
-    return "\n\n".join(out)
+    """Per replayed job: its table (jobs/replay.py), one after another."""
+    from fabriclab.jobs import replay
 
-
-def replay_job_table(doc, run, name, job):
-    rows = []
-    for op in job["ops"]:
-        verify = "-" if op["verify"] is None else ("ok" if op["verify"] else "FAILED")
-        rows.append((op["index"], op["collective"], _group(op["group"]), human_size(op["trace_size"]),
-                     human_size(op["size"]), f"{op['trace_ms']:.3f}", f"{op['gap_ms']:.0f}" + "*" * op["gap_clipped"],
-                     f"{op['cct_ms']:.1f}", _num(op["cct_real_ms"]), _num(op["real_vs_trace"]),
-                     f"{op['busbw_mbps']:.2f}", f"{100 * op['busbw_fraction_of_nic']:.0f}", _num(op["trace_busbw_mbps"]),
-                     verify))
-    trace, scale, t = job["trace"], job["scaling"], job["totals"]
-    title = (f"{name}: {trace['format']} trace {trace['path']} ({trace['form']}, {trace['world']} ranks) on "
-             f"{doc['fabric']['name']} ({run['routing']}), hosts {' '.join(job['ranks'].values())}; sizes / "
-             f"{scale['size_scale']:g}, gaps x{scale['gap_scale']:g} capped at {scale['max_gap_s']:g} s; "
-             f"{scale_line(doc)}")
-    table = format_table(("#", "collective", "group", "trace size", "lab size", "trace ms", "gap ms",
-                          "CCT ms", "real ms", "real/trace", "busbw Mbit/s", "busbw % NIC", "trace busbw", "verify"),
-                         rows, title=title)
-    skipped = ", ".join(f"{k} x{v}" for k, v in trace["skipped"].items()) or "none"
-    summary = (f"communication: trace {t['trace_comm_ms']:.3f} ms; lab {t['lab_comm_ms']:.1f} ms "
-               f"(ideal {t['lab_ideal_ms']:.1f} ms)"
-               + (f" = {t['lab_comm_real_ms']:.3f} ms real, {t['real_vs_trace']:.3g}x the trace's"
-                  if t["lab_comm_real_ms"] is not None and t["real_vs_trace"] is not None else "")
-               + f"; gaps {t['gaps_ms']:.0f} ms ({t['gaps_clipped']} capped: *); not replayed: {skipped}")
-    return table + "\n" + summary
-
-
-def _group(ranks):
-    """[0, 1, 2, 3] as 0-3, others as 0,2,5."""
-    if ranks == list(range(ranks[0], ranks[0] + len(ranks))):
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ",".join(map(str, ranks))
+    return "\n\n".join(replay.table(doc, run, name, job, scale_line(doc))
+                        for run in doc["runs"] for name, job in run["jobs"].items() if job["kind"] == replay.NAME)
 
 
 def plane_shares(row):
@@ -194,33 +132,8 @@ def runs_table(doc):
     for run in doc["runs"]:
         for name, job in run["jobs"].items():
             label = name + (" (noise)" if job["role"] == "noise" else "")
-            modes = both_modes(job.get("sizes") or [])
-            for size in job.get("sizes") or []:
-                c = size["counters"]
-                workload = f"{size['collective']} {human_size(size['size'])}" + f" {mode(size)}" * modes
-                if "cross_zone" in size:
-                    workload += f", cross-zone {cross_zone_text(size)} MiB"
-                rows.append((run["label"], label, workload,
-                             f"{size['busbw_mbps']:.2f}", f"{size['cct_ms']['p50']:.0f}", f"{size['cct_ms']['p99']:.0f}",
-                             c.get("out_of_sequence", 0), c.get("retransmitted_packets", 0),
-                             c.get("local_ack_timeout_err", 0)))
-            if job["kind"] == "all-pairs":
-                t = job["traffic"]
-                rows.append((run["label"], label, f"all-pairs {t['flows']} flows", f"({t['delivered_mbps']:.2f})",
-                             "-", "-", t["oos"], "-", "-"))
-            if job["kind"] == "replay":
-                t = job["totals"]
-                counters = [size["counters"] for part in job["segments"] for size in part["sizes"]]
-                rows.append((run["label"], label, f"replay {t['collectives']} collectives",
-                             f"({t['lab_comm_ms']:.0f} ms)", "-", "-",
-                             sum(c.get("out_of_sequence", 0) for c in counters),
-                             sum(c.get("retransmitted_packets", 0) for c in counters),
-                             sum(c.get("local_ack_timeout_err", 0) for c in counters)))
-            if job["kind"] == "switchml":
-                a = job["aggregation"]
-                rows.append((run["label"], label, f"switchml {human_size(a['tensor_bytes'])}", "-",
-                             f"{a['tat_s']['p50'] * 1e3:.0f}", f"{a['tat_s']['max'] * 1e3:.0f}", "-",
-                             a["retransmissions"], "-"))
+            kind = jobs.recorded(job["kind"])
+            rows += [(run["label"], label, *row) for row in (kind.runs_rows(job) if kind else ())]
     out.append(format_table(("run", "job", "workload", "busbw Mbit/s", "CCT p50 ms", "p99", "OOS",
                              "retrans", "LAT"), rows, title="Jobs (all-pairs: delivered Mbit/s in brackets; replay: its "
                                                            "collectives' total CCT)"))

@@ -30,7 +30,7 @@ from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.workflows import faults as faults_mod
-from fabriclab.workflows import jobs as jobs_mod
+from fabriclab import jobs as jobs_mod
 
 DRAIN_TIMEOUT_S = 10.0
 PLOT_MARGIN_S = 0.1

@@ -64,8 +64,8 @@ class Metrics:
 
 @dataclass
 class Job:
-    """One job of a run. `workload` is a CollectiveSpec, an AllPairsSpec, a SwitchML
-    AggregationSpec or a ReplaySpec (a trace); its type is the job's kind."""
+    """One job of a run. `workload` is a job kind's spec (fabriclab/jobs: a CollectiveSpec, an
+    AllPairsSpec, a SwitchML AggregationSpec, a ReplaySpec, or a plugin's); its type is the kind."""
 
     name: str
     workload: object
@@ -73,7 +73,7 @@ class Job:
 
     @property
     def kind(self):
-        from fabriclab.workflows import jobs
+        from fabriclab import jobs
 
         return jobs.kind_of(self.workload)
 
@@ -156,7 +156,7 @@ class Plan:
 
 
 def check_run(run, where):
-    from fabriclab.workflows import jobs as jobs_mod
+    from fabriclab import jobs as jobs_mod
 
     if not run.jobs:
         raise LabError(f"{where}: no jobs")

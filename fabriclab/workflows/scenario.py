@@ -26,6 +26,7 @@ import dataclasses
 import pathlib
 
 
+from fabriclab import jobs as job_kinds
 from fabriclab.apps import DEFAULT_ROUTING
 from fabriclab.errors import LabError
 from fabriclab.workflows import faults as faults_mod
@@ -35,10 +36,6 @@ from fabriclab.loading import clip, excerpt, is_file, load_yaml
 TOP_FIELDS = ("name", "description", "spec", "routing", "repetitions", "duration_s", "jobs", "faults", "metrics")
 METRIC_DEFAULTS = dataclasses.asdict(plan_mod.Metrics())
 ROLES = plan_mod.ROLES
-JOB_KINDS = ("collective", "all-pairs", "switchml", "replay")
-# A replay job's fields beside ReplaySpec's own (the trace is read from its file, relative to the
-# scenario file): the trace's format (detected without it) and a Chakra trace's rank count.
-REPLAY_FIELDS = ("trace", "format", "ranks")
 
 
 @dataclasses.dataclass
@@ -140,7 +137,7 @@ def _jobs(entries, duration, base=pathlib.Path(".")):
         entry = dict(entry)
         name = entry.pop("name", f"job{i + 1}")
         role = entry.pop("role", "measured")
-        kind = entry.pop("kind", "collective")
+        kind = entry.pop("kind", job_kinds.DEFAULT_KIND)
         if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
             raise LabError(f"{where}.name must be letters, digits, - or _, got {excerpt(name)}")
         if name in names:
@@ -148,83 +145,16 @@ def _jobs(entries, duration, base=pathlib.Path(".")):
         names.add(name)
         if role not in ROLES:
             raise LabError(f"{where}.role must be measured or noise, got {excerpt(role)}")
-        if kind not in JOB_KINDS:
-            raise LabError(f"{where}.kind must be one of {', '.join(JOB_KINDS)}, got {excerpt(kind)}")
+        if not isinstance(kind, str) or kind not in job_kinds.names():
+            raise LabError(f"{where}.kind must be one of {', '.join(job_kinds.names())}, got {excerpt(kind)}")
         try:
-            spec = _replay(entry, base) if kind == "replay" else _workload(kind, entry)
+            spec = job_kinds.module(kind).parse(entry, base)
         except LabError as exc:
             raise LabError(f"{where} ({name}): {exc}") from None
         jobs.append(ScenarioJob(name, role, spec))
     if not any(not job.noise for job in jobs):
         raise LabError("scenario: every job is noise; one must be measured")
     return jobs
-
-
-def _replay(entry, base):
-    """A replay job: {trace: path, format, ranks} and ReplaySpec's fields but the trace."""
-    from fabriclab.units import parse_size
-    from fabriclab.workflows import traces
-    from fabriclab.workflows.replay import ReplaySpec
-
-    fields = sorted(({f.name for f in dataclasses.fields(ReplaySpec)} - {"trace"}) | set(REPLAY_FIELDS))
-    unknown = sorted(set(entry) - set(fields))
-    if unknown:
-        raise LabError(f"unknown field {excerpt(unknown[0])} (a replay job takes name, role, kind and: "
-                       f"{', '.join(fields)})")
-    path = entry.pop("trace", None)
-    if not isinstance(path, str) or not path:
-        raise LabError(f"trace must be the path of a trace file, got {excerpt(path)}")
-    candidate = base / path
-    trace = traces.load(candidate if is_file(candidate) else path, entry.pop("format", None), entry.pop("ranks", None))
-    if isinstance(entry.get("chunk_bytes"), str):
-        entry["chunk_bytes"] = parse_size(entry["chunk_bytes"])
-    hosts = entry.get("hosts")
-    if isinstance(hosts, str):
-        entry["hosts"] = tuple(h.strip() for h in hosts.split(",") if h.strip())
-    elif isinstance(hosts, list):
-        entry["hosts"] = tuple(hosts)
-    spec = ReplaySpec(trace, **entry)
-    spec.check()
-    return spec
-
-
-def _workload(kind, entry):
-    """The job's workload spec from its fields (sizes and byte counts as text allowed)."""
-    from fabriclab.switchml.launcher import AggregationSpec
-    from fabriclab.traffic.allpairs import AllPairsSpec
-    from fabriclab.traffic.collective import CollectiveSpec
-    from fabriclab.units import parse_size, parse_sizes
-
-    cls = {"collective": CollectiveSpec, "all-pairs": AllPairsSpec, "switchml": AggregationSpec}[kind]
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(entry) - fields)
-    if unknown:
-        raise LabError(f"unknown field {excerpt(unknown[0])} (a {kind} job takes name, role, kind and: "
-                       f"{', '.join(sorted(fields))})")
-    if "sizes" in entry:
-        sizes = entry["sizes"]
-        sizes = parse_sizes(sizes) if isinstance(sizes, str) else \
-            [parse_size(s) if isinstance(s, str) else s for s in (sizes if isinstance(sizes, list) else [sizes])]
-        entry["sizes"] = tuple(sizes)
-    for key in ("chunk_bytes", "piece_bytes"):
-        if isinstance(entry.get(key), str):
-            entry[key] = parse_size(entry[key])
-    for key in ("hosts", "workers", "aggregators"):
-        if isinstance(entry.get(key), str):
-            entry[key] = tuple(h.strip() for h in entry[key].split(",") if h.strip())
-        elif isinstance(entry.get(key), list) and all(isinstance(h, str) for h in entry[key]):
-            entry[key] = tuple(entry[key])
-        elif entry.get(key) is not None:
-            raise LabError(f"{key} must be a list of host names or \"h1,h2\", got {excerpt(entry[key])}")
-    try:
-        spec = cls(**entry)
-        if kind != "switchml":                 # a SwitchML job is checked against its fabric
-            spec.check()
-    except (TypeError, ValueError):
-        bad = next((k for k, v in entry.items() if isinstance(v, str) and k not in (
-            "collective", "algorithm", "placement", "qp_method", "sport_mode", "backend", "dtype")), "a field")
-        raise LabError(f"{bad} has the wrong type: {excerpt(entry.get(bad))}") from None
-    return spec
 
 
 def _metrics(entry):

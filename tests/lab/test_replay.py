@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 
 from fabriclab.system.shaping import burst_bytes
-from fabriclab.workflows import traces
+from fabriclab.jobs import traces
 from fabriclab.workflows.plan import Job, Plan, RunPlan
-from fabriclab.workflows.replay import ReplaySpec
+from fabriclab.jobs.replay import ReplaySpec
 
 pytestmark = pytest.mark.lab
 

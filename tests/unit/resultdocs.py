@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import types
 
+from fabriclab.jobs import allpairs as allpairs_kind
+from fabriclab.jobs import collective as collective_kind
+from fabriclab.jobs import switchml as switchml_kind
 from fabriclab.results import document
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
@@ -105,7 +108,7 @@ def collective_job(busbw=71.5, sizes=((1 << 20, (0.010, 0.012, 0.030)), (4 << 20
             run.finals[r.rank]["plb"] = plb_report(plb, planes, peer=1 - r.rank)
     run.pids = {r.rank: 4242 + r.rank for r in ranks}
     run.elapsed_s = 1.5
-    return document.collective_job(run, role)
+    return collective_kind.record(run, role)
 
 
 def plb_report(mode, planes, peer):
@@ -137,7 +140,7 @@ def allpairs_job(delivered_mbps=30.0):
         received = [{"src": f["src"], "dst": f["dst"], "dst_qpn": f["dst_qpn"], "packets": 99, "oos": 1, "late": 0,
                      "wire_bytes": int(per_host * 1e6 / 8 * 2.0)} for f in fl]
         run.results[host] = {"sent": sent, "received": received}
-    return document.allpairs_job(run, spec, lab.fabric)
+    return allpairs_kind.record(run, spec, lab.fabric)
 
 
 def switchml_job():
@@ -150,7 +153,7 @@ def switchml_job():
               "elements_per_s": 291271.0, "bytes_sent_per_worker": 300000.0, "retransmissions": 2,
               "packets_sent": 600, "verify": {"ok": True, "exact": True, "max_error": 0.0, "bound": 0.0,
                                                "result_sha256": "00"}}
-    return document.switchml_job(report, AggregationSpec(elements=65536, workers=("h1", "h2")))
+    return switchml_kind.record(report, AggregationSpec(elements=65536, workers=("h1", "h2")))
 
 
 def impact(recovery, fell=True):

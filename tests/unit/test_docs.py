@@ -556,7 +556,8 @@ def test_the_readme_pytest_snippet_is_one_test():
 def test_every_registered_app_experiment_fault_and_job_kind_is_documented():
     """The registries are the lists: whatever is registered has its place in the docs."""
     from fabriclab.apps import APPS
-    from fabriclab.workflows import faults, jobs
+    from fabriclab import jobs
+    from fabriclab.workflows import faults
     from fabriclab.workflows.experiments import EXPERIMENTS
 
     docs = {path.name: path.read_text() for path in (ROOT / "docs").glob("*.md")}

@@ -18,7 +18,8 @@ from fabriclab.results import document
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic.allpairs import AllPairsSpec
 from fabriclab.traffic.collective import CollectiveSpec
-from fabriclab.workflows import faults, jobs, pipeline, scenario
+from fabriclab import jobs
+from fabriclab.workflows import faults, pipeline, scenario
 from fabriclab.workflows.plan import Job, Metrics, Plan, RunPlan, single_run
 from tests.unit import resultdocs as rd
 
@@ -124,7 +125,7 @@ def test_plan_checks_what_needs_no_fabric():
     restart = faults.Fault(0, "controller_restart", True, 0.0, {})
     with pytest.raises(LabError, match="a condition held for the run is one of"):
         Plan("p", "run", spec, [RunPlan("r", jobs=[job], conditions=[restart])]).check()
-    with pytest.raises(LabError, match="is a CollectiveSpec, AllPairsSpec, AggregationSpec or ReplaySpec"):
+    with pytest.raises(LabError, match="is one of CollectiveSpec, AllPairsSpec, AggregationSpec, ReplaySpec, not dict"):
         Plan("p", "run", spec, [RunPlan("r", jobs=[Job("a", {"collective": "allreduce"})])]).check()
 
 

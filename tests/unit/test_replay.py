@@ -18,7 +18,8 @@ from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic import schedules
 from fabriclab.traffic.collective import CollectiveSpec, Launcher
-from fabriclab.workflows import jobs, replay, traces
+from fabriclab import jobs
+from fabriclab.jobs import replay, traces
 from fabriclab.workflows.plan import Job
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -362,7 +363,7 @@ def test_the_record_puts_the_trace_beside_the_lab_and_fits_the_schema(tmp_path):
     spec = replay.ReplaySpec(traces.load(nccl_trace(tmp_path)), size_scale=4, max_gap_s=0.3)
     segments = replay.plan_segments(spec, fabric)
     runs = [fake_run(replay.collective_spec(spec, s), s, 1000.0 + 10 * k) for k, s in enumerate(segments)]
-    record = replay.job_record(runs, spec, segments, fabric)
+    record = replay.record(runs, spec, segments, fabric)
     # as written to results.json (tuples become lists)
     jsonschema.validate(json.loads(json.dumps(record)), {"$ref": "#/$defs/job", "$defs": SCHEMA["$defs"]})
     ops = record["ops"]
@@ -396,7 +397,7 @@ def test_compare_shows_a_replay_a_row_per_collective(tmp_path):
     spec = replay.ReplaySpec(traces.load(nccl_trace(tmp_path)))
     segments = replay.plan_segments(spec, fabric)
     runs = [fake_run(replay.collective_spec(spec, s), s) for s in segments]
-    doc = {"kind": "replay", "runs": [{"label": "ecmp", "jobs": {"nccl": replay.job_record(runs, spec, segments, fabric)}}]}
+    doc = {"kind": "replay", "runs": [{"label": "ecmp", "jobs": {"nccl": replay.record(runs, spec, segments, fabric)}}]}
     rows = compare.rows(doc, "a")
     assert [(r["collective"], r["size"]) for r in rows] == [(s.op.collective, s.size) for g in segments for s in g.steps]
     assert all(r["busbw_mbps"] > 0 for r in rows)

@@ -45,7 +45,7 @@ def _broken(change):
     (lambda d: d["scale"].__setitem__("host_rate_mbps", 0), "scale/host_rate_mbps"),
     (lambda d: d.__setitem__("kind", "sweep"), "kind"),
     (lambda d: d["runs"][0].pop("telemetry"), "runs/0"),
-    (lambda d: d["runs"][0]["jobs"]["ring"].__setitem__("kind", "mystery"), "runs/0/jobs/ring"),
+    (lambda d: d["runs"][0]["jobs"]["ring"].__setitem__("kind", "no such kind"), "runs/0/jobs/ring"),
     (lambda d: d["runs"][0]["jobs"]["ring"]["sizes"][0].__setitem__("busbw_mbps", "fast"), "runs/0/jobs/ring"),
     (lambda d: d["runs"][0]["jobs"]["ring"].__setitem__("traffic", {}), "runs/0/jobs/ring"),
     (lambda d: d["runs"][0]["jobs"]["ring"]["sizes"][0].__setitem__("in_place", "yes"), "runs/0/jobs/ring"),

@@ -10,8 +10,9 @@ import pytest
 from fabriclab.lab import lab as lab_mod
 from fabriclab.workflows import scenario
 from fabriclab.errors import LabError
-from fabriclab.workflows import jobs, pipeline
-from fabriclab.workflows.jobs import DURATION_ITERATIONS
+from fabriclab import jobs
+from fabriclab.workflows import pipeline
+from fabriclab.jobs import DURATION_ITERATIONS
 from fabriclab.workflows.scenario import METRIC_DEFAULTS, load, parse, prepare, to_plan
 
 ROOT = pathlib.Path(__file__).parents[2]

@@ -14,8 +14,6 @@ protocol below, plus its line in EXPERIMENTS. Everything is checked before the f
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 from typing import Protocol
 
 from fabriclab.apps import DEFAULT_ROUTING
@@ -77,40 +75,25 @@ class Experiment(Protocol):
 
 def check_protocol(mod, name):
     """`mod` if it implements Experiment under `name`; LabError naming what it lacks otherwise."""
-    missing = [attr for attr in ("NAME", "SUMMARY", "DEFAULT_SPEC", "REFERENCE") if not hasattr(mod, attr)]
-    for method in ("prepare", "runs", "table", "plot"):
-        want = len(inspect.signature(getattr(Experiment, method)).parameters) - 1
-        found = getattr(mod, method, None)
-        if not callable(found):
-            missing.append(f"{method}()")
-        elif len(inspect.signature(found).parameters) != want:
-            missing.append(f"{method}() taking {want} arguments")
-    if missing:
-        raise LabError(f"experiment {name}: module {mod.__name__} lacks {', '.join(missing)} (the Experiment "
-                       f"protocol, workflows/experiments/__init__.py)")
-    if mod.NAME != name:
-        raise LabError(f"experiment {name}: module {mod.__name__} calls itself {mod.NAME!r}")
-    return mod
+    from fabriclab import plugins
+
+    return plugins.check_protocol(mod, name, Experiment, ("NAME", "SUMMARY", "DEFAULT_SPEC", "REFERENCE"),
+                                  "experiment", "workflows/experiments/__init__.py")
 
 
 def names():
     """Every experiment's name: the built-in ones, then those installed packages add."""
     from fabriclab import plugins
 
-    return [*EXPERIMENTS, *sorted(n for n in plugins.entry_points(plugins.EXPERIMENTS) if n not in EXPERIMENTS)]
+    return plugins.names(EXPERIMENTS, plugins.EXPERIMENTS)
 
 
 def module(name):
     """The experiment's module, built in or added by an installed package (fabriclab/plugins.py),
     checked against the protocol."""
-    if name in EXPERIMENTS:
-        return check_protocol(importlib.import_module(EXPERIMENTS[name]), name)
     from fabriclab import plugins
 
-    mod = plugins.load(plugins.EXPERIMENTS, name) if isinstance(name, str) else None
-    if mod is None:
-        raise LabError(f"unknown experiment {str(name)[:40]!r}: choose one of {', '.join(names())}")
-    return check_protocol(mod, name)
+    return check_protocol(plugins.module(name, EXPERIMENTS, plugins.EXPERIMENTS, "experiment"), name)
 
 
 def build_plan(name, spec=None, options=None):

@@ -1,4 +1,5 @@
-"""A trace's collectives as a job of a plan: ranks mapped to hosts, sizes and gaps scaled.
+"""Job kind `replay`: a trace's collectives as a job of a plan, ranks mapped to hosts, sizes and
+gaps scaled.
 
     trace = traces.load("examples/traces/ddp4/kineto-rank0.json")
     job = Job("ddp4", ReplaySpec(trace, hosts=("h1", "h2", "h3", "h4"), max_gap_s=0.2))
@@ -26,10 +27,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from fabriclab.errors import LabError
-from fabriclab.loading import boolean, excerpt, number, whole
+from fabriclab.jobs import collective
+from fabriclab.jobs.common import hosts_record, host_list, refuse_unknown, size_cell, yes_no
+from fabriclab.loading import boolean, excerpt, is_file, number, whole
+from fabriclab.table import fixed, format_table, markdown_table
 from fabriclab.traffic import schedules
+from fabriclab.units import human_size, parse_size
 
+NAME = "replay"
+SUMMARY = "a PyTorch or Chakra trace's collectives, in order, with their compute gaps scaled"
 MAX_GAP_S = 60.0
+# a scenario's replay job names its trace file and how to read it, then ReplaySpec's fields
+TRACE_FIELDS = ("trace", "format", "ranks")
 
 
 @dataclass
@@ -48,7 +57,7 @@ class ReplaySpec:
     seed: int = 1
 
     def check(self):
-        from fabriclab.workflows.traces import Trace
+        from fabriclab.jobs.traces import Trace
 
         if not isinstance(self.trace, Trace):
             raise LabError(f"replay: trace must be a loaded trace, got {excerpt(self.trace)}")
@@ -207,18 +216,16 @@ def totals(rows, trace, scale):
             "gaps_clipped": sum(1 for r in rows if r["gap_clipped"])}
 
 
-def job_record(runs, spec, segments, fabric, role="measured"):
+def record(runs, spec, segments, fabric, role="measured"):
     """The record of a replayed trace from its segments' CollectiveRuns: per collective the
     trace's numbers beside the lab's, the job's communication time both ways, every scaling, and
     each segment's collective record."""
-    from fabriclab.results.document import collective_job, hosts_record
-
     scale = spec.scaling(fabric)
     rows = op_rows(segments, runs, scale)
-    parts = [collective_job(run, role) for run in runs]
+    parts = [collective.record(run, role) for run in runs]
     invalid = sorted({reason for part in parts for reason in part["invalid"]})
     return {
-        "kind": "replay", "role": role, "hosts": hosts_record({h for part in parts for h in part["hosts"]}),
+        "kind": NAME, "role": role, "hosts": hosts_record({h for part in parts for h in part["hosts"]}),
         "workload": workload_record(spec, fabric),
         "trace": spec.trace.summary(),
         "scaling": scale,
@@ -228,3 +235,150 @@ def job_record(runs, spec, segments, fabric, role="measured"):
         "segments": parts,
         "valid": not invalid, "invalid": invalid,
     }
+
+
+# -- the kind: spec, scenario entry, runner ---------------------------------------------------------
+def spec_class():
+    return ReplaySpec
+
+
+def check(spec):
+    spec.check()
+
+
+def parse(entry, base):
+    """A replay job: {trace: path, format, ranks} and ReplaySpec's fields but the trace."""
+    from fabriclab.jobs import traces
+
+    entry = dict(entry)
+    refuse_unknown(entry, ({f.name for f in dataclasses.fields(ReplaySpec)} - {"trace"}) | set(TRACE_FIELDS), NAME)
+    path = entry.pop("trace", None)
+    if not isinstance(path, str) or not path:
+        raise LabError(f"trace must be the path of a trace file, got {excerpt(path)}")
+    candidate = base / path
+    trace = traces.load(candidate if is_file(candidate) else path, entry.pop("format", None), entry.pop("ranks", None))
+    if isinstance(entry.get("chunk_bytes"), str):
+        entry["chunk_bytes"] = parse_size(entry["chunk_bytes"])
+    if "hosts" in entry:
+        entry["hosts"] = host_list(entry["hosts"], "hosts")
+    spec = ReplaySpec(trace, **entry)
+    spec.check()
+    return spec
+
+
+class Runner:
+    """A trace replayed: its segments one after another, each a collective program on its own
+    agents (a Launcher). The job's traffic begins with the first segment's; it runs to the end of
+    the trace (a replay is not repeated or cut short by duration_s, but a failed run stops it
+    after the current segment)."""
+
+    def __init__(self, job, lab, run_plan):
+        from fabriclab.traffic.collective import Launcher
+
+        self.job, self.lab = job, lab
+        spec = job.workload
+        self.segments = plan_segments(spec, lab.fabric)
+        self.specs = [collective_spec(spec, segment) for segment in self.segments]
+        # Every segment's ranks, hosts and schedules are checked here, before anything is built.
+        self.launchers = [Launcher(lab, cspec, name=f"job-{job.name}-{k}") for k, cspec in enumerate(self.specs)]
+        self.hosts = {r.host for launcher in self.launchers for r in launcher.ranks}
+        self.current = None
+
+    def run(self, stop, on_start, progress=None):
+        from fabriclab.traffic.collective import queue_report
+
+        runs = []
+        total = sum(len(s.steps) for s in self.segments)
+        done = 0
+        for k, launcher in enumerate(self.launchers):
+            if k and stop is not None and stop.is_set():
+                raise LabError(f"stopped after {k} of {len(self.launchers)} segments")
+            self.current = launcher
+            launcher.on_ready = on_start if k == 0 else None
+            if progress:
+                base, share = done / total, len(self.segments[k].steps) / total
+                launcher.progress = lambda fraction, label, b=base, s=share: progress(b + fraction * s, label)
+            before = queue_report(self.lab)
+            runs.append(queue_report(self.lab, launcher.run(), before))
+            done += len(self.segments[k].steps)
+        self.current = None
+        return runs
+
+    def cancel(self):
+        for launcher in self.launchers:
+            launcher.cleanup()
+
+    def record(self, raw):
+        return record(raw, self.job.workload, self.segments, self.lab.fabric, self.job.role)
+
+
+# -- how the tables show a record ------------------------------------------------------------------
+def report_lines(jobs):
+    rows = []
+    for name, job in jobs:
+        for op in job.get("ops") or []:
+            rows.append((name, op.get("index"), op.get("collective"), ",".join(map(str, op.get("group") or [])),
+                         size_cell(op.get("trace_size")), size_cell(op.get("size")), fixed(op.get("trace_ms"), 3),
+                         fixed(op.get("gap_ms"), 0), fixed(op.get("cct_ms"), 1), fixed(op.get("cct_real_ms"), 4),
+                         fixed(op.get("busbw_mbps")), yes_no(op.get("valid", True))))
+        t = job.get("totals") or {}
+        rows.append((name, "all", f"{t.get('collectives')} collectives", "", "", "",
+                     fixed(t.get("trace_comm_ms"), 3), fixed(t.get("gaps_ms"), 0), fixed(t.get("lab_comm_ms"), 1),
+                     fixed(t.get("lab_comm_real_ms"), 4), "", yes_no(job.get("valid", True))))
+    return markdown_table(("replayed job", "#", "collective", "group", "trace size", "lab size", "trace ms",
+                           "gap ms", "CCT ms", "real ms", "busbw Mbit/s", "valid"), rows) if rows else []
+
+
+def compare_rows(job):
+    """A row per collective in trace order, each named (`allreduce 256K`): a trace mixes them."""
+    return [{**collective.size_measures(size, job.get("valid")), "collective": size.get("collective")}
+            for part in job.get("segments") or [] for size in part.get("sizes") or []] or [{}]
+
+
+def runs_rows(job):
+    t = job["totals"]
+    counters = [size["counters"] for part in job["segments"] for size in part["sizes"]]
+    return [(f"replay {t['collectives']} collectives", f"({t['lab_comm_ms']:.0f} ms)", "-", "-",
+             sum(c.get("out_of_sequence", 0) for c in counters),
+             sum(c.get("retransmitted_packets", 0) for c in counters),
+             sum(c.get("local_ack_timeout_err", 0) for c in counters))]
+
+
+def table(doc, run, name, job, scale_line):
+    """`fabriclab replay`'s table of one replayed job: a row per collective (the trace's size and
+    time beside the lab's CCT and that CCT in real time), then its communication time both ways.
+    `scale_line` is the document's link rates and time scale as text."""
+    rows = []
+    for op in job["ops"]:
+        verify = "-" if op["verify"] is None else ("ok" if op["verify"] else "FAILED")
+        rows.append((op["index"], op["collective"], _group(op["group"]), human_size(op["trace_size"]),
+                     human_size(op["size"]), f"{op['trace_ms']:.3f}", f"{op['gap_ms']:.0f}" + "*" * op["gap_clipped"],
+                     f"{op['cct_ms']:.1f}", _num(op["cct_real_ms"]), _num(op["real_vs_trace"]),
+                     f"{op['busbw_mbps']:.2f}", f"{100 * op['busbw_fraction_of_nic']:.0f}", _num(op["trace_busbw_mbps"]),
+                     verify))
+    trace, scale, t = job["trace"], job["scaling"], job["totals"]
+    title = (f"{name}: {trace['format']} trace {trace['path']} ({trace['form']}, {trace['world']} ranks) on "
+             f"{doc['fabric']['name']} ({run['routing']}), hosts {' '.join(job['ranks'].values())}; sizes / "
+             f"{scale['size_scale']:g}, gaps x{scale['gap_scale']:g} capped at {scale['max_gap_s']:g} s; "
+             f"{scale_line}")
+    text = format_table(("#", "collective", "group", "trace size", "lab size", "trace ms", "gap ms",
+                         "CCT ms", "real ms", "real/trace", "busbw Mbit/s", "busbw % NIC", "trace busbw", "verify"),
+                        rows, title=title)
+    skipped = ", ".join(f"{k} x{v}" for k, v in trace["skipped"].items()) or "none"
+    summary = (f"communication: trace {t['trace_comm_ms']:.3f} ms; lab {t['lab_comm_ms']:.1f} ms "
+               f"(ideal {t['lab_ideal_ms']:.1f} ms)"
+               + (f" = {t['lab_comm_real_ms']:.3f} ms real, {t['real_vs_trace']:.3g}x the trace's"
+                  if t["lab_comm_real_ms"] is not None and t["real_vs_trace"] is not None else "")
+               + f"; gaps {t['gaps_ms']:.0f} ms ({t['gaps_clipped']} capped: *); not replayed: {skipped}")
+    return text + "\n" + summary
+
+
+def _group(ranks):
+    """[0, 1, 2, 3] as 0-3, others as 0,2,5."""
+    if ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks))
+
+
+def _num(value):
+    return "-" if value is None else f"{value:.3g}"
