@@ -27,6 +27,7 @@ import os
 import re
 import reprlib
 import stat
+import zlib
 
 import yaml
 
@@ -73,8 +74,10 @@ def is_file(path):
         return False
 
 
-def read_text(path, what="file", limit=MAX_TEXT_BYTES, error=LabError):
-    """The text of a regular file of at most `limit` bytes, or `error` in one line."""
+def read_text(path, what="file", limit=MAX_TEXT_BYTES, error=LabError, gzipped=False):
+    """The text of a regular file of at most `limit` bytes, or `error` in one line. `gzipped`: a
+    gzip-compressed file (found by its magic bytes) is read as the text it unpacks to, also at
+    most `limit` bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except ValueError:
@@ -91,10 +94,32 @@ def read_text(path, what="file", limit=MAX_TEXT_BYTES, error=LabError):
             raise error(f"cannot read {what} {clip(path)}: {exc.strerror}") from None
     if len(data) > limit:
         raise error(f"{what} {clip(path)} is larger than {_size(limit)}")
+    if gzipped and data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, limit, f"{what} {clip(path)}", error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {clip(path)} is not UTF-8 text (byte {exc.start})") from None
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(data, limit, where, error):
+    """What gzip `data` unpacks to (every member), never more than `limit` bytes held."""
+    out = bytearray()
+    while data:
+        unpack = zlib.decompressobj(wbits=31)
+        try:
+            out += unpack.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise error(f"{where} is not a valid gzip file ({clip(exc, 60)})") from None
+        if len(out) > limit or unpack.unconsumed_tail:
+            raise error(f"{where} unpacks to more than {_size(limit)}")
+        if not unpack.eof:
+            raise error(f"{where} is a truncated gzip file")
+        data = unpack.unused_data
+    return bytes(out)
 
 
 def _size(nbytes):

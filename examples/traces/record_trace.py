@@ -99,15 +99,12 @@ def worker(rank, args):
 
 
 def trim(path):
-    """Keep what a replay reads: communication records, step spans, the distributed info."""
-    trace = json.loads(path.read_text())
-    keep = [e for e in trace.get("traceEvents", [])
-            if str(e.get("name", "")).startswith(("record_param_comms", "c10d::", "gloo:", "ProfilerStep"))
-            or e.get("name") == "thread_name"]
-    slim = {k: trace[k] for k in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
-            if k in trace}
-    slim["traceEvents"] = keep
-    path.write_text(json.dumps(slim, indent=0))
+    """Keep what a replay reads: communication records, step spans, the distributed info
+    (trim_trace.py, beside this file)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import trim_trace
+
+    trim_trace.write(trim_trace.trim(json.loads(path.read_text())), path)
 
 
 def write_chakra(et_path, kineto_path, chakra_path):

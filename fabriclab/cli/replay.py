@@ -96,7 +96,8 @@ def job_names(paths):
     names = []
     for path in paths:
         p = pathlib.Path(path)
-        base = slug(f"{p.parent.name}-{p.stem}" if p.parent.name else p.stem)[:40].strip("-") or "trace"
+        stem = pathlib.Path(p.stem).stem if p.suffix == ".gz" else p.stem      # rank0.json.gz: rank0
+        base = slug(f"{p.parent.name}-{stem}" if p.parent.name else stem)[:40].strip("-") or "trace"
         name, k = base, 2
         while name in names:
             name, k = f"{base}-{k}", k + 1

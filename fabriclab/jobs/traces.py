@@ -14,9 +14,13 @@ order); the trace names which rank it is. What is read:
   an asynchronous NCCL collective times only its launch, the kernel times the collective.
 - Kineto, gloo's form (torch records no record_param_comms for gloo): `c10d::<op>` CPU ops on the
   caller's thread, sizes from their tensors' "Input Dims" and "Input type", timing from the call
-  to the end of the `gloo:*` spans that carry it out (matched by record function id: the gloo
-  work of a call has ids after the call's and before the next call's). gloo names no process
-  group per call: every collective is taken as the world group's (distributedInfo.world_size).
+  to the end of the `gloo:*` spans that carry it out. A CPU job's trace ties them by record
+  function id (the gloo work of a call has ids after the call's and before the next call's); a
+  GPU job's records 0 for every id, so there each call takes the first span not yet taken that
+  starts after it and carries one of its tensors' bytes, and gloo's span on the GPU's stream
+  with the same External id (the copy back) extends it. gloo names no process group per call:
+  every collective is taken as the world group's (distributedInfo.world_size).
+- A file may be gzip-compressed (found by its magic bytes), as profilers often write it.
 - Chakra ET JSON (the jsonizer's form: protobuf's JSON of a GlobalMetadata message, then of each
   Node, back to back; a JSON list of them is read too): COMM_COLL_NODE nodes with `comm_type`
   (Chakra's CollectiveCommType number), `comm_size` (bytes), optionally `pg_name`, and
@@ -142,7 +146,7 @@ def load(path, fmt=None, world=None):
     """The Trace in file `path`. `fmt`: kineto | chakra | None (detected). `world`: the job's rank
     count, needed for a Chakra trace (Kineto traces state theirs)."""
     where = f"trace {clip(path, 60)}"
-    text = read_text(path, "trace", MAX_TRACE_BYTES)
+    text = read_text(path, "trace", MAX_TRACE_BYTES, gzipped=True)
     fmt = fmt or detect(text)
     if fmt not in FORMATS:
         raise LabError(f"{where}: format must be one of {', '.join(FORMATS)}, got {excerpt(fmt)}")
@@ -230,9 +234,16 @@ def _record_param_comms(comms, world, groups):
 def _gloo_ops(events, world):
     """c10d ops of the calling thread, each timed to the end of its gloo work."""
     calls = sorted((e for e in events if str(e.get("name", "")).startswith("c10d::")
-                    and e.get("cat", "cpu_op") == "cpu_op"), key=lambda e: _rf_id(e, "c10d op"))
-    work = sorted(((_rf_id(e, "gloo span"), e) for e in events if str(e.get("name", "")).startswith("gloo:")),
-                  key=lambda item: item[0])
+                    and e.get("cat", "cpu_op") == "cpu_op"), key=lambda e: _start(e, "c10d op"))
+    work = [e for e in events if str(e.get("name", "")).startswith("gloo:") and _has_span(e)]
+    # gloo's spans on the GPU's stream (CUDA tensors: the copies back) share their CPU span's External id
+    on_gpu = {}
+    for e in work:
+        if e.get("cat") == "gpu_user_annotation" and isinstance(e.get("args"), dict):
+            key = e["args"].get("External id")
+            on_gpu[key] = max(on_gpu.get(key, 0.0), e["ts"] + e["dur"])
+    cpu_work = [e for e in work if e.get("cat") != "gpu_user_annotation"]
+    ends = _work_by_id(calls, cpu_work) if _ids_usable(calls, cpu_work) else _work_in_order(calls, cpu_work)
     raw, skipped = [], {}
     everyone = tuple(range(world))
     for k, event in enumerate(calls):
@@ -245,32 +256,94 @@ def _gloo_ops(events, world):
         args = event.get("args")
         if not isinstance(args, dict):
             raise LabError(f"{where}: args must be an object, got {excerpt(args)}")
-        tensors = _tensor_bytes(args.get("Input Dims"), args.get("Input type"), where)
-        if collective == "allgather":       # (output lists, input list): the output is every block
-            size = tensors[0] if tensors[0] else tensors[1] * world
-        elif collective == "reducescatter":  # (output, input): the input is the whole buffer
-            size = tensors[1] if len(tensors) > 1 and tensors[1] else tensors[0] * world
-        else:                                # allreduce: the buffer; alltoall: (output, input)
-            size = tensors[1] if collective.startswith("alltoall") and len(tensors) > 1 else tensors[0]
+        size = _c10d_size(collective, _tensor_bytes(args.get("Input Dims"), args.get("Input type"), where), world)
         if size <= 0:
             raise LabError(f"{where}: no tensor bytes in its Input Dims")
         start, duration = _span(event, where)
-        rf = _rf_id(event, where)
-        following = _rf_id(calls[k + 1], "c10d op") if k + 1 < len(calls) else math.inf
-        ends = [e["ts"] + e["dur"] for r, e in work if rf < r < following and _has_span(e)]
-        end = max([start * 1e6 + duration * 1e6] + ends) / 1e6
+        spans = ends[k]
+        gpu_ends = [on_gpu[key] for key in (_external_id(e) for e in spans) if key in on_gpu]
+        end = max([start * 1e6 + duration * 1e6] + [e["ts"] + e["dur"] for e in spans] + gpu_ends) / 1e6
         raw.append((event["name"], collective, size, everyone, "", start, end - start))
         if len(raw) > MAX_OPS:
             raise LabError(f"more than {MAX_OPS} collectives to replay")
     return raw, skipped
 
 
-def _rf_id(event, where):
+def _c10d_size(collective, tensors, world):
+    """nccl-tests' size from a c10d op's argument bytes."""
+    if collective == "allgather":       # (output lists, input list): the output is every block
+        return tensors[0] if tensors[0] else tensors[1] * world
+    if collective == "reducescatter":   # (output, input): the input is the whole buffer
+        return tensors[1] if len(tensors) > 1 and tensors[1] else tensors[0] * world
+    # allreduce: the buffer; alltoall: (output, input)
+    return tensors[1] if collective.startswith("alltoall") and len(tensors) > 1 else tensors[0]
+
+
+def _ids_usable(calls, work):
+    """Whether record function ids tie gloo's work to its calls: every one a distinct id above 0
+    (a CPU job's trace). A GPU job's trace records 0 for all, or none."""
+    ids = [_record_id(e) for e in calls + work]
+    return all(i for i in ids) and len(set(ids)) == len(ids)
+
+
+def _record_id(event):
     args = event.get("args")
     rf = args.get("Record function id") if isinstance(args, dict) else None
-    if isinstance(rf, bool) or not isinstance(rf, int) or rf < 0:
-        raise LabError(f"{where}: needs a \"Record function id\", got {excerpt(rf)}")
-    return rf
+    return rf if isinstance(rf, int) and not isinstance(rf, bool) and rf > 0 else None
+
+
+def _external_id(event):
+    args = event.get("args")
+    return args.get("External id") if isinstance(args, dict) else None
+
+
+def _work_by_id(calls, work):
+    """[gloo spans] per call: the work of a call has record function ids after the call's and
+    before the next call's."""
+    ids = [_record_id(e) for e in calls]
+    return [[e for e in work if ids[k] < _record_id(e) < (ids[k + 1] if k + 1 < len(ids) else math.inf)]
+            for k in range(len(calls))]
+
+
+def _work_in_order(calls, work):
+    """[gloo spans] per call, where no id ties them: gloo runs a process group's work in the order
+    it was called, so each call takes the first span not yet taken that starts after it and
+    carries as many bytes as one of its tensors (or, a span without tensors, has its name)."""
+    queue = sorted(work, key=lambda e: e["ts"])
+    taken = [False] * len(queue)
+    first = 0                                   # every span before it is taken
+    out = []
+    for k, call in enumerate(calls):
+        args = call.get("args") if isinstance(call.get("args"), dict) else {}
+        sizes = set(_tensor_bytes(args.get("Input Dims"), args.get("Input type"), f"c10d op {k}")) - {0}
+        found = []
+        for i in range(first, len(queue)):
+            span = queue[i]
+            if taken[i] or span["ts"] < call["ts"]:
+                continue
+            span_args = span.get("args") if isinstance(span.get("args"), dict) else {}
+            dims, types = span_args.get("Input Dims"), span_args.get("Input type")
+            carried = sum(_tensor_bytes(dims, types, f"gloo span {i}")) if dims is not None else 0
+            if carried in sizes if carried else _op_key(span["name"]) == _op_key(call["name"]):
+                taken[i] = True
+                found = [span]
+                break
+        while first < len(queue) and taken[first]:
+            first += 1
+        out.append(found)
+    return out
+
+
+def _op_key(name):
+    """c10d::allreduce_ and gloo:all_reduce alike: `allreduce`."""
+    return name.split(":")[-1].replace("_", "").lower()
+
+
+def _start(event, where):
+    ts = event.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        raise LabError(f"{where}: ts must be a finite number of microseconds, got {excerpt(ts)}")
+    return ts
 
 
 def _has_span(event):

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.lab
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DDP4 = ROOT / "examples" / "traces" / "ddp4"
 DDP2 = ROOT / "examples" / "traces" / "ddp2"
+GPU = ROOT / "examples" / "traces" / "gpu-ddp2"
 SCHEMA = json.loads((ROOT / "fabriclab" / "results" / "schema.json").read_text())
 MAX_GAP_S = 0.1
 
@@ -75,20 +76,25 @@ def check_job(job, trace, lab, figure, size_scale=1):
     assert all(o["gap_ms"] <= MAX_GAP_S * 1e3 + 1e-6 for o in ops)
 
 
-def test_the_verb_replays_a_trace_and_prints_its_table(tmp_path):
-    """`fabriclab replay` end to end: the 2-rank Kineto trace on tiny. It builds its own fabric,
-    so it runs first, before the module's shared fabric is up."""
+def test_the_verb_replays_a_gpu_jobs_trace_and_prints_its_table(tmp_path):
+    """`fabriclab replay` end to end on a trace nobody on the team recorded: two steps of a GPU
+    job under DDP (PyTorch 2.11, gzip as the profiler wrote it), sizes / 1024, on tiny. It builds
+    its own fabric, so it runs first, before the module's shared fabric is up."""
     out = tmp_path / "r"
-    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "replay", str(DDP2 / "kineto-rank0.json"),
+    trace = GPU / "kineto-rank0.json.gz"
+    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "replay", str(trace), "--size-scale", "1024",
                            "--spec", "tiny", "--max-gap", str(MAX_GAP_S), "--verify", "--out", str(out)],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]       # 1: a CPU-saturated run
     assert "communication: trace" in proc.stdout and "allgather" in proc.stdout
     doc = json.loads((out / "results.json").read_text())
     only_cpu_may_invalidate(doc)
     assert (proc.returncode == 0) == doc["valid"]
-    job = doc["runs"][0]["jobs"]["ddp2-kineto-rank0"]
+    job = doc["runs"][0]["jobs"]["gpu-ddp2-kineto-rank0"]
     assert job["hosts"] == ["h1", "h2"] and all(o["verify"] for o in job["ops"])
+    # per step: DDP's 8 gradient buckets, then the AllGather
+    assert [o["collective"] for o in job["ops"]] == (["allreduce"] * 8 + ["allgather"]) * 2
+    assert [o["trace_size"] for o in job["ops"]] == [o.size for o in traces.load(trace).ops]
     assert (out / "report.md").read_text().count("replayed job") == 1
 
 

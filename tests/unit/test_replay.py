@@ -83,6 +83,88 @@ def test_every_rank_of_the_shipped_job_saw_the_same_collectives():
     assert [traces.load(DDP4 / f"kineto-rank{r}.json").rank for r in range(4)] == [0, 1, 2, 3]
 
 
+# -- a GPU job's trace: PyTorch 2.11, DDP over gloo carrying CUDA tensors (not the lab's recording) ----
+GPU = ROOT / "examples" / "traces" / "gpu-ddp2"
+
+
+def test_a_gpu_jobs_gzipped_trace_reads_as_its_steps_ran():
+    """Two profiled steps of a transformer under DDP: 8 gradient buckets (the first and last
+    bigger), then a 4 MiB-per-rank AllGather. Record function ids are all 0, the buckets are
+    called from the autograd thread and queue behind each other, and gloo's work is on two
+    threads plus the GPU's stream: each call is matched to its work by order and size."""
+    ranks = [traces.load(GPU / f"kineto-rank{r}.json.gz") for r in (0, 1)]
+    for rank, trace in enumerate(ranks):
+        assert (trace.form, trace.world, trace.rank, trace.backend, trace.skipped) == ("gloo", 2, rank, "gloo", {})
+        step = [("allreduce", 12599296 * 4), ("allreduce", 7086336 * 4)] + [("allreduce", 7087872 * 4)] * 5 \
+            + [("allreduce", 12781056 * 4), ("allgather", 2 * 1048576 * 4)]
+        assert [(o.collective, o.size) for o in trace.ops] == step * 2
+        # a bucket's work ends long after its call returns (tens of ms, not the call's 0.1 ms)
+        assert all(o.duration_s > 0.02 for o in trace.ops if o.collective == "allreduce")
+        gaps = trace.gaps()
+        assert gaps[8] > 0 and gaps[9] > 0.005          # the AllGather, then the next step's first bucket
+        assert gaps[1:8] == [0.0] * 7                    # queued buckets overlap: no compute between
+    assert [o.start_s for o in ranks[0].ops] == sorted(o.start_s for o in ranks[0].ops)
+
+
+def gloo_trace(tmp_path, calls, spans, name="gpu.json"):
+    """A gloo trace as a GPU job writes it: c10d calls and gloo spans, record function ids all 0."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"c10d::{op}", "ts": ts, "dur": 100, "tid": 1,
+               "args": {"Record function id": 0, "Input type": ["TensorList"], "Input Dims": [[[n]]]}}
+              for op, n, ts in calls]
+    events += [{"ph": "X", "cat": cat, "name": f"gloo:{op}", "ts": ts, "dur": dur, "tid": 2,
+                "args": {"External id": ext, **({"Record function id": 0, "Input type": ["float"],
+                                                 "Input Dims": [[n]]} if n else {})}}
+               for op, n, ts, dur, cat, ext in spans]
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2}}))
+    return path
+
+
+def test_without_record_ids_each_call_takes_the_next_work_of_its_size(tmp_path):
+    calls = [("allreduce_", 1000, 0), ("allreduce_", 500, 10), ("barrier", 0, 20), ("allreduce_", 1000, 30)]
+    spans = [("all_reduce", 1000, 5, 100, "user_annotation", 7),      # the first call's
+             ("all_reduce", 500, 105, 50, "user_annotation", 8),      # queued behind it
+             ("barrier", 0, 160, 5, "user_annotation", 9),            # no tensors: matched by name
+             ("all_reduce", 1000, 170, 40, "user_annotation", 10),
+             ("all_reduce", 500, 140, 30, "gpu_user_annotation", 8)]  # the copy back of span 8, on the GPU
+    trace = traces.load(gloo_trace(tmp_path, calls, spans))
+    assert trace.skipped == {"c10d::barrier": 1}
+    assert [(o.size, round(o.start_s * 1e6), round(o.duration_s * 1e6)) for o in trace.ops] == [
+        (4000, 0, 105), (2000, 10, 160), (4000, 30, 180)]
+
+
+def test_a_gzip_trace_is_bounded_when_unpacked_and_a_broken_one_is_named(tmp_path, monkeypatch):
+    import gzip
+
+    text = KINETO.read_text()
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert [o.size for o in traces.load(packed).ops] == [o.size for o in traces.load(KINETO).ops]
+    two = tmp_path / "two.json.gz"                       # two gzip members read as one text
+    two.write_bytes(gzip.compress(text[:100].encode()) + gzip.compress(text[100:].encode()))
+    assert len(traces.load(two).ops) == 12
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(packed.read_bytes()[:200])
+    with pytest.raises(LabError, match=r"cut.json.gz is a truncated gzip file"):
+        traces.load(cut)
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b" + b"\x00" * 64)
+    with pytest.raises(LabError, match=r"bad.json.gz is not a valid gzip file"):
+        traces.load(bad)
+    bomb = tmp_path / "bomb.json.gz"                     # 64 KiB packed, 64 MiB + 1 unpacked
+    bomb.write_bytes(gzip.compress(b" " * ((64 << 20) + 1)))
+    with pytest.raises(LabError, match=r"bomb.json.gz unpacks to more than 64 MiB"):
+        traces.load(bomb)
+    latin = tmp_path / "latin.json.gz"
+    latin.write_bytes(gzip.compress(b"{\xff}"))
+    with pytest.raises(LabError, match=r"latin.json.gz is not UTF-8 text \(byte 1\)"):
+        traces.load(latin)
+
+
+def test_a_gzipped_traces_job_is_named_without_its_suffixes():
+    assert replay_cli.job_names(["gpu-ddp2/kineto-rank0.json.gz"]) == ["gpu-ddp2-kineto-rank0"]
+
+
 def test_a_chakra_trace_needs_its_rank_count():
     with pytest.raises(LabError, match="--ranks N"):
         traces.load(CHAKRA)
