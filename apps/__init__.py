@@ -77,16 +77,37 @@ class AppInfo:
         return {o.name: o.default for o in self.options}
 
     def routing_class(self):
-        """The class `routing` names, checked to be a RoutingClass."""
-        import importlib
+        """The class `routing` names ("module:Class", or "/path/file.py:Class"), checked to be a
+        RoutingClass; RoutingError in one line for one that does not load."""
         import inspect
 
         module, _, name = self.routing.partition(":")
-        cls = getattr(importlib.import_module(module), name, None)
+        try:
+            cls = getattr(_import(module), name, None)
+        except Exception as exc:           # noqa: BLE001 - the user's code may raise anything
+            raise RoutingError(f"routing class {excerpt(self.routing)} does not load: {type(exc).__name__}: "
+                               f"{str(exc)[:120]}") from None
         if not inspect.isclass(cls) or not callable(getattr(cls, "desired", None)):
             raise RoutingError(f"routing class {excerpt(self.routing)} is not a class with desired(down) "
                                f"(the RoutingClass protocol, apps/__init__.py)")
         return cls
+
+
+def _import(module):
+    """A module by name, or a .py file by its path (loaded once a process, under a name of its own)."""
+    import importlib
+    import importlib.util
+    import sys
+
+    if not module.endswith(".py"):
+        return importlib.import_module(module)
+    key = "fabriclab_routing_file_" + "".join(c if c.isalnum() else "_" for c in module)
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, module)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        sys.modules[key] = loaded
+    return sys.modules[key]
 
 
 _SEED = Option("seed", int, 0, "hash seed: with each switch's dpid, its hash basis (the same seed gives the "
@@ -140,9 +161,39 @@ def app_names():
     return plugins.names(APPS, plugins.ROUTING)
 
 
+def is_custom(name):
+    """Whether an app name is a routing class of one's own: `PATH.py:Class` or `package.module:Class`."""
+    head = name.partition(":")[0] if isinstance(name, str) else ""
+    return ":" in name and ("/" in head or head.endswith(".py") or "." in head) if head else False
+
+
+def custom_app(name):
+    """The AppInfo of a routing class of one's own (`./my_app.py:MyRouting`, or `package.module:Class`
+    installed beside fabriclab), its file resolved to an absolute path. The class is imported and
+    checked here, so that a file that does not load is refused before anything is built; it takes
+    the hashing options (a run's seed reaches its select groups) and has no flow model."""
+    import pathlib
+
+    where, _, cls = name.partition(":")
+    if not cls.isidentifier():
+        raise RoutingError(f"routing {excerpt(name)}: name the class after the file or module (PATH.py:Class)")
+    if where.endswith(".py"):
+        path = pathlib.Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise RoutingError(f"routing {excerpt(name)}: no file {excerpt(str(path))}")
+        where = str(path)
+    elif not all(part.isidentifier() for part in where.split(".")):
+        raise RoutingError(f"routing {excerpt(name)}: {excerpt(where)} is neither a .py file nor a module name")
+    info = AppInfo(f"a routing class of one's own: {where}:{cls}", HASHING, routing=f"{where}:{cls}")
+    info.routing_class()
+    return info
+
+
 def app_info(name):
-    """The AppInfo of a built-in app or of one an installed package adds (fabriclab/plugins.py);
-    RoutingError when there is none."""
+    """The AppInfo of a built-in app, of one an installed package adds (fabriclab/plugins.py) or
+    of a routing class of one's own (`custom_app`); RoutingError when there is none."""
+    if is_custom(name):
+        return custom_app(name)
     info = APPS.get(name)
     if info is None and isinstance(name, str):
         from fabriclab import plugins
@@ -158,12 +209,24 @@ def app_info(name):
     return info
 
 
+def split_choice(text):
+    """(app name, options text) of a routing choice: `te:period_s=2` -> ("te", "period_s=2"),
+    `./my_app.py:MyRouting:seed=3` -> ("./my_app.py:MyRouting", "seed=3")."""
+    head, _, rest = text.strip().partition(":")
+    if is_custom(text.strip()):
+        cls, _, rest = rest.partition(":")
+        head = f"{head}:{cls}"
+    return head, rest
+
+
 def parse_routing(text):
     """'name[:opt=value,...]' -> (name, {option: value}) with every option of the app filled in."""
     if not isinstance(text, str) or not text.strip():
         raise RoutingError(f"routing must be an app name, got {excerpt(text)}")
-    name, _, rest = text.strip().partition(":")
+    name, rest = split_choice(text)
     info = app_info(name)
+    if is_custom(name):
+        name = info.routing                         # the file's absolute path: the controller's name for it
     options = info.defaults()
     known = {o.name: o for o in info.options}
     for item in filter(None, (part.strip() for part in rest.split(","))):
@@ -183,7 +246,7 @@ def with_seed(text, seed):
     run's seed reaches every switch's hash basis: apps/hashing.py). An app that hashes nothing (one
     an installed package adds without a `seed` option) is returned as it is."""
     name, options = parse_routing(text)
-    _, _, rest = text.strip().partition(":")
+    _, rest = split_choice(text)
     if "seed" not in options or "seed" in {item.partition("=")[0].strip() for item in rest.split(",") if item.strip()}:
         return text
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:

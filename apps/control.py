@@ -346,7 +346,22 @@ def _listen_address(text):
 
 def argument_parser(apps):
     parser = argparse.ArgumentParser(prog="fabriclab-controller")
-    parser.add_argument("--app", required=True, choices=sorted(apps))
+    def app(name):
+        from fabriclab.apps import RoutingError, app_info, is_custom
+
+        if name in apps:
+            return name
+        if not is_custom(name):
+            raise argparse.ArgumentTypeError(f"invalid choice: {name[:60]!r} (choose from {', '.join(sorted(apps))}, "
+                                             f"or PATH.py:Class)")
+        try:
+            app_info(name)
+        except RoutingError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return name
+
+    parser.add_argument("--app", required=True, type=app, help=f"one of {', '.join(sorted(apps))}, or a routing "
+                                                                 f"class of one's own (PATH.py:Class, module:Class)")
     parser.add_argument("--run-dir", required=True,
                         help=f"the run folder: {FABRIC_FILE} in, {STATUS_FILE} out, {JOBS_FILE} and "
                              f"{STEERING_FILE} watched")

@@ -1,0 +1,80 @@
+"""A routing class of one's own (`--routing ./my_app.py:MyRouting`, or `package.module:Class`):
+parsed, imported and checked before anything is built, refused in one line when it does not load,
+and given the same fabric and failure events as the built-in apps. examples/routing's file is the
+user's recipe; tests/lab/test_custom_routing.py runs it on a real fabric."""
+
+import pathlib
+
+import pytest
+
+from fabriclab.apps import RoutingError, app_info, control, is_custom, parse_routing, routing_label, with_seed
+from fabriclab.errors import LabError
+from fabriclab.lab.controller import check_app
+from fabriclab.topologies.fabric import Fabric
+from fabriclab.topologies.spec import load_spec
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "routing" / "by_destination.py"
+CHOICE = f"{EXAMPLE.relative_to(ROOT)}:ByDestination"
+
+
+@pytest.fixture
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def test_a_file_and_class_is_an_app_with_the_hashing_options(at_root):
+    assert is_custom(CHOICE) and is_custom("my_pkg.routing:Mine") and not is_custom("te:period_s=2")
+    name, options = parse_routing(CHOICE)
+    assert name == f"{EXAMPLE}:ByDestination" and options == {"seed": 0, "shared_basis": False}
+    assert with_seed(CHOICE, 7) == f"{CHOICE}:seed=7"
+    assert parse_routing(with_seed(CHOICE, 7))[1]["seed"] == 7
+    assert with_seed(f"{CHOICE}:seed=2", 7) == f"{CHOICE}:seed=2"             # the choice's own seed stands
+    assert routing_label(f"{CHOICE}:seed=2") == f"{EXAMPLE}:ByDestination:seed=2"
+    assert app_info(name).model is None                                       # the flow model cannot predict it
+
+
+def test_the_example_pins_each_destination_leaf_to_one_next_hop_and_fails_over(at_root):
+    fabric = Fabric(load_spec("tiny"))
+    routing = app_info(CHOICE).routing_class()(fabric)
+    up = routing.desired()
+    uplinks = {leaf: sorted(l.a_port for l in fabric.fabric_links if l.a == leaf) for leaf in ("l1", "l2")}
+    # l1 reaches leaf 2 over its uplink 2 % 2 = the first; l2 reaches leaf 1 over 1 % 2 = the second
+    assert list(up["l1"].groups.values()) == [(uplinks["l1"][0],)]
+    assert list(up["l2"].groups.values()) == [(uplinks["l2"][1],)]
+    (first,) = [l for l in fabric.fabric_links if l.a == "l1" and l.a_port == uplinks["l1"][0]]
+    after = routing.desired(frozenset({first.key}))
+    assert list(after["l1"].groups.values()) == [(uplinks["l1"][1],)]       # the live member takes over
+
+
+@pytest.mark.parametrize("source, message", [
+    ("raise RuntimeError('no GPU here')\n", "does not load: RuntimeError: no GPU here"),
+    ("def broken(:\n", "does not load: SyntaxError"),
+    ("Mine = 3\n", "is not a class with desired\\(down\\)"),
+    ("class Other:\n    pass\n", "is not a class with desired\\(down\\)"),
+])
+def test_a_file_that_does_not_load_is_refused_in_one_line(tmp_path, source, message):
+    path = tmp_path / f"app{abs(hash(source))}.py"
+    path.write_text(source)
+    with pytest.raises(LabError, match=message) as err:
+        check_app(f"{path}:Mine")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("choice, message", [
+    ("nowhere/app.py:Mine", "no file"),
+    ("examples/routing/by_destination.py:", "name the class after the file"),
+    ("no_such_pkg.routing:Mine", "does not load: ModuleNotFoundError"),
+    (f"{CHOICE}:period_s=2", "unknown option 'period_s'"),
+])
+def test_bad_choices_are_refused_in_one_line(at_root, choice, message):
+    with pytest.raises(RoutingError, match=message):
+        parse_routing(choice)
+
+
+def test_the_controller_process_accepts_the_file_by_its_absolute_path(at_root):
+    parser = control.argument_parser(["ecmp", "te"])
+    name = parse_routing(CHOICE)[0]
+    assert parser.parse_args(["--app", name, "--run-dir", "/tmp", "--port", "1"]).app == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--app", "nosuch", "--run-dir", "/tmp", "--port", "1"])
