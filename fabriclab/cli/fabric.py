@@ -14,7 +14,7 @@ from fabriclab.table import format_table
 from fabriclab.topologies.fabric import Fabric, beyond_one_machine, summary
 from fabriclab.topologies.spec import load_spec, shipped_specs
 from fabriclab.topologies.split import Split, parse_split
-from fabriclab.view import DEFAULT_ADDRESS
+from fabriclab.view import DEFAULT_ADDRESS, METRICS_ADDRESS
 
 DEFAULT_SPEC = "default"
 
@@ -39,6 +39,9 @@ def register(subparsers):
     p.add_argument("--web", nargs="?", const=DEFAULT_ADDRESS, metavar="ADDR:PORT",
                    help=f"serve the live fabric view (default {DEFAULT_ADDRESS}; port 0: any free one); "
                         "the URL it prints carries the page's token")
+    p.add_argument("--metrics", nargs="?", const=METRICS_ADDRESS, metavar="ADDR:PORT",
+                   help=f"serve Prometheus metrics at /metrics (default {METRICS_ADDRESS}): ports' bytes, "
+                        "packets and drops, the queue model's queues, marks and pauses, the prompt's jobs")
     p.add_argument("--split", metavar="BY:N|FILE",
                    help="spread the fabric over the machines of --inventory (leaf:2, plane:2, pod:2 or a "
                         "split file; see `check --split`): one fabric, cables between machines as tunnels")
@@ -144,6 +147,14 @@ def cmd_up(args):
     session = Session(lab)
     if args.web:                      # the address is taken before anything is built
         session.web = WebServer(lab, session, args.web).bind()
+    if args.metrics:
+        from fabriclab.view.metrics import MetricsServer
+
+        try:
+            session.metrics = MetricsServer(lab, session, args.metrics).bind()
+        except BaseException:
+            session.close()
+            raise
     where = f" over {', '.join(m.name for m in lab.machines)}" if lab.machines else ""
     print(f"bringing up {spec.name} with {args.routing}{where} ...", flush=True)
     try:
@@ -154,6 +165,8 @@ def cmd_up(args):
                 print(split_table(spec.name, lab.split.summary()))
             if session.web:
                 print(session.web.serve().banner(), flush=True)
+            if session.metrics:
+                print(session.metrics.serve().banner(), flush=True)
             try:
                 run_prompt(lab, script=args.script, session=session)
             finally:

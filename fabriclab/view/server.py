@@ -47,17 +47,17 @@ SECURITY_HEADERS = {
 }
 
 
-def parse_address(text):
+def parse_address(text, what="web address"):
     """"HOST:PORT" (an IPv6 host in brackets) -> (host, port); LabError in one line otherwise."""
     if not isinstance(text, str) or not 0 < len(text) <= 300:
-        raise LabError("web address must be HOST:PORT, e.g. 127.0.0.1:8765")
+        raise LabError(f"{what} must be HOST:PORT, e.g. {DEFAULT_ADDRESS}")
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise LabError(f"web address {excerpt(text)} must be HOST:PORT with a port in 0..65535 "
+        raise LabError(f"{what} {excerpt(text)} must be HOST:PORT with a port in 0..65535 "
                        f"(0: any free port), e.g. {DEFAULT_ADDRESS}")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not host or any(ch.isspace() or ch in "/?#@[]" for ch in host):
-        raise LabError(f"web address {excerpt(text)} has no usable host; e.g. {DEFAULT_ADDRESS}")
+        raise LabError(f"{what} {excerpt(text)} has no usable host; e.g. {DEFAULT_ADDRESS}")
     return host, int(port)
 
 

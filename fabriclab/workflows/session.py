@@ -42,6 +42,7 @@ class Session:
         self._count = 0
         self._lock = threading.Lock()
         self.web = None                  # the web view's server, when one runs (view/server.py)
+        self.metrics = None              # the Prometheus endpoint, when one runs (view/metrics.py)
 
     # -- the fault timeline ------------------------------------------------------------------
     def inject(self, entries):
@@ -111,12 +112,23 @@ class Session:
         its last size, once done)."""
         return [job_summary(r) for r in self.records]
 
+    def job_figures(self):
+        """[(number, label, progress 0-1 or None, busbw Mbit/s or None)] of every job so far: what
+        the metrics endpoint exports (view/metrics.py)."""
+        out = []
+        for record in self.records:
+            done = record.doc is not None
+            out.append((record.number, record.label, 1.0 if done else record.fraction,
+                        headline(record.doc)[0] if done else None))
+        return out
+
     def close(self):
-        """Stop what this session started: the web view and the timeline (faults stay in place;
+        """Stop what this session started: the web view, the metrics endpoint and the timeline (faults stay in place;
         the lab's own teardown undoes them)."""
-        if self.web is not None:
-            self.web.stop()
-            self.web = None
+        for server in (self.web, self.metrics):
+            if server is not None:
+                server.stop()
+        self.web = self.metrics = None
         self.stop_timeline()
 
 
