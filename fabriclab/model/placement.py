@@ -245,21 +245,14 @@ def _uniform_split(graph, flows):
             return fabric[spines[ends] & (tier[others] == 2)]
         return group((way, plane, pod), members)
 
-    out = []
-    for flow in flows:
-        x, y = leaf_of(graph, flow.src), leaf_of(graph, flow.dst)
-        first_hop, last_hop = host_ends(graph, flow)
-        if x == y:
-            out.append([first_hop, last_hop])
-            continue
-        px, py = pod_of[x], pod_of[y]
-        route = [first_hop, (up(x), 1.0)]
-        if px != py:
+    def middle(_flow, x, y):
+        route = [(up(x), 1.0)]
+        if pod_of[x] != pod_of[y]:
             plane = graph.sw_plane[x]
-            route += [(core("up", plane, px), 1.0), (core("down", plane, py), 1.0)]
-        route += [(down(y), 1.0), last_hop]
-        out.append(route)
-    return Placement("", out, groups=groups)
+            route += [(core("up", plane, pod_of[x]), 1.0), (core("down", plane, pod_of[y]), 1.0)]
+        return route + [(down(y), 1.0)]
+
+    return Placement("", per_flow(graph, flows, middle).routes, groups=groups)
 
 
 # -- traffic engineering (CSPF) -------------------------------------------------------------------
