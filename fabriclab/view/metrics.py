@@ -6,8 +6,8 @@
 Per switch port (labels `switch`, `port` its OpenFlow number, `intf`, `peer`): bytes, packets and
 drops each way, the link's rate; with the queue model, its lossless queue's occupancy and high
 water mark, ECN marks, the queue's drops, the pause frames it sent and whether it is pausing
-its peer now. Per job started at the prompt (labels `job`, `label`): its progress, and once done
-its bus bandwidth. Names and units follow Prometheus' conventions (base units, `_total` on
+its peer now. Per job started at the prompt (labels `job_number`, `job_label`; `job` is
+Prometheus' own): its progress, and once done its bus bandwidth. Names and units follow Prometheus' conventions (base units, `_total` on
 counters); every scrape reads the counters then, so Prometheus' own `rate()` gives the rates.
 
 The endpoint serves `/metrics` only, with no token (a scraper sends none): it binds loopback by
@@ -93,9 +93,9 @@ def render(fabric, counters, queues=None, jobs=()):
             _family(lines, name, kind, text, unit,
                     [(labels, int(queues[intf][field])) for labels, intf in rows if field in queues.get(intf, {})])
     _family(lines, "fabriclab_job_progress_ratio", "gauge", "how far a job started at the prompt has run (1: done)",
-            "", [(_labels(job=n, label=label), f"{p:g}") for n, label, p, _b in jobs if p is not None])
+            "", [(_labels(job_number=n, job_label=label), f"{p:g}") for n, label, p, _b in jobs if p is not None])
     _family(lines, "fabriclab_job_busbw_bits_per_second", "gauge", "a finished job's bus bandwidth (its last size)",
-            "", [(_labels(job=n, label=label), f"{b * 1e6:g}") for n, label, _p, b in jobs if b is not None])
+            "", [(_labels(job_number=n, job_label=label), f"{b * 1e6:g}") for n, label, _p, b in jobs if b is not None])
     return "\n".join(lines + ["# EOF", ""])
 
 

@@ -65,9 +65,11 @@ def test_prometheus_scrapes_the_running_fabric(tmp_path):
         assert by_peer["h1"] > 1e6 and by_peer["s1"] + by_peer["s2"] > 1e6, by_peer
         rates = query(prometheus_port, 'max_over_time(rate(fabriclab_port_transmit_bytes_total{switch="l1",'
                                        'peer="h1"}[3s])[5m:1s])')
-        assert 0.5e5 < float(rates[0]["value"][1]) < 10e6 / 8 * 1.1, rates       # bytes/s, below the link's
-        busbw = query(prometheus_port, 'max_over_time(fabriclab_job_busbw_bits_per_second{job="2"}[5m])')
-        assert busbw and 0 < float(busbw[0]["value"][1]) < 10e6, busbw
-        assert busbw[0]["metric"]["label"].startswith("collective")
+        # bytes/s: some, and not above the 10 Mbit/s link's (a quarter over it allows Prometheus'
+        # scrape timestamps, taken before the counters are read, and htb's burst of two frames)
+        assert 0.5e5 < float(rates[0]["value"][1]) < 10e6 / 8 * 1.25, rates
+        busbw = query(prometheus_port, 'max_over_time(fabriclab_job_busbw_bits_per_second{job_number="2"}[5m])')
+        assert busbw and 1e6 < float(busbw[0]["value"][1]) < 12e6, busbw     # a 10 Mbit/s NIC
+        assert busbw[0]["metric"]["job_label"].startswith("collective")
     finally:
         procs.end_group(server)

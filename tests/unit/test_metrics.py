@@ -52,15 +52,15 @@ def test_queue_model_fields_and_jobs_become_their_families():
     assert [(x.labels["intf"], x.value) for x in found["fabriclab_queue_bytes"].samples] == [(intf, 3000)]
     assert found["fabriclab_pfc_pause_frames"].type == "counter"
     assert [x.value for x in found["fabriclab_pfc_pausing"].samples] == [1]
-    assert {x.labels["job"]: x.value for x in found["fabriclab_job_progress_ratio"].samples} == {"1": 1.0, "2": 0.4}
-    assert [(x.labels["label"], x.value) for x in found["fabriclab_job_busbw_bits_per_second"].samples] == \
+    assert {x.labels["job_number"]: x.value for x in found["fabriclab_job_progress_ratio"].samples} == {"1": 1.0, "2": 0.4}
+    assert [(x.labels["job_label"], x.value) for x in found["fabriclab_job_busbw_bits_per_second"].samples] == \
         [("allreduce ring", 8.25e6)]
 
 
 def test_a_label_value_with_quotes_and_newlines_is_escaped():
     found = families(metrics.render(FABRIC, counters(), None, [(3, 'say "hi"\nthere\\', 0.5, None)]))
     (sample,) = found["fabriclab_job_progress_ratio"].samples
-    assert sample.labels["label"] == 'say "hi"\nthere\\'
+    assert sample.labels["job_label"] == 'say "hi"\nthere\\'
 
 
 def test_the_endpoint_serves_metrics_and_nothing_else(monkeypatch):
