@@ -69,7 +69,7 @@ def dot(fabric):
     view = layout(fabric)
     lines = [f"graph {_ident(fabric.spec.name)} {{", "  rankdir=TB;", "  node [style=filled, fontcolor=white];"]
     for role, nodes in _tiers(view).items():
-        lines.append(f"  {{ rank=same; " + " ".join(f'"{n["id"]}";' for n in nodes) + " }")
+        lines.append("  { rank=same; " + " ".join(f'"{n["id"]}";' for n in nodes) + " }")
         for node in nodes:
             lines.append(f'  "{node["id"]}" [shape={SHAPES[role]}, fillcolor="{COLOURS[role]}"];')
     for link in view["links"]:
