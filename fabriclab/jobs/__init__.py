@@ -2,7 +2,7 @@
 
 A kind owns everything about its jobs: the workload spec a scenario's entry becomes, the runner
 that drives its launcher on a live lab, the record it leaves in the results document (and its
-fragment of schema.json, `$defs/job_<kind>`), and how the report, `compare` and the scenario
+branch of `$defs/job` in results/schema.json), and how the report, `compare` and the scenario
 tables show that record. The pipeline, the scenario loader, the results document and the report
 name no kind: they ask this registry.
 
@@ -107,7 +107,8 @@ def kind_of(workload):
 
 def recorded(name):
     """The kind module of a results record's `kind`, or None for one this install does not know
-    (a document written with a plugin that is not installed here: the views leave it out)."""
+    (a document written with a plugin that is not installed here: the report names such a job
+    without its table, `compare` gives it a row of blanks)."""
     try:
         return module(name)
     except LabError:
