@@ -17,15 +17,12 @@ default, and the address is taken before the fabric is built, so a busy port cos
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 
-from fabriclab.errors import LabError
-from fabriclab.loading import clip
 from fabriclab.measure.counters import SYS_NET, read_counters
 from fabriclab.view import METRICS_ADDRESS
 from fabriclab.view.live import read_queue_ports
-from fabriclab.view.server import is_loopback, parse_address
+from fabriclab.view.server import http_server, is_loopback, parse_address
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 # (family, type, help, counter, unit): the port families, read from /sys/class/net statistics
@@ -109,12 +106,7 @@ class MetricsServer:
         self.thread = None
 
     def bind(self):
-        try:
-            cls = _Server6 if ":" in self.host else _Server
-            self.httpd = cls((self.host, self.port), _Handler)
-        except OSError as exc:
-            raise LabError(f"cannot serve metrics on {clip(self.host, 60)}:{self.port}: {exc.strerror or exc} "
-                           f"(choose another with --metrics HOST:PORT)") from None
+        self.httpd = http_server(self.host, self.port, _Handler, "metrics", "--metrics")
         self.httpd.metrics = self
         self.port = self.httpd.server_address[1]
         return self
@@ -146,15 +138,6 @@ class MetricsServer:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.httpd = None
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -70,6 +70,16 @@ def is_loopback(host):
         return False
 
 
+def http_server(host, port, handler, what, option):
+    """A threading HTTP server bound to (host, port), IPv6 where the host is; LabError in one line
+    when the address is taken or unusable (`what` is served, `option` chooses another)."""
+    try:
+        return (_Server6 if ":" in host else _Server)((host, port), handler)
+    except OSError as exc:
+        raise LabError(f"cannot serve {what} on {clip(host, 60)}:{port}: {exc.strerror or exc} "
+                       f"(choose another with {option} HOST:PORT)") from None
+
+
 class WebServer:
     def __init__(self, lab, session, address=DEFAULT_ADDRESS, refresh_s=REFRESH_S, token=None, sys_net=SYS_NET):
         self.lab, self.session, self.sys_net = lab, session, sys_net
@@ -99,11 +109,7 @@ class WebServer:
 
     def bind(self):
         """Take the address (before a fabric is built, so a busy port costs nothing)."""
-        try:
-            self.httpd = (_Server6 if ":" in self.host else _Server)((self.host, self.port), _Handler)
-        except OSError as exc:
-            raise LabError(f"cannot serve the web view on {clip(self.host, 60)}:{self.port}: "
-                           f"{exc.strerror or exc} (choose another with --web HOST:PORT)") from None
+        self.httpd = http_server(self.host, self.port, _Handler, "the web view", "--web")
         self.httpd.web = self
         self.port = self.httpd.server_address[1]
         return self
