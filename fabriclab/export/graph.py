@@ -38,6 +38,15 @@ def _edge_label(fabric, link):
     return "" if rate == fabric.spec.host_rate_mbps else f"{rate:g} Mbit/s"
 
 
+def _downward(view):
+    """The view's cables as (upper, lower, link): layered layouts (dot, mermaid) rank an edge's
+    first node above its second, so each edge is written from the higher tier down."""
+    rank = {"super_spine": 0, "spine": 1, "leaf": 2, "host": 3}
+    role = {n["id"]: n["role"] for n in view["nodes"]}
+    return [(l["a"], l["b"], l) if rank[role[l["a"]]] <= rank[role[l["b"]]] else (l["b"], l["a"], l)
+            for l in view["links"]]
+
+
 def _tiers(view):
     out = {}
     for node in view["nodes"]:
@@ -54,10 +63,10 @@ def mermaid(fabric):
             open_, close = ("([", "])") if role == "host" else ("[", "]")
             lines.append(f"    {_ident(node['id'])}{open_}\"{node['id']}\"{close}")
         lines.append("  end")
-    for link in view["links"]:
+    for upper, lower, link in _downward(view):
         label = _edge_label(fabric, link)
         arrow = f" ---|\"{label}\"| " if label else " --- "
-        lines.append(f"  {_ident(link['a'])}{arrow}{_ident(link['b'])}")
+        lines.append(f"  {_ident(upper)}{arrow}{_ident(lower)}")
     for role, colour in COLOURS.items():
         lines.append(f"  classDef {role} fill:{colour},color:#fff")
     for role, nodes in _tiers(view).items():
@@ -72,9 +81,9 @@ def dot(fabric):
         lines.append("  { rank=same; " + " ".join(f'"{n["id"]}";' for n in nodes) + " }")
         for node in nodes:
             lines.append(f'  "{node["id"]}" [shape={SHAPES[role]}, fillcolor="{COLOURS[role]}"];')
-    for link in view["links"]:
+    for upper, lower, link in _downward(view):
         label = _edge_label(fabric, link)
-        lines.append(f'  "{link["a"]}" -- "{link["b"]}"' + (f' [label="{label}"]' if label else "") + ";")
+        lines.append(f'  "{upper}" -- "{lower}"' + (f' [label="{label}"]' if label else "") + ";")
     return "\n".join(lines + ["}", ""])
 
 
