@@ -124,7 +124,9 @@ case "$cmd" in
         # a kernel with OVS, RED, netem and rdma_rxe: a virtme-ng guest here, natively in the VM).
         rc=0
         # --durations: every CI log names the slowest tests, the ones to trim when the run grows.
-        "$VENV/bin/python" -m pytest tests -rs --durations=40 || rc=$?
+        # -rfE: the summary at the very end names each failure with its message, where a CI log's
+        # tail still shows it after a long traceback.
+        "$VENV/bin/python" -m pytest tests -rfEs --durations=40 || rc=$?
         say "running the full-kernel tier: fabriclab fullkernel test (-m fullkernel tests/lab)"
         tier_rc=0
         "$VENV/bin/fabriclab" fullkernel test || tier_rc=$?

@@ -116,7 +116,7 @@ def register_fullkernel(subparsers):
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS",
                    help="after `test`, everything is pytest's (so fabriclab's options go before the "
                         "action); default: -m fullkernel over the files of tests/lab that hold such "
-                        "tests (collected here first) -rs")
+                        "tests (collected here first) -rfEs")
     p.add_argument("--timeout", type=float, default=fullkernel.DEFAULT_TIMEOUT_S,
                    help=f"seconds before the whole run is stopped (default {fullkernel.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--kernel", help="a vmlinuz to boot (default: the newest in /boot with the modules)")

@@ -227,7 +227,7 @@ def default_selection(repo=None, python=sys.executable):
     files = sorted({line.split("::", 1)[0] for line in proc.stdout.splitlines() if "::" in line})
     if proc.returncode != 0 or not files:
         files = list(DEFAULT_PATHS)
-    return ["-m", MARK, *files, "-rs"]
+    return ["-m", MARK, *files, "-rfEs"]
 
 
 def run_tests(pytest_args, timeout_s=DEFAULT_TIMEOUT_S, kernel=None, force_guest=False, repo=None,

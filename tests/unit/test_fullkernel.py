@@ -184,8 +184,8 @@ def test_the_default_selection_names_only_the_files_holding_the_tiers_tests(tmp_
                                        "def test_c():\n    pass\n")
     (lab / "test_plain.py").write_text("def test_d():\n    pass\n")
     assert fullkernel.default_selection(tmp_path) == [
-        "-m", "fullkernel", "tests/lab/test_marked.py", "tests/lab/test_mixed.py", "-rs"]
+        "-m", "fullkernel", "tests/lab/test_marked.py", "tests/lab/test_mixed.py", "-rfEs"]
     # nothing marked (or a module that does not import): the folder, and the guest says what failed
     (lab / "test_marked.py").unlink()
     (lab / "test_mixed.py").write_text("import no_such_module_here\n")
-    assert fullkernel.default_selection(tmp_path) == ["-m", "fullkernel", "tests/lab", "-rs"]
+    assert fullkernel.default_selection(tmp_path) == ["-m", "fullkernel", "tests/lab", "-rfEs"]
