@@ -419,6 +419,41 @@ def test_the_model_claims_run_offline_into_a_catalogue_and_a_markdown_document(t
 
 
 
+def test_a_draw_starts_at_the_rates_the_previous_draw_settled_on(tmp_path, monkeypatch):
+    import types
+
+    from fabriclab.results import document
+    from tests.unit import resultdocs as rd
+
+    seen = []
+
+    def fake_run_plan(plan, out, progress=None, verbose=False, run_plots=True):
+        seen.append(plan.spec.host_rate_mbps)
+        runs = [rd.run(r.label, {"ring": rd.collective_job()}) for r in plan.runs]
+        if plan.spec.host_rate_mbps > 2.5:         # the `incast` spec's 10 Mbit/s saturates until 1/4
+            runs[0]["valid"], runs[0]["invalid"] = False, ["ring: CPU saturated: the software switches ..."]
+        got = rd.doc("experiment", runs)
+        got["scale"]["host_rate_mbps"], got["scale"]["time_scale"] = plan.spec.host_rate_mbps, plan.spec.time_scale
+        document.write(got, out)
+        return types.SimpleNamespace(doc=got)
+
+    monkeypatch.setattr(pipeline, "run_plan", fake_run_plan)
+    outcome = catalogue.run((claim(None, ("pfc-incast",), draws=3),), quick=True, out=tmp_path,
+                            progress=lambda line: None)
+    # draw 1 tried full and half rate before a quarter; draws 2 and 3 start at a quarter
+    assert seen == [10, 5, 2.5, 2.5, 2.5]
+    assert outcome.experiments["pfc-incast"]["derated"] == {
+        "1": {"rate_divisor": 4, "attempts": 3, "started": 1},
+        "2": {"rate_divisor": 4, "attempts": 1, "started": 4}, "3": {"rate_divisor": 4, "attempts": 1, "started": 4}}
+    assert document.load(tmp_path / catalogue.draw_folder("pfc-incast", 2))["attempts"][0]["derate"] == 2
+    text = (tmp_path / "catalogue.md").read_text()
+    assert "draw 1: 1/4 (CPU saturated at full); draw 2: 1/4 (started at 1/4, where the previous draw settled)" in text
+    seen.clear()
+    catalogue.run((claim(None, ("pfc-incast",), draws=2),), quick=True, out=tmp_path / "kept",
+                  progress=lambda line: None, derate=False)
+    assert seen == [10, 10]                        # --no-derate: every draw at the spec's rates
+
+
 def test_a_draw_run_again_slower_records_the_scale_its_verdict_came_from(tmp_path):
     def runner(name, folder, quick, k):
         got = doc(("r", []))
@@ -429,6 +464,7 @@ def test_a_draw_run_again_slower_records_the_scale_its_verdict_came_from(tmp_pat
 
     outcome = catalogue.run((claim(None, ("ecmp-balance",)),), quick=True, out=tmp_path,
                             progress=lambda line: None, runner=runner)
-    assert outcome.ok and outcome.experiments["ecmp-balance"]["derated"] == {"2": {"rate_divisor": 2, "attempts": 2}}
+    assert outcome.ok and outcome.experiments["ecmp-balance"]["derated"] == {"2": {"rate_divisor": 2, "attempts": 2,
+                                                                                   "started": 1}}
     text = (tmp_path / "catalogue.md").read_text()
     assert "| ecmp-balance | 3 |" in text and "draw 2: 1/2 (CPU saturated at full)" in text

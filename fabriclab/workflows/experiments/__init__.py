@@ -169,7 +169,7 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
         if progress:
             progress({"event": "derate", "saturated": saturated, "derate": options.derate + 1})
         options = dataclasses.replace(options, derate=options.derate + 1)
-    if len(attempts) > 1:
+    if len(attempts) > 1 or attempts[0]["derate"]:      # the rates it ran at are not the spec's
         doc["attempts"] = attempts
         document.write(doc, folder)
     return doc

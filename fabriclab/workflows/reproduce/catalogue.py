@@ -81,7 +81,7 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
     folder.mkdir(parents=True, exist_ok=True)
     if runner is None:
         check(counts, quick)
-        runner = lambda name, where, quick_, k: _run_experiment(name, where, quick_, k, events, derate)   # noqa: E731
+        runner = _DrawRunner(events, derate)
     docs, experiments = {}, {}
     total, step = sum(counts.values()), 0
     for name, n in counts.items():
@@ -101,8 +101,9 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
                 errors.append(error)
             docs[name].append(doc)
             attempts = (doc or {}).get("attempts") or []
-            if attempts:                  # run again slower: the scale the verdict came from
-                derated[str(k)] = {"rate_divisor": 2 ** attempts[-1]["derate"], "attempts": len(attempts)}
+            if attempts:                  # run slower: the scale the verdict came from
+                derated[str(k)] = {"rate_divisor": 2 ** attempts[-1]["derate"], "attempts": len(attempts),
+                                   "started": 2 ** attempts[0]["derate"]}
             # the plan's own wall time where the document has it (also when read back), else ours
             elapsed = (doc or {}).get("elapsed_s")
             seconds += elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
@@ -130,12 +131,37 @@ def draw_options(quick, k):
     return Options(quick=quick, seed=k, shuffle=True)
 
 
-def _run_experiment(name, folder, quick, k, events=None, derate=True):
-    from fabriclab.workflows.experiments import run_experiment
+class _DrawRunner:
+    """Runs draw k of an experiment through the pipeline. A draw starts at the link rates the
+    experiment's previous draw settled on: where draw 1 saturated the CPU at full rate and at half,
+    draw 2 would too, and its two doomed attempts cost more than its measured one (the quick
+    catalogue spent a third of its time on them on a 2-core machine)."""
 
-    # each run's own plots are left to `fabriclab report`: a second a run, dozens of runs a draw
-    return run_experiment(name, out=folder, options=draw_options(quick, k), progress=events, run_plots=False,
-                          derate=derate)
+    def __init__(self, events=None, derate=True):
+        self.events, self.derate = events, derate
+        self.settled = {}                 # experiment -> halvings of the link rates its last draw ran at
+
+    def __call__(self, name, folder, quick, k):
+        import dataclasses
+
+        from fabriclab.workflows.experiments import run_experiment
+
+        options = dataclasses.replace(draw_options(quick, k), derate=self.settled.get(name, 0) if self.derate else 0)
+        # each run's own plots are left to `fabriclab report`: a second a run, dozens of runs a draw
+        doc = run_experiment(name, out=folder, options=options, progress=self.events, run_plots=False,
+                             derate=self.derate)
+        attempts = doc.get("attempts") or []
+        if attempts:
+            self.settled[name] = attempts[-1]["derate"]
+        return doc
+
+
+def _why_derated(d):
+    started = d.get("started", 1)
+    if started == 1:
+        return "CPU saturated at full"
+    how = "where the previous draw settled"
+    return f"started at 1/{started}, {how}" + (", CPU saturated there" if d["attempts"] > 1 else "")
 
 
 def reader(source):
@@ -307,7 +333,7 @@ def markdown(data, plots_prefix=""):
     for name, e in data["experiments"].items():
         valid = "failed: " + _cell(e["error"]) if e["error"] else (
             "yes" if e["valid"] else "no: " + ", ".join(e["invalid_runs"]))
-        rates = "; ".join(f"draw {k}: 1/{d['rate_divisor']} (CPU saturated at full)" for k, d in
+        rates = "; ".join(f"draw {k}: 1/{d['rate_divisor']} ({_why_derated(d)})" for k, d in
                           sorted(e.get("derated", {}).items())) or "as specified"
         out.append(f"| {name} | {e['draws']} | {e['seconds'] / 60:.1f} | {rates} | {valid} | "
                    f"{len(e['lossless_drops'])} |")
