@@ -125,8 +125,9 @@ case "$cmd" in
         rc=0
         # --durations: every CI log names the slowest tests, the ones to trim when the run grows.
         # -rfE: the summary at the very end names each failure with its message, where a CI log's
-        # tail still shows it after a long traceback.
-        "$VENV/bin/python" -m pytest tests -rfEs --durations=40 || rc=$?
+        # tail still shows it after a long traceback (CI set: pytest then cuts no message short to
+        # fit a terminal's width).
+        CI="${CI:-true}" "$VENV/bin/python" -m pytest tests -rfEs --durations=40 || rc=$?
         say "running the full-kernel tier: fabriclab fullkernel test (-m fullkernel tests/lab)"
         tier_rc=0
         "$VENV/bin/fabriclab" fullkernel test || tier_rc=$?
