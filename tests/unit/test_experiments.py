@@ -143,28 +143,13 @@ def test_a_derated_spec_is_the_same_fabric_at_a_larger_time_scale():
 def test_a_saturated_experiment_runs_again_slower_at_most_twice_and_keeps_every_attempt(tmp_path, monkeypatch):
     """A fake pipeline: every run saturates the CPU until the rates are quartered; the document
     judged is the last attempt's, the earlier ones stay beside it, and the document lists all."""
-    import types
-
     from fabriclab.results import document
     from fabriclab.workflows import pipeline
     from fabriclab.workflows.experiments import MAX_DERATE, run_experiment, saturated_runs
     from tests.unit import resultdocs as rd
 
     seen = []
-
-    def fake_run_plan(plan, out, progress=None, verbose=False, run_plots=True):
-        seen.append(plan.spec.host_rate_mbps)
-        job = rd.collective_job()
-        runs = [rd.run(r.label, {"ring": job}) for r in plan.runs]
-        if plan.spec.host_rate_mbps > 2.5:         # the `incast` spec's 10 Mbit/s saturates until 1/4
-            for r in runs[:1]:
-                r["valid"], r["invalid"] = False, ["ring: CPU saturated: the software switches ..."]
-        doc = rd.doc("experiment", runs)
-        doc["scale"]["host_rate_mbps"], doc["scale"]["time_scale"] = plan.spec.host_rate_mbps, plan.spec.time_scale
-        document.write(doc, out)
-        return types.SimpleNamespace(doc=doc)
-
-    monkeypatch.setattr(pipeline, "run_plan", fake_run_plan)
+    monkeypatch.setattr(pipeline, "run_plan", rd.saturating_run_plan(seen))
     out = tmp_path / "pfc"
     doc = run_experiment("pfc-incast", out=out, options=Options(quick=True))
     assert seen == [10, 5, 2.5] and MAX_DERATE == 2

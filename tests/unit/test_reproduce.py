@@ -420,24 +420,11 @@ def test_the_model_claims_run_offline_into_a_catalogue_and_a_markdown_document(t
 
 
 def test_a_draw_starts_at_the_rates_the_previous_draw_settled_on(tmp_path, monkeypatch):
-    import types
-
     from fabriclab.results import document
     from tests.unit import resultdocs as rd
 
     seen = []
-
-    def fake_run_plan(plan, out, progress=None, verbose=False, run_plots=True):
-        seen.append(plan.spec.host_rate_mbps)
-        runs = [rd.run(r.label, {"ring": rd.collective_job()}) for r in plan.runs]
-        if plan.spec.host_rate_mbps > 2.5:         # the `incast` spec's 10 Mbit/s saturates until 1/4
-            runs[0]["valid"], runs[0]["invalid"] = False, ["ring: CPU saturated: the software switches ..."]
-        got = rd.doc("experiment", runs)
-        got["scale"]["host_rate_mbps"], got["scale"]["time_scale"] = plan.spec.host_rate_mbps, plan.spec.time_scale
-        document.write(got, out)
-        return types.SimpleNamespace(doc=got)
-
-    monkeypatch.setattr(pipeline, "run_plan", fake_run_plan)
+    monkeypatch.setattr(pipeline, "run_plan", rd.saturating_run_plan(seen))
     outcome = catalogue.run((claim(None, ("pfc-incast",), draws=3),), quick=True, out=tmp_path,
                             progress=lambda line: None)
     # draw 1 tried full and half rate before a quarter; draws 2 and 3 start at a quarter
