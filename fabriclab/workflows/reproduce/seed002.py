@@ -88,8 +88,8 @@ CLAIMS = (
           "per-plane 99% (93.7 of 94.5 GB/s), global 50% (47.3)", 93.7 / 94.5,
           ("multiplane-asymmetry",), plb_asymmetry,
           "paper: 4 planes, two degraded, 8 NICs under leaf 1 sending 4 GB bursts to 16 beside noise; lab: "
-          "the `spectrumx_fig16` spec, 4 planes of 3 Mbit/s ports for 200G, one NIC scattering 4 MiB "
-          "bursts (1 and 4 MiB in the full run) to two beside a noise AlltoAll, AR in the switches",
+          "the `spectrumx_fig16` spec, 4 planes of 3 Mbit/s ports for 200G (half that in the quick form), one NIC "
+          "scattering 4 MiB bursts (1 and 4 MiB in the full run) to two beside a noise AlltoAll, AR in the switches",
           "each burst starts with fresh contexts (seed 002 6.7) and lasts about 40 us of real time at the "
           "lab's scale, where the paper's messages run 40 ms: the global context hears few marks from one "
           "sender and DCQCN recovers it within the burst, so it loses about as little as per-plane. A "
