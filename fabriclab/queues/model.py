@@ -97,6 +97,25 @@ def port_table(fabric, placement=None, relay_ms=0.0):
     return ports
 
 
+def check_relay_headroom(ports, spec, mtu):
+    """LabError when a switch port cabled to another machine has no room left for XOFF once its
+    headroom covers the pause's relay there (known only at start, from the measured round trips).
+    Unchecked, XOFF went below zero and wrapped in the data path's unsigned field: that port never
+    paused, and its lossless class dropped instead (2026-11-28, a guest under software emulation)."""
+    if not spec.pfc.enabled:
+        return
+    frame = config.frame_bytes(mtu)
+    for p in ports:
+        if p.role == "host" or not p.relay_ms:
+            continue
+        xoff, _xon, headroom = config.pfc_thresholds(p.buffer, p.rate_mbps, mtu, spec.pfc, p.delay_ms + p.relay_ms)
+        if xoff < 2 * frame:
+            raise LabError(f"queues.pfc: {p.name} is cabled to another machine; the {p.relay_ms:g} ms a pause takes "
+                           f"to reach it (4x the measured round trip) needs {headroom} B of headroom, which leaves "
+                           f"XOFF at {xoff} B of its {p.buffer} B buffer: grow buffers.{p.role}, or lower "
+                           f"pfc.reaction_ms or the rate")
+
+
 class QueueModel:
     def __init__(self, fabric, net, run_id, spec=None, ecn_mechanism="bpf-clsact", placement=None, here=None,
                  namespaces=None, tunnels=None, underlays=(), wire_handle=None, relay=None, relay_ms=0.0,
@@ -120,6 +139,7 @@ class QueueModel:
             self.spec.pfc, fabric.spec.time_scale))
         self.red = None              # RedQdiscs when RED marks
         self.ports = port_table(fabric, placement, relay_ms)
+        check_relay_headroom(self.ports, self.spec, fabric.spec.mtu)
         self.by_name = {p.name: p for p in self.ports}
         self.placement, self.here = placement, here
         self.local = [p for p in self.ports if placement is None or placement[p.node] == here]

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from fabriclab.errors import SpecError
+from fabriclab.errors import LabError, SpecError
 from fabriclab.queues import config
 from fabriclab.queues.config import (EcnProfile, PauseState, PfcSettings, QueueSpec, mark_probability,
                                      mark_threshold, pfc_thresholds, queues_from_dict, thresholds, watchdog_lab_ms)
@@ -213,6 +213,31 @@ def test_port_table_pairs_both_ends_of_every_cable():
     host = next(p for p in ports if p.role == "host")
     assert ports[host.peer].role == "leaf" and host.buffer == fabric.spec.buffers.host
     assert port_classid(0) == "fab:1" and port_classid(30) == "fab:1f"
+
+
+def test_a_relay_that_leaves_no_room_for_xoff_is_refused_before_anything_starts():
+    # The relay to another machine is known only at start (4x the measured round trip, at least
+    # 2 ms); at 5 Mbit/s a 64 KiB leaf buffer with a 40 ms reaction keeps XOFF above two frames
+    # with a 2 ms relay (20008 B), not a 20 ms one (-2492 B, which the data path's field wrapped).
+    import dataclasses
+
+    from fabriclab.queues.config import PfcSettings, QueueSpec
+    from fabriclab.queues.model import check_relay_headroom
+    from fabriclab.topologies.spec import Buffers, FabricSpec
+
+    spec = FabricSpec(name="t", leaves=2, spines=2, hosts_per_leaf=2, host_rate_mbps=5, fabric_rate_mbps=5,
+                      buffers=Buffers(leaf=64 << 10, spine=64 << 10),
+                      queues=QueueSpec(pfc=PfcSettings(reaction_ms=40)))
+    fabric = Fabric(spec)
+    placement = {n: ("a" if n in ("l1", "s1", "s2", "h1", "h2") else "b") for n in (*fabric.switches, *fabric.hosts)}
+    check_relay_headroom(port_table(fabric, placement, 2.0), spec.queues, spec.mtu)
+    with pytest.raises(LabError, match=r"^queues.pfc: l2-eth\d is cabled to another machine; the 20 ms .* "
+                                       r"leaves XOFF at -2492 B of its 65536 B buffer: grow buffers.leaf"):
+        check_relay_headroom(port_table(fabric, placement, 20.0), spec.queues, spec.mtu)
+    # ports on one machine, and a lossy fabric, have nothing to relay
+    check_relay_headroom(port_table(fabric, None, 30.0), spec.queues, spec.mtu)
+    lossy = dataclasses.replace(spec.queues, pfc=PfcSettings(enabled=False))
+    check_relay_headroom(port_table(fabric, placement, 30.0), lossy, spec.mtu)
 
 
 def test_pfc_reaction_time_is_measured_from_the_xoff():
