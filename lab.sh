@@ -115,11 +115,12 @@ case "$cmd" in
         for arg in "$@"; do
             if [ -e "${arg%%::*}" ]; then paths=(); break; fi
         done
-        say "running: pytest ${paths[*]} -rs $*"
         # pytest's own exit code, unchanged: 5 ("no tests collected") is a failure.
         if [ $# -gt 0 ]; then
+            say "running: pytest ${paths[*]} -rs $*"
             exec "$VENV/bin/python" -m pytest "${paths[@]}" -rs "$@"
         fi
+        say "running: pytest tests -rfEs --durations=40, then the full-kernel tier"
         # The whole suite also runs the full-kernel tier's selection (the `fullkernel` lab tests on
         # a kernel with OVS, RED, netem and rdma_rxe: a virtme-ng guest here, natively in the VM).
         rc=0

@@ -35,6 +35,7 @@ class TrafficRun:
     results: dict = field(default_factory=dict)      # host -> agent result
     window: tuple = ()                              # (before, after) snapshots of the steady state
     payload_bytes: int = 0                           # RDMA payload per packet (RoCE path MTU)
+    message_bytes: int = 0                           # one RDMA WRITE, split into packets
     start_wall: float = 0.0                          # unix time the agents started sending
 
     def flow_rows(self):
@@ -143,7 +144,8 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
     start_unix = time.time() + margin
     start_mono = time.monotonic() + margin
     procs = {}
-    run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, start_wall=start_unix)
+    run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, message_bytes=message_bytes,
+                     start_wall=start_unix)
     try:
         for host, (cfg, out) in files.items():
             proc = agent_process.start(lab, host, AGENT_MODULE,

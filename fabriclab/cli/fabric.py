@@ -85,7 +85,8 @@ def _traffic_args(p):
     p.add_argument("--seed", type=int, default=0,
                    help="the run's hash seed: with each switch's dpid, its hash basis (default 0; a "
                         "routing that sets seed= keeps its own)")
-    running.add_output_args(p)
+    # perftest: ib_write_bw's text, a block per flow (results/perftest.py)
+    running.add_output_args(p, formats=("table", "json", "perftest"))
 
 
 def cmd_check(args):
@@ -216,7 +217,9 @@ def cmd_run(args):
     plan = allpairs_plan(args, "demo" if args.command == "demo" else "run")
     heading = (f"bringing up {plan.spec.name} with {args.routing}; all-pairs RoCEv2 traffic for "
                f"{args.duration:g} s ...")
-    return running.execute(plan, args, heading, {"table": allpairs_tables}, bar=True)
+    from fabriclab.results import perftest
+
+    return running.execute(plan, args, heading, {"table": allpairs_tables, "perftest": perftest.render}, bar=True)
 
 
 def allpairs_tables(doc):

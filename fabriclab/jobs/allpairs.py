@@ -72,6 +72,8 @@ def record(run, spec, fabric, role="measured"):
         "window_s": round(run.window[1]["time"] - run.window[0]["time"], 4),
         "window_error_ms": telemetry.window_error_ms(*run.window),
         "late_start_s": run.late_starts(),
+        # each flow sends RDMA WRITEs of message_bytes, in packets of payload_bytes
+        "payload_bytes": run.payload_bytes, "message_bytes": run.message_bytes,
         "cpu": cpu, "valid": not invalid, "invalid": invalid,
     }
 

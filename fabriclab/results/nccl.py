@@ -18,6 +18,7 @@ nccl-tests counts them. This module reads only the results document.
 
 from __future__ import annotations
 
+from fabriclab.results.realscale import real_scale
 from fabriclab.results.tables import job_of
 
 ELEMENT_TYPE = "float"
@@ -31,7 +32,7 @@ NOT_RUN = "  %7s  %6s  %6s  %5s" % ("N/A", "N/A", "N/A", "N/A")
 def render(doc):
     """The nccl-tests text of the document's (first measured) collective job."""
     _run, _name, job = job_of(doc, "collective")
-    scale, note = _scale(doc)
+    scale, note = real_scale(doc)
     rows = _pairs(job["sizes"])
     lines = [_header(job["workload"])] + note
     if any(None in pair for pair in rows):
@@ -55,22 +56,6 @@ def render(doc):
     lines.append("# Avg bus bandwidth    : %g " % (sum(busbws) / len(busbws) if busbws else 0.0))
     lines.append("#")
     return "\n".join(lines)
-
-
-def _scale(doc):
-    """(factor from the lab's time to the printed one, the `#` line that says so)."""
-    scale = doc["scale"]
-    rate = f"lab links {scale['host_rate_mbps']:g} Mbit/s"
-    time_scale = scale.get("time_scale")
-    if not time_scale:
-        return 1.0, [f"# fabriclab: {rate}, no time scale: times and bandwidths below are the lab's own"]
-    real = scale.get("real_host_rate_mbps") or scale["host_rate_mbps"] * time_scale
-    return time_scale, [f"# fabriclab: {rate} at time scale x{time_scale:g}: times and bandwidths "
-                        f"below are the real {_rate(real)} hardware's"]
-
-
-def _rate(mbps):
-    return f"{mbps / 1000:g} Gbit/s" if mbps >= 1000 else f"{mbps:g} Mbit/s"
 
 
 def _header(workload):

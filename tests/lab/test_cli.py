@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from fabriclab.results import compare, document
+from fabriclab.results import compare, document, perftest
 from tests.lab import labutil
 from tests.unit.test_nccl_format import FIELD_ENDS, MODES, field_ends, parse
+from tests.unit.test_perftest_format import parse as parse_perftest
 
 pytestmark = pytest.mark.lab
 
@@ -50,6 +51,11 @@ def test_run_with_a_link_failure_writes_results_with_scale(tmp_path, folders):
     assert [e["event"] for e in down["events"]] == ["l1-s1 down"]
     assert [e["event"] for e in run["events"]] == ["link_down", "link_up"]
     assert job["traffic"]["flows"] == 8 and job["traffic"]["received_packets"] > 0
+    # what `run --format perftest` prints of this document: a block per flow, as ib_write_bw's
+    assert (job["message_bytes"], job["payload_bytes"]) == (65536, 4096)
+    blocks = parse_perftest(perftest.render(doc))
+    assert len(blocks) == 8 and all(b["bytes"] == 65536 and b["bw_peak"] == 0.0 for b in blocks)
+    assert sum(b["iterations"] for b in blocks) == sum(f["received_packets"] // 16 for f in job["flows"]) > 0
     assert {row["link"] for row in job["links"]} == {"l1-s1", "l1-s2", "l2-s1", "l2-s2"}
     assert job["balance"]["up"]["max_mean_ratio"] >= 1.0
     # what report renders, and what the heatmap shows: l1 sent nothing up to s1 while it was down

@@ -132,7 +132,7 @@ def allpairs_job(delivered_mbps=30.0):
     lab = fake_lab()
     spec = AllPairsSpec(duration_s=2.0)
     flows = all_pairs_plan(lab.fabric, load=spec.load)
-    run = TrafficRun(flows, 2.0, 0.0, payload_bytes=4096, start_wall=100.0)
+    run = TrafficRun(flows, 2.0, 0.0, payload_bytes=4096, message_bytes=65536, start_wall=100.0)
     run.window = (snapshot(0.5, lab.fabric), snapshot(2.0, lab.fabric, tx=250_000))
     per_host = delivered_mbps / len(flows)
     for host, fl in flows.items():
