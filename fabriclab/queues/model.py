@@ -111,7 +111,7 @@ def check_relay_headroom(ports, spec, mtu):
         xoff, _xon, headroom = config.pfc_thresholds(p.buffer, p.rate_mbps, mtu, spec.pfc, p.delay_ms + p.relay_ms)
         if xoff < 2 * frame:
             raise LabError(f"queues.pfc: {p.name} is cabled to another machine; the {p.relay_ms:g} ms a pause takes "
-                           f"to reach it (4x the measured round trip) needs {headroom} B of headroom, which leaves "
+                           f"to reach it (from the round trips measured at start) needs {headroom} B of headroom, which leaves "
                            f"XOFF at {xoff} B of its {p.buffer} B buffer: grow buffers.{p.role}, or lower "
                            f"pfc.reaction_ms or the rate")
 

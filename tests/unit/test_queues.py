@@ -221,7 +221,6 @@ def test_a_relay_that_leaves_no_room_for_xoff_is_refused_before_anything_starts(
     # with a 2 ms relay (20008 B), not a 20 ms one (-2492 B, which the data path's field wrapped).
     import dataclasses
 
-    from fabriclab.queues.config import PfcSettings, QueueSpec
     from fabriclab.queues.model import check_relay_headroom
     from fabriclab.topologies.spec import Buffers, FabricSpec
 
