@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "fabriclab.cli.sweep",
     "fabriclab.cli.results",      # report, compare
     "fabriclab.cli.export",
+    "fabriclab.cli.capture",
 ]
 
 

@@ -1,0 +1,44 @@
+"""`fabriclab capture`: a live run's ports as pcapng, for Wireshark and tshark.
+
+    fabriclab capture l1-eth2 h1-n0 -w roce.pcapng --filter 'udp port 4791' --count 1000
+    fabriclab capture s1-eth1 | wireshark -k -i -
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(subparsers):
+    p = subparsers.add_parser("capture", help="capture a running fabric's switch or host ports to pcapng "
+                                              "(a file, or stdout for `| wireshark -k -i -`)")
+    p.add_argument("ports", nargs="+", metavar="PORT", help="switch ports (l1-eth2) or host ports (h1-n0)")
+    p.add_argument("-w", "--write", metavar="FILE", help="pcapng file to write (default: stdout, if not a terminal)")
+    p.add_argument("--filter", metavar="BPF", help="a tcpdump filter, e.g. 'udp port 4791' (RoCEv2)")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N packets (all ports together)")
+    p.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--snaplen", type=int, metavar="BYTES", help="bytes kept of each packet (default: all)")
+    p.add_argument("--run", metavar="ID", help="the run to capture from (default: the only one running)")
+    p.set_defaults(func=cmd_capture)
+
+
+def cmd_capture(args):
+    from fabriclab.lab import capture
+
+    capture.check_limits(args.count, args.seconds, args.snaplen, args.filter)
+    run = capture.live_run(args.run)
+    ports = capture.resolve_ports(run, args.ports)
+    out = capture.capture_to(args.write)
+    with out:
+        job = capture.Capture(run, ports, out, bpf=args.filter, count=args.count, seconds=args.seconds,
+                              snaplen=args.snaplen).start()
+        where = args.write if args.write not in (None, "-") else "stdout"
+        print(f"capturing {', '.join(name for name, _ in ports)} of run {run.id} to {where} "
+              f"(Ctrl-C stops)", file=sys.stderr, flush=True)
+        got = job.wait()
+    per_port = ", ".join(f"{name} {n}" for name, n in got["ports"].items())
+    print(f"captured {got['packets']} packets in {got['seconds']:.1f} s ({per_port}); stopped: {got['stopped']}",
+          file=sys.stderr)
+    for problem in got["problems"]:
+        print(f"capture: {problem}", file=sys.stderr)
+    return 0
