@@ -50,7 +50,9 @@ Failures and watching (every fault is logged with its time; `faults` shows the l
   top [SECONDS [REFRESH]]     live view: uplinks per leaf, downlinks per spine, NICs, links down, faults
   collective ... &            a trailing & runs the collective in the background (see `jobs`)
   jobs                        the jobs run here: running, or their busbw and CCT
-  web [ADDR:PORT|stop]        serve the live fabric view (default 127.0.0.1:8765); the URL carries a token"""
+  web [ADDR:PORT|stop]        serve the live fabric view (default 127.0.0.1:8765); the URL carries a token
+  capture PORT... -w FILE [--filter BPF] [--count N] [--seconds S]   ports to pcapng in the
+                              background (`capture` lists them, `capture stop` ends them)"""
 
 
 class LabPrompt(CLI):
@@ -61,7 +63,11 @@ class LabPrompt(CLI):
 
         self.lab = lab
         self.session = session or Session(lab)      # its timeline and jobs; the web view's too
-        super().__init__(lab.net, **kwargs)
+        self.captures = []                          # [(lab.capture.Capture, its waiting thread)]
+        try:
+            super().__init__(lab.net, **kwargs)     # Mininet's CLI runs its loop in here
+        finally:
+            self.stop_captures()
 
     # cmd.Cmd calls these; errors become one line, never a traceback at the prompt.
     def onecmd(self, line):
@@ -430,6 +436,50 @@ class LabPrompt(CLI):
             return
         self.session.web = WebServer(self.lab, self.session, arg or DEFAULT_ADDRESS).start()
         print(self.session.web.banner())
+
+    def do_capture(self, line):
+        """capture PORT... -w FILE [--filter BPF] [--count N] [--seconds S] | stop: ports to pcapng."""
+        import shlex
+        import threading
+
+        from fabriclab.cli import capture as capture_cmd
+        from fabriclab.lab import capture
+
+        words = shlex.split(line)
+        if not words or words == ["stop"]:
+            for job, thread in self.captures:
+                if words:
+                    job.stop("capture stop")
+                thread.join(timeout=10 if words else 0)
+                print(f"{', '.join(n for n, _ in job.ports)}: "
+                      + (capture_cmd.summary(job.result) if job.result else f"{job.packets} packets so far"))
+            if words or not self.captures:
+                print("no capture is running" if not self.captures else "captures stopped")
+            self.captures = [c for c in self.captures if c[0].result is None]
+            return
+        parser = argparse.ArgumentParser(prog="capture", exit_on_error=False)
+        capture_cmd.add_capture_args(parser, "pcapng file to write", write_required=True)
+        try:
+            args = parser.parse_args(words)
+        except SystemExit:          # argparse printed the usage or the problem
+            return
+        except argparse.ArgumentError as exc:
+            raise LabError(str(exc)) from None
+        capture.check_limits(args.count, args.seconds, args.snaplen, args.filter)
+        ports = capture.resolve_ports(self.lab.run, args.ports)
+        job, out = capture.start(self.lab.run, ports, args.write, bpf=args.filter, count=args.count,
+                                 seconds=args.seconds, snaplen=args.snaplen)
+        # tcpdump dies with the thread that started it (PR_SET_PDEATHSIG): started here, waited on there
+        thread = threading.Thread(target=lambda: (job.wait(), out.close()), daemon=True)
+        thread.start()
+        self.captures.append((job, thread))
+        print(f"capturing {', '.join(args.ports)} to {args.write} (`capture stop` ends it)")
+
+    def stop_captures(self):
+        for job, thread in self.captures:
+            job.stop("the prompt ended")
+            thread.join(timeout=10)
+        self.captures = []
 
     def do_storm(self, line):
         """storm HOST SECONDS: a PFC pause storm from HOST's NIC at its leaf port."""

@@ -124,6 +124,7 @@ class Capture:
         self.done = threading.Event()
         self.reason = None
         self.closed_pipe = False
+        self.result = None                    # wait()'s summary, once it returned
 
     def _command(self, name, pid):
         cmd = ["tcpdump", "-i", name, "-n", "-U", "-w", "-", "-s", str(self.snaplen),
@@ -209,6 +210,10 @@ class Capture:
                 with self.lock:
                     self.errors.append(f"{self.ports[index][0]}: {exc}")
 
+    def stop(self, reason):
+        """End the capture from another thread; wait() returns its summary."""
+        self._finish(reason)
+
     def _finish(self, reason):
         if self.reason is None:
             self.reason = reason
@@ -230,9 +235,10 @@ class Capture:
             self._finish("interrupted")
         finally:
             self._stop_all()
-        return {"packets": self.packets, "ports": dict(zip((n for n, _ in self.ports), self.per_port)),
-                "seconds": round(time.monotonic() - started, 3), "stopped": self.reason,
-                "problems": list(self.errors)}
+        self.result = {"packets": self.packets, "ports": dict(zip((n for n, _ in self.ports), self.per_port)),
+                       "seconds": round(time.monotonic() - started, 3), "stopped": self.reason,
+                       "problems": list(self.errors)}
+        return self.result
 
     def _stop_all(self):
         for proc in self.procs:
@@ -249,13 +255,24 @@ class Capture:
             thread.join(timeout=5)
 
 
-def capture_to(path, **options):
-    """Open `path` ("-": stdout) for a capture, refusing a terminal for the binary stream."""
+def start(run, ports, path, **options):
+    """A started Capture of `ports` into `path` ("-" or None: stdout, refused on a terminal) and
+    its open output, which the caller closes once wait() returned. If it does not start, a file it
+    created is removed again."""
     if path in (None, "-"):
         if os.isatty(1):
             raise LabError("pcapng is binary: give -w FILE, or pipe it (`| wireshark -k -i -`, `| tshark -r -`)")
-        return os.fdopen(os.dup(1), "wb")
+        out, created = os.fdopen(os.dup(1), "wb"), None
+    else:
+        created = None if os.path.exists(path) else path
+        try:
+            out = open(path, "wb")
+        except OSError as exc:
+            raise LabError(f"-w {excerpt(str(path))}: {exc.strerror}") from None
     try:
-        return open(path, "wb")
-    except OSError as exc:
-        raise LabError(f"-w {excerpt(str(path))}: {exc.strerror}") from None
+        return Capture(run, ports, out, **options).start(), out
+    except BaseException:
+        out.close()
+        if created:
+            os.unlink(created)
+        raise

@@ -1,8 +1,9 @@
 """`fabriclab capture` on a running fabric, read by tools nobody on the team wrote: while the prompt
 runs traffic and a verified ring AllReduce on tiny, a capture of a switch port and a host port
 decodes in tshark (Debian's) as InfiniBand over UDP with no malformed packet or expert warning,
-each frame on its port's interface, and every ICRC matches the one scapy computes. Bad input is
-refused in one line, and a killed capture leaves no tcpdump behind."""
+each frame on its port's interface, and every ICRC matches the one scapy computes; the prompt's
+own `capture` runs beside it. Bad input is refused in one line, and a killed capture leaves no
+tcpdump behind."""
 
 import os
 import pathlib
@@ -40,7 +41,9 @@ def tshark(pcap, *args):
 def test_a_capture_of_a_running_fabric_reads_in_tshark_as_rocev2(tmp_path):
     script = tmp_path / "script"
     # traffic first: the capture attaches while it runs, before the collective starts
-    script.write_text("traffic 8 0.5\ncollective --sizes 256K --iterations 2 --verify\n")
+    at_prompt = tmp_path / "prompt.pcapng"
+    script.write_text(f"capture l2-eth2 l2-eth3 -w {at_prompt} --filter 'udp port 4791'\ntraffic 8 0.5\n"
+                      "collective --sizes 256K --iterations 2 --verify\ncapture\ncapture stop\n")
     lab = subprocess.Popen(FABRICLAB + ["up", "tiny", "--script", str(script)], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
     pcap = tmp_path / "roce.pcapng"
@@ -59,6 +62,7 @@ def test_a_capture_of_a_running_fabric_reads_in_tshark_as_rocev2(tmp_path):
             bad = capture(*args)
             err = bad.communicate(timeout=60)[1]
             assert bad.returncode == 2 and said in err and len(err.strip().splitlines()) == 1, err
+            assert not args[2].exists()                     # no empty file left either
         assert not tcpdumps_on("l1-eth3")
 
         # a killed capture: its tcpdump dies with it (PR_SET_PDEATHSIG)
@@ -82,6 +86,11 @@ def test_a_capture_of_a_running_fabric_reads_in_tshark_as_rocev2(tmp_path):
                 proc.kill()
                 proc.wait()
     assert " ok" in out.split("256K", 1)[1].splitlines()[0], out[-1500:]      # the ring verified
+    # the prompt's own capture, in the background from the start, ended by `capture stop`
+    assert f"capturing l2-eth2, l2-eth3 to {at_prompt}" in out and "stopped: capture stop" in out, out[-1500:]
+    spine_side = tshark(at_prompt, "-T", "fields", "-e", "frame.interface_name", "-e", "frame.protocols").splitlines()
+    assert len(spine_side) > 100 and {line.split("\t")[0] for line in spine_side} <= {"l2-eth2", "l2-eth3"}
+    assert all(line.endswith("infiniband") or ":infiniband" in line for line in spine_side), spine_side[:3]
 
     frames = tshark(pcap, "-T", "fields", "-e", "frame.interface_name", "-e", "frame.protocols").splitlines()
     assert len(frames) > 500, len(frames)
