@@ -55,7 +55,7 @@ def compute(x, layers):
     return x
 
 
-def step(rank, world, layers):
+def step(rank, world, layers, refused=()):
     x = torch.randn(HIDDEN, HIDDEN)
     compute(x, layers)
     for elems in BUCKETS:                                      # the gradient buckets, one by one
@@ -65,10 +65,27 @@ def step(rank, world, layers):
     out = [torch.empty(4096) for _ in range(world)]            # sharded parameters gathered
     dist.all_gather(out, torch.ones(4096))
     compute(x, 1)
-    dist.reduce_scatter_tensor(torch.empty(8192), torch.ones(8192 * world))
-    compute(x, 1)
-    dist.all_to_all_single(torch.empty(4096 * world), torch.ones(4096 * world))   # expert routing
+    if "reduce_scatter" not in refused:
+        dist.reduce_scatter_tensor(torch.empty(8192), torch.ones(8192 * world))
+        compute(x, 1)
+    if "alltoall" not in refused:
+        dist.all_to_all_single(torch.empty(4096 * world), torch.ones(4096 * world))   # expert routing
     dist.barrier()
+
+
+def refused_by_backend(world):
+    """The collectives this PyTorch's gloo refuses before sending anything (2.1's has no
+    ReduceScatter): the job leaves them out, on every rank alike."""
+    refused = []
+    for name, call in (("reduce_scatter", lambda: dist.reduce_scatter_tensor(torch.empty(8), torch.ones(8 * world))),
+                       ("alltoall", lambda: dist.all_to_all_single(torch.empty(world), torch.ones(world)))):
+        try:
+            call()
+        except RuntimeError as exc:
+            if "does not support" not in str(exc):
+                raise
+            refused.append(name)
+    return tuple(refused)
 
 
 def worker(rank, args):
@@ -80,13 +97,17 @@ def worker(rank, args):
     if args.et:
         from torch.profiler import ExecutionTraceObserver
         observer = ExecutionTraceObserver().register_callback(str(out / f"et-rank{rank}.json"))
-    step(rank, args.ranks, args.layers)              # warm-up: connections, allocations
+    refused = refused_by_backend(args.ranks)
+    if refused and rank == 0:
+        print(f"torch {torch.__version__}: gloo refuses {', '.join(refused)}; the job leaves them out")
+    step(rank, args.ranks, args.layers, refused)     # warm-up: connections, allocations
     dist.barrier()
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, record_shapes=True,
-                                execution_trace_observer=observer) as prof:
+    # the observer keyword came with 2.2: without --et, older versions record their Kineto trace too
+    extra = {"execution_trace_observer": observer} if observer is not None else {}
+    with torch.profiler.profile(activities=activities, record_shapes=True, **extra) as prof:
         for _ in range(args.steps):
-            step(rank, args.ranks, args.layers)
+            step(rank, args.ranks, args.layers, refused)
             prof.step()
     path = out / f"kineto-rank{rank}.json"
     prof.export_chrome_trace(str(path))

@@ -257,10 +257,13 @@ def _gloo_ops(events, world):
         if not isinstance(args, dict):
             raise LabError(f"{where}: args must be an object, got {excerpt(args)}")
         size = _c10d_size(collective, _tensor_bytes(args.get("Input Dims"), args.get("Input type"), where), world)
-        if size <= 0:
-            raise LabError(f"{where}: no tensor bytes in its Input Dims")
-        start, duration = _span(event, where)
         spans = ends[k]
+        if size <= 0:
+            # PyTorch before 2.2 records no shapes of a TensorList argument: its gloo work carries them
+            size = _work_size(collective, sum(_span_bytes(e, where) for e in spans[:1]), world)
+        if size <= 0:
+            raise LabError(f"{where}: no tensor bytes in its Input Dims, nor in gloo work matched to it")
+        start, duration = _span(event, where)
         gpu_ends = [on_gpu[key] for key in (_external_id(e) for e in spans) if key in on_gpu]
         end = max([start * 1e6 + duration * 1e6] + [e["ts"] + e["dur"] for e in spans] + gpu_ends) / 1e6
         raw.append((event["name"], collective, size, everyone, "", start, end - start))
@@ -277,6 +280,18 @@ def _c10d_size(collective, tensors, world):
         return tensors[1] if len(tensors) > 1 and tensors[1] else tensors[0] * world
     # allreduce: the buffer; alltoall: (output, input)
     return tensors[1] if collective.startswith("alltoall") and len(tensors) > 1 else tensors[0]
+
+
+def _work_size(collective, carried, world):
+    """nccl-tests' size from the bytes of one gloo work span (its input: an AllGather's is one
+    rank's block)."""
+    return carried * world if collective == "allgather" else carried
+
+
+def _span_bytes(span, where):
+    args = span.get("args") if isinstance(span.get("args"), dict) else {}
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    return sum(_tensor_bytes(dims, types, where)) if dims is not None else 0
 
 
 def _ids_usable(calls, work):
@@ -308,7 +323,8 @@ def _work_by_id(calls, work):
 def _work_in_order(calls, work):
     """[gloo spans] per call, where no id ties them: gloo runs a process group's work in the order
     it was called, so each call takes the first span not yet taken that starts after it and
-    carries as many bytes as one of its tensors (or, a span without tensors, has its name)."""
+    carries as many bytes as one of its tensors (or, a span without tensors or a call whose
+    tensors have no recorded shape, has its name)."""
     queue = sorted(work, key=lambda e: e["ts"])
     taken = [False] * len(queue)
     first = 0                                   # every span before it is taken
@@ -321,10 +337,8 @@ def _work_in_order(calls, work):
             span = queue[i]
             if taken[i] or span["ts"] < call["ts"]:
                 continue
-            span_args = span.get("args") if isinstance(span.get("args"), dict) else {}
-            dims, types = span_args.get("Input Dims"), span_args.get("Input type")
-            carried = sum(_tensor_bytes(dims, types, f"gloo span {i}")) if dims is not None else 0
-            if carried in sizes if carried else _op_key(span["name"]) == _op_key(call["name"]):
+            carried = _span_bytes(span, f"gloo span {i}")
+            if carried in sizes if carried and sizes else _op_key(span["name"]) == _op_key(call["name"]):
                 taken[i] = True
                 found = [span]
                 break
@@ -335,8 +349,10 @@ def _work_in_order(calls, work):
 
 
 def _op_key(name):
-    """c10d::allreduce_ and gloo:all_reduce alike: `allreduce`."""
-    return name.split(":")[-1].replace("_", "").lower()
+    """c10d::allreduce_ and gloo:all_reduce alike: `allreduce` (c10d::_reduce_scatter_base_ and
+    gloo:reduce_scatter: `reducescatter`)."""
+    key = name.split(":")[-1].replace("_", "").lower()
+    return key[:-len("base")] if key.endswith("base") else key
 
 
 def _start(event, where):

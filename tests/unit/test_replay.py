@@ -83,6 +83,52 @@ def test_every_rank_of_the_shipped_job_saw_the_same_collectives():
     assert [traces.load(DDP4 / f"kineto-rank{r}.json").rank for r in range(4)] == [0, 1, 2, 3]
 
 
+# -- the recorder's job as other PyTorch versions wrote it --------------------------------------------
+RECORDER_STEP = [("allreduce", 65536 * 4), ("allreduce", 16384 * 4), ("allreduce", 131072 * 4),
+                 ("allgather", 4096 * 4 * 2), ("reducescatter", 8192 * 4 * 2), ("alltoall", 4096 * 4 * 2)]
+
+
+@pytest.mark.parametrize("version, left_out", [
+    # 2.1 records no shapes of a TensorList argument (its sizes are on gloo's work spans), no record
+    # function ids, and its gloo has no ReduceScatter; 2.5 and 2.14 record both
+    ("2.1", {"reducescatter"}), ("2.5", set()),
+])
+def test_each_pytorch_versions_trace_of_the_recorder_reads_as_its_job(version, left_out):
+    folder = ROOT / "examples" / "traces" / f"torch{version}-ddp2"
+    step = [op for op in RECORDER_STEP if op[0] not in left_out]
+    for rank in (0, 1):
+        trace = traces.load(folder / f"kineto-rank{rank}.json")
+        assert (trace.form, trace.world, trace.rank, trace.backend) == ("gloo", 2, rank, "gloo")
+        assert [(o.collective, o.size) for o in trace.ops] == step * 2 and trace.skipped == {"c10d::barrier": 2}
+        assert all(o.duration_s > 0 for o in trace.ops)
+        if (folder / f"chakra-rank{rank}.json").exists():
+            chakra = traces.load(folder / f"chakra-rank{rank}.json", world=2)
+            assert [(o.collective, o.size) for o in chakra.ops] == step * 2
+
+
+def test_a_call_without_shapes_takes_its_size_from_the_gloo_work_of_its_name(tmp_path):
+    """PyTorch 2.1's form: TensorList arguments with empty dims and no record function ids."""
+    def call(op, ts):
+        return {"ph": "X", "cat": "cpu_op", "name": f"c10d::{op}", "ts": ts, "dur": 50, "tid": 1,
+                "args": {"Input Dims": [[], []], "Input type": ["TensorList", "Scalar"]}}
+
+    def work(op, n, ts):
+        return {"ph": "X", "cat": "user_annotation", "name": f"gloo:{op}", "ts": ts, "dur": 300, "tid": 2,
+                "args": {"Input Dims": [[n]], "Input type": ["float"]}}
+
+    events = [call("allreduce_", 0), call("allgather_", 100), call("allreduce_", 200),
+              work("all_gather", 256, 150), work("all_reduce", 1024, 10), work("all_reduce", 64, 400)]
+    path = tmp_path / "t21.json"
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2}}))
+    trace = traces.load(path)
+    assert [(o.collective, o.size) for o in trace.ops] == [("allreduce", 4096), ("allgather", 2048), ("allreduce", 256)]
+    assert trace.ops[1].duration_s == pytest.approx(350e-6)          # to the end of its gloo work
+    events.pop()                                                        # the last call's work is missing
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2}}))
+    with pytest.raises(LabError, match=r"c10d::allreduce_ \(event 2\): no tensor bytes .* nor in gloo work"):
+        traces.load(path)
+
+
 # -- a GPU job's trace: PyTorch 2.11, DDP over gloo carrying CUDA tensors (not the lab's recording) ----
 GPU = ROOT / "examples" / "traces" / "gpu-ddp2"
 
