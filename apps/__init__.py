@@ -72,6 +72,9 @@ class AppInfo:
     te_engine: bool = False        # TE's engine places announced jobs above the routing class's entries
     stage: str | None = None       # the per-packet selection stage's mode (select_stage.py), if any
     model: str | None = None       # the flow model's placement that predicts it (model/placement.py)
+    # An os-ken app of one's own ("PATH.py:Class" or "module:Class") that runs instead of the lab's
+    # controller core: it publishes no status, so the lab knows it only by its switches' connections.
+    osken_app: str | None = None
 
     def defaults(self):
         return {o.name: o.default for o in self.options}
@@ -189,9 +192,53 @@ def custom_app(name):
     return info
 
 
+OSKEN_PREFIX = "osken:"
+
+
+def is_osken_app(name):
+    """Whether a routing choice runs an os-ken app of one's own: `osken:PATH.py[:Class]`."""
+    return isinstance(name, str) and name.strip().startswith(OSKEN_PREFIX)
+
+
+def user_osken_app(name):
+    """The AppInfo of `osken:PATH.py[:Class]` (or `osken:package.module[:Class]`): the file is
+    loaded and must define one OSKenApp subclass (os-ken runs one app per module), the one named
+    if a Class is given. It takes no options and has no flow model."""
+    import inspect
+    import pathlib
+
+    where, _, cls_name = name.strip()[len(OSKEN_PREFIX):].partition(":")
+    if cls_name and not cls_name.isidentifier():
+        raise RoutingError(f"routing {excerpt(name)}: the os-ken app takes no options (osken:PATH.py[:Class])")
+    if where.endswith(".py"):
+        path = pathlib.Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise RoutingError(f"routing {excerpt(name)}: no file {excerpt(str(path))}")
+        where = str(path)
+    elif not where or not all(part.isidentifier() for part in where.split(".")):
+        raise RoutingError(f"routing {excerpt(name)}: name a .py file or a module (osken:PATH.py[:Class])")
+    try:
+        from os_ken.base.app_manager import OSKenApp
+
+        module = _import(where)
+    except Exception as exc:               # noqa: BLE001 - the user's code may raise anything
+        raise RoutingError(f"os-ken app {excerpt(where)} does not load: {type(exc).__name__}: {str(exc)[:120]}") from None
+    apps = [c for _n, c in inspect.getmembers(module, inspect.isclass)
+            if issubclass(c, OSKenApp) and c is not OSKenApp and c.__module__ == module.__name__]
+    if len(apps) != 1 or (cls_name and apps[0].__name__ != cls_name):
+        found = ", ".join(c.__name__ for c in apps) or "none"
+        raise RoutingError(f"os-ken app {excerpt(where)}: os-ken runs the one OSKenApp subclass a module "
+                           f"defines{f' ({cls_name})' if cls_name else ''}; it defines {excerpt(found)}")
+    return AppInfo(f"an os-ken app of one's own: {where}:{apps[0].__name__}", (),
+                   osken_app=f"{where}:{apps[0].__name__}")
+
+
 def app_info(name):
-    """The AppInfo of a built-in app, of one an installed package adds (fabriclab/plugins.py) or
-    of a routing class of one's own (`custom_app`); RoutingError when there is none."""
+    """The AppInfo of a built-in app, of one an installed package adds (fabriclab/plugins.py), of
+    a routing class of one's own (`custom_app`) or of an os-ken app of one's own (`user_osken_app`);
+    RoutingError when there is none."""
+    if is_osken_app(name):
+        return user_osken_app(name)
     if is_custom(name):
         return custom_app(name)
     info = APPS.get(name)
@@ -212,6 +259,8 @@ def app_info(name):
 def split_choice(text):
     """(app name, options text) of a routing choice: `te:period_s=2` -> ("te", "period_s=2"),
     `./my_app.py:MyRouting:seed=3` -> ("./my_app.py:MyRouting", "seed=3")."""
+    if is_osken_app(text):
+        return text.strip(), ""
     head, _, rest = text.strip().partition(":")
     if is_custom(text.strip()):
         cls, _, rest = rest.partition(":")
@@ -225,7 +274,9 @@ def parse_routing(text):
         raise RoutingError(f"routing must be an app name, got {excerpt(text)}")
     name, rest = split_choice(text)
     info = app_info(name)
-    if is_custom(name):
+    if info.osken_app:
+        name = OSKEN_PREFIX + info.osken_app        # the file's absolute path and the class
+    elif is_custom(name):
         name = info.routing                         # the file's absolute path: the controller's name for it
     options = info.defaults()
     known = {o.name: o for o in info.options}

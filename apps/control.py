@@ -347,11 +347,11 @@ def _listen_address(text):
 def argument_parser(apps):
     parser = argparse.ArgumentParser(prog="fabriclab-controller")
     def app(name):
-        from fabriclab.apps import RoutingError, app_info, is_custom
+        from fabriclab.apps import RoutingError, app_info, is_custom, is_osken_app
 
         if name in apps:
             return name
-        if not is_custom(name):
+        if not (is_custom(name) or is_osken_app(name)):
             raise argparse.ArgumentTypeError(f"invalid choice: {name[:60]!r} (choose from {', '.join(sorted(apps))}, "
                                              f"or PATH.py:Class)")
         try:

@@ -53,8 +53,19 @@ def main(argv=None):
     # stops answering, and puts where each thread waits into its error.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     AppManager.get_instance().contexts[osken_app.CONFIG_CONTEXT] = config
-    AppManager.run_apps([osken_app.__name__])
+    AppManager.run_apps([_user_module(args.app) or osken_app.__name__])
     return 0
+
+
+def _user_module(app):
+    """The module name of an os-ken app of one's own (`osken:PATH.py[:Class]`, loaded here under
+    a name of its own, which AppManager then imports), None for the lab's apps."""
+    from fabriclab.apps import _import, app_info, is_osken_app
+
+    if not is_osken_app(app):
+        return None
+    where = app_info(app).osken_app.rpartition(":")[0]
+    return _import(where).__name__
 
 
 if __name__ == "__main__":

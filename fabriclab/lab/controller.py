@@ -8,6 +8,7 @@ what it needs, such as the fabric being programmed.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import signal
@@ -19,7 +20,7 @@ import time
 from fabriclab.loading import excerpt
 from fabriclab.system import patience
 from fabriclab.system.procs import listens
-from fabriclab.apps import RoutingError, control, parse_routing
+from fabriclab.apps import RoutingError, control, is_osken_app, parse_routing
 from fabriclab.errors import LabError
 
 RUNNER_MODULE = "fabriclab.apps.runner"
@@ -34,6 +35,16 @@ def check_app(routing):
         return parse_routing(routing)
     except RoutingError as exc:
         raise LabError(str(exc)) from None
+
+
+def connected_switches(listen, port):
+    """How many bridges OVS reports connected to the controller at tcp:LISTEN:PORT (their
+    Controller rows' is_connected): what the lab knows of an app that publishes no status."""
+    out = subprocess.run(["ovs-vsctl", "--timeout=5", "--format=json", "--columns=is_connected", "find",
+                          "Controller", f'target="tcp:{listen}:{port}"'], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise LabError(f"ovs-vsctl could not list the controller connections: {out.stderr.strip()[:120]}")
+    return sum(1 for row in json.loads(out.stdout).get("data", []) if row == [True])
 
 
 def free_port(address="127.0.0.1"):
@@ -59,6 +70,8 @@ class Controller:
         """`listen`: the one address OpenFlow is served on (loopback: a cluster's other machines
         reach it through their SSH connection, Cluster.forward_controller)."""
         self.app, self.options = check_app(routing)
+        # an os-ken app of one's own: no status file, only its switches' connections to wait for
+        self.foreign = is_osken_app(self.app)
         self.listen = listen
         self.routing = routing
         self.fabric = fabric
@@ -121,6 +134,9 @@ class Controller:
     def wait(self, predicate, timeout, what, explain=None):
         """Re-read the status until predicate(control.Status) holds and return that Status;
         LabError naming `what` otherwise, with `explain(missing switches)` appended."""
+        if self.foreign:
+            raise LabError(f"waiting for {what}: the os-ken app {excerpt(self.app)} publishes no status "
+                           f"(only the lab's own routing apps do)")
         timeout = patience.scaled(timeout)
         deadline = time.monotonic() + timeout
         status = control.Status()
@@ -159,9 +175,23 @@ class Controller:
             return ""
         return summarize_stacks(text)
 
-    def wait_programmed(self, timeout=30.0, after_generation=-1, explain=None):
-        return self.wait(lambda s: s.programmed and s.generation > after_generation,
-                         timeout, "the controller to program the fabric", explain)
+    def wait_programmed(self, timeout=30.0, after_generation=-1, explain=None, switches=None):
+        """Until the app programmed the fabric; for an os-ken app of one's own, until OVS reports
+        every one of `switches` (default: the fabric's) connected to it."""
+        if not self.foreign:
+            return self.wait(lambda s: s.programmed and s.generation > after_generation,
+                             timeout, "the controller to program the fabric", explain)
+        want = len(self.fabric.switches) if switches is None else switches
+        deadline = time.monotonic() + patience.scaled(timeout)
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise LabError(f"os-ken app {excerpt(self.app)} exited: {self.last_log_line()}")
+            got = connected_switches(self.listen, self.port)
+            if got >= want:
+                return control.Status()
+            time.sleep(0.1)
+        raise LabError(f"timed out after {timeout:.0f} s: {got} of {want} switches connected to the os-ken app "
+                       f"{excerpt(self.app)} (log: {self.log_path})")
 
     def stop(self, timeout=5.0):
         if self.proc is None:

@@ -134,6 +134,8 @@ class Lab:
                 self.cluster.connect()
                 self.cluster.check_mtu(spec.mtu)
             self.controller = Controller(self.routing, self.fabric, self.run)
+            if self.controller.foreign and self.machines is not None:
+                raise LabError("an os-ken app of one's own runs on one machine's fabric only (no split)")
             self.controller.start()
             if self.cluster is not None:
                 # the other machines' switches reach it over SSH: it listens on loopback only
@@ -352,7 +354,7 @@ class Lab:
                 self._down[link.key] = link
         self._log(*(event or ("link_up" if up else "link_down", ", ".join(link.label for link in links))))
         keys = {link.key for link in changed if link.kind == "fabric"}
-        if not (wait and keys):
+        if not (wait and keys) or self.controller.foreign:       # an os-ken app of one's own says nothing
             return
 
         def settled(status):

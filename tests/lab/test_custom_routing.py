@@ -32,3 +32,23 @@ def test_a_routing_file_carries_a_verified_ring_allreduce(tmp_path):
     assert set(sent) == {("l1", "s1"), ("l1", "s2"), ("l2", "s1"), ("l2", "s2")}, sent
     assert sent[("l1", "s1")] > 1 and sent[("l2", "s2")] > 1, sent          # ~5 Mbit/s of 10 each way
     assert sent[("l1", "s2")] < 0.05 and sent[("l2", "s1")] < 0.05, sent    # nothing: not even a stray flow
+
+
+def test_an_osken_app_of_ones_own_is_the_whole_controller(tmp_path):
+    """examples/apps/learning_switch.py, an ordinary OSKenApp (not the lab's routing API), on a
+    fabric without loops: pingall reaches every host, a ring AllReduce verifies, and the results
+    say which controller ran (no hash basis: the app's hashing is its own)."""
+    script = tmp_path / "script"
+    script.write_text("pingall\ncollective --sizes 256K --iterations 2 --verify\n")
+    app = "osken:examples/apps/learning_switch.py:LearningSwitch"
+    proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "up", "examples/apps/one_leaf.yaml",
+                           "--routing", app, "--script", str(script)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert "*** Results: 0% dropped (12/12 received)" in proc.stdout + proc.stderr, proc.stderr[-1500:]
+    folder = proc.stdout.split("results: ", 1)[1].split()[0]
+    doc = json.loads((ROOT / folder / "results.json").read_text())
+    (run,) = doc["runs"]
+    assert run["routing"] == app and run["routing_state"]["hash"] is None
+    (size,) = next(iter(run["jobs"].values()))["sizes"]
+    assert size["verify"]["ok"] and size["algorithm"] == "ring"

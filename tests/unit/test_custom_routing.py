@@ -78,3 +78,61 @@ def test_the_controller_process_accepts_the_file_by_its_absolute_path(at_root):
     assert parser.parse_args(["--app", name, "--run-dir", "/tmp", "--port", "1"]).app == name
     with pytest.raises(SystemExit):
         parser.parse_args(["--app", "nosuch", "--run-dir", "/tmp", "--port", "1"])
+
+
+# -- an os-ken app of one's own (`osken:PATH.py[:Class]`): the whole controller ------------------------
+OSKEN_EXAMPLE = ROOT / "examples" / "apps" / "learning_switch.py"
+
+
+def test_an_osken_app_is_named_by_file_and_takes_no_options(at_root):
+    from fabriclab.apps import is_osken_app
+
+    choice = "osken:examples/apps/learning_switch.py"
+    assert is_osken_app(choice) and not is_custom(choice)
+    assert parse_routing(choice) == (f"osken:{OSKEN_EXAMPLE}:LearningSwitch", {})
+    assert parse_routing(choice + ":LearningSwitch")[0] == f"osken:{OSKEN_EXAMPLE}:LearningSwitch"
+    assert with_seed(choice, 7) == choice                  # its hashing is its own: no seed to set
+    assert routing_label(choice) == f"osken:{OSKEN_EXAMPLE}:LearningSwitch"
+    info = app_info(choice)
+    assert info.osken_app == f"{OSKEN_EXAMPLE}:LearningSwitch" and info.model is None and info.options == ()
+
+
+OSKEN_APP = """from os_ken.base import app_manager
+class {name}(app_manager.OSKenApp):
+    pass
+"""
+
+
+@pytest.mark.parametrize("text, suffix, said", [
+    ("raise RuntimeError('boom')\n", "", "does not load: RuntimeError: boom"),
+    ("import no_such_module_here\n", "", "does not load: ModuleNotFoundError"),
+    ("X = 1\n", "", "it defines 'none'"),
+    (OSKEN_APP.format(name="A") + OSKEN_APP.format(name="B").split("\n", 1)[1], "", "it defines 'A, B'"),
+    (OSKEN_APP.format(name="A"), ":B", "(B); it defines 'A'"),
+    (OSKEN_APP.format(name="A"), ":gap_us=5", "takes no options"),
+])
+def test_an_osken_app_that_is_not_one_is_refused_in_one_line(tmp_path, text, suffix, said):
+    path = tmp_path / f"app_{abs(hash(text + suffix))}.py"
+    path.write_text(text)
+    with pytest.raises(LabError, match=said.replace("(", r"\(").replace(")", r"\)")) as caught:
+        check_app(f"osken:{path}{suffix}")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("choice, said", [
+    ("osken:/no/such/app.py", "no file"), ("osken:", "name a .py file or a module"),
+    ("osken:not a module", "name a .py file or a module"),
+])
+def test_an_osken_app_that_is_not_there_is_refused(choice, said):
+    with pytest.raises(LabError, match=said):
+        check_app(choice)
+
+
+def test_the_controller_loads_the_users_module_for_os_ken(at_root):
+    import sys
+
+    from fabriclab.apps import runner
+
+    name = runner._user_module("osken:examples/apps/learning_switch.py")
+    assert sys.modules[name].LearningSwitch.__module__ == name
+    assert runner._user_module("ecmp") is None
