@@ -75,6 +75,8 @@ class AppInfo:
     # An os-ken app of one's own ("PATH.py:Class" or "module:Class") that runs instead of the lab's
     # controller core: it publishes no status, so the lab knows it only by its switches' connections.
     osken_app: str | None = None
+    # An OpenFlow controller the lab does not start (`tcp:HOST:PORT`): the switches connect to it.
+    external: str | None = None
 
     def defaults(self):
         return {o.name: o.default for o in self.options}
@@ -233,10 +235,36 @@ def user_osken_app(name):
                    osken_app=f"{where}:{apps[0].__name__}")
 
 
+EXTERNAL_PREFIX = "tcp:"
+
+
+def is_external(name):
+    """Whether a routing choice is a controller the lab does not start: `tcp:HOST:PORT`."""
+    return isinstance(name, str) and name.strip().startswith(EXTERNAL_PREFIX)
+
+
+def external_controller(name):
+    """The AppInfo of `tcp:HOST:PORT`: an IPv4 address and a port; the lab starts nothing."""
+    import ipaddress
+
+    host, _, port = name.strip()[len(EXTERNAL_PREFIX):].rpartition(":")
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise RoutingError(f"controller {excerpt(name)}: tcp:HOST:PORT takes an IPv4 address as HOST") from None
+    if not port.isdigit() or not 0 < int(port) < 65536 or address.is_unspecified:
+        raise RoutingError(f"controller {excerpt(name)}: tcp:HOST:PORT needs a port 1-65535 and one address")
+    target = f"{EXTERNAL_PREFIX}{address}:{int(port)}"
+    return AppInfo(f"an OpenFlow controller the lab does not start, at {target}", (), external=target)
+
+
 def app_info(name):
     """The AppInfo of a built-in app, of one an installed package adds (fabriclab/plugins.py), of
-    a routing class of one's own (`custom_app`) or of an os-ken app of one's own (`user_osken_app`);
-    RoutingError when there is none."""
+    a routing class of one's own (`custom_app`), of an os-ken app of one's own (`user_osken_app`)
+    or of a controller the lab does not start (`external_controller`); RoutingError when there is
+    none."""
+    if is_external(name):
+        return external_controller(name)
     if is_osken_app(name):
         return user_osken_app(name)
     if is_custom(name):
@@ -259,7 +287,7 @@ def app_info(name):
 def split_choice(text):
     """(app name, options text) of a routing choice: `te:period_s=2` -> ("te", "period_s=2"),
     `./my_app.py:MyRouting:seed=3` -> ("./my_app.py:MyRouting", "seed=3")."""
-    if is_osken_app(text):
+    if is_osken_app(text) or is_external(text):
         return text.strip(), ""
     head, _, rest = text.strip().partition(":")
     if is_custom(text.strip()):
@@ -276,6 +304,8 @@ def parse_routing(text):
     info = app_info(name)
     if info.osken_app:
         name = OSKEN_PREFIX + info.osken_app        # the file's absolute path and the class
+    elif info.external:
+        name = info.external
     elif is_custom(name):
         name = info.routing                         # the file's absolute path: the controller's name for it
     options = info.defaults()

@@ -20,7 +20,7 @@ import time
 from fabriclab.loading import excerpt
 from fabriclab.system import patience
 from fabriclab.system.procs import listens
-from fabriclab.apps import RoutingError, control, is_osken_app, parse_routing
+from fabriclab.apps import RoutingError, app_info, control, is_external, is_osken_app, parse_routing
 from fabriclab.errors import LabError
 
 RUNNER_MODULE = "fabriclab.apps.runner"
@@ -70,8 +70,10 @@ class Controller:
         """`listen`: the one address OpenFlow is served on (loopback: a cluster's other machines
         reach it through their SSH connection, Cluster.forward_controller)."""
         self.app, self.options = check_app(routing)
-        # an os-ken app of one's own: no status file, only its switches' connections to wait for
-        self.foreign = is_osken_app(self.app)
+        # an os-ken app of one's own, or a controller the lab does not start: no status file, only
+        # the switches' connections to wait for
+        self.external = is_external(self.app)
+        self.foreign = self.external or is_osken_app(self.app)
         self.listen = listen
         self.routing = routing
         self.fabric = fabric
@@ -82,6 +84,8 @@ class Controller:
         self.log_path = run.path("controller.log")
 
     def start(self, timeout=20.0):
+        if self.external:
+            return self._reach_external(timeout)
         timeout = patience.scaled(timeout)
         control.write_text(self.files.fabric, self.fabric.to_json())
         self.port = self.port or free_port(self.listen)      # a restart keeps the port the switches know
@@ -113,6 +117,22 @@ class Controller:
         raise LabError(f"controller app {excerpt(self.app)} did not listen on {self.listen}:{self.port} "
                        f"within {timeout:.0f} s (log: {self.log_path})")
 
+    def _reach_external(self, timeout):
+        """A controller the lab does not start: something must accept connections at its address
+        before any switch is built."""
+        target = app_info(self.app).external
+        host, _, port = target[len("tcp:"):].rpartition(":")
+        self.listen, self.port = host, int(port)
+        deadline = time.monotonic() + min(timeout, 5.0)
+        while True:
+            try:
+                with socket.create_connection((host, self.port), timeout=1.0):
+                    return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise LabError(f"no controller answers at {target}: {exc.strerror or exc}") from None
+                time.sleep(0.2)
+
     def last_log_line(self):
         try:
             lines = [line for line in self.log_path.read_text().splitlines() if line.strip()]
@@ -121,6 +141,8 @@ class Controller:
         return lines[-1] if lines else "empty log"
 
     def alive(self):
+        if self.external:
+            return True                # not the lab's to watch: the switches' connections say it
         return self.proc is not None and self.proc.poll() is None
 
     def snapshot(self):
@@ -135,8 +157,8 @@ class Controller:
         """Re-read the status until predicate(control.Status) holds and return that Status;
         LabError naming `what` otherwise, with `explain(missing switches)` appended."""
         if self.foreign:
-            raise LabError(f"waiting for {what}: the os-ken app {excerpt(self.app)} publishes no status "
-                           f"(only the lab's own routing apps do)")
+            raise LabError(f"waiting for {what}: {excerpt(self.app)} publishes no status (only the lab's "
+                           f"own routing apps do)")
         timeout = patience.scaled(timeout)
         deadline = time.monotonic() + timeout
         status = control.Status()
@@ -190,8 +212,9 @@ class Controller:
             if got >= want:
                 return control.Status()
             time.sleep(0.1)
-        raise LabError(f"timed out after {timeout:.0f} s: {got} of {want} switches connected to the os-ken app "
-                       f"{excerpt(self.app)} (log: {self.log_path})")
+        where = "" if self.external else f" (log: {self.log_path})"
+        raise LabError(f"timed out after {timeout:.0f} s: {got} of {want} switches connected to "
+                       f"{excerpt(self.app)}{where}")
 
     def stop(self, timeout=5.0):
         if self.proc is None:

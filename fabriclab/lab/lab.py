@@ -23,7 +23,7 @@ from fabriclab.system import doctor
 
 from fabriclab.lab import linkloss, remotequeues
 from fabriclab.system.doctor import require_environment
-from fabriclab.apps import DEFAULT_ROUTING, control, select_stage
+from fabriclab.apps import DEFAULT_ROUTING, control, is_external, select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.lab.controller import Controller, check_app
 from fabriclab.errors import LabError, Terminated
@@ -135,12 +135,13 @@ class Lab:
                 self.cluster.check_mtu(spec.mtu)
             self.controller = Controller(self.routing, self.fabric, self.run)
             if self.controller.foreign and self.machines is not None:
-                raise LabError("an os-ken app of one's own runs on one machine's fabric only (no split)")
+                raise LabError("an os-ken app of one's own or an external controller runs on one machine's "
+                               "fabric only (no split)")
             self.controller.start()
             if self.cluster is not None:
                 # the other machines' switches reach it over SSH: it listens on loopback only
                 self.cluster.forward_controller(self.controller.port)
-            self.net = mininet_net.new_network(self.controller.port, self.verbose)
+            self.net = mininet_net.new_network(self.controller.port, self.verbose, controller_ip=self.controller.listen)
             mininet_net.populate(self.net, self.fabric, self.run, self.datapath,
                                  delay=self.delay_mechanism == "netem", cluster=self.cluster,
                                  placement=self.split.machine_of if self.split else None)
@@ -264,6 +265,10 @@ class Lab:
         connects (at most about a second: they retry every 1 s) and rewrites them."""
         check_app(routing)
         old = self.controller
+        if old.external or is_external(routing):
+            if routing != self.routing:
+                raise LabError("the switches' controller address is set when the fabric is built: an external "
+                               "controller is neither swapped in nor out on a live fabric")
         old.stop()
         select_stage.detach(self.fabric)
         remove_pins(target=select_stage.pins_for(self.run.id))

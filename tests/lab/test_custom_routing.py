@@ -52,3 +52,42 @@ def test_an_osken_app_of_ones_own_is_the_whole_controller(tmp_path):
     assert run["routing"] == app and run["routing_state"]["hash"] is None
     (size,) = next(iter(run["jobs"].values()))["sizes"]
     assert size["verify"]["ok"] and size["algorithm"] == "ring"
+
+
+@pytest.mark.parametrize("spec, app, options", [
+    ("tiny", "ecmp", {"weights": False, "seed": 0, "shared_basis": False}),      # one of the lab's apps
+    ("examples/apps/one_leaf.yaml", "osken:examples/apps/learning_switch.py", {}),   # an ordinary OSKenApp
+])
+def test_an_external_controller_carries_a_verified_ring(tmp_path, spec, app, options):
+    """`--routing tcp:HOST:PORT`: the switches connect to an OpenFlow controller the lab did not
+    start (here an os-ken process started beside it, given the fabric as the lab would give it);
+    the lab waits until every switch is connected, and records which controller ran."""
+    import socket
+
+    from fabriclab.system import procs
+    from fabriclab.topologies.fabric import Fabric
+    from fabriclab.topologies.spec import load_spec
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "fabric.json").write_text(Fabric(load_spec(str(ROOT / spec) if "/" in spec else spec)).to_json())
+    controller = subprocess.Popen([sys.executable, "-m", "fabriclab.apps.runner", "--app", app, "--run-dir",
+                                   str(tmp_path), "--port", str(port), "--options", json.dumps(options),
+                                   "--run-id", "20261128-000000-abcdef"], cwd=ROOT, start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "controller.log", "w"))
+    try:
+        out = tmp_path / "r"
+        proc = subprocess.run([sys.executable, "-m", "fabriclab.cli.main", "collective", spec, "--routing",
+                               f"tcp:127.0.0.1:{port}", "--sizes", "256K", "--iterations", "2", "--verify",
+                               "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              stdin=subprocess.DEVNULL)
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]       # 1: a CPU-saturated run
+        assert controller.poll() is None, (tmp_path / "controller.log").read_text()[-800:]
+    finally:
+        procs.end_group(controller)
+    doc = json.loads((out / "results.json").read_text())
+    (run,) = doc["runs"]
+    assert run["routing"] == f"tcp:127.0.0.1:{port}" and run["routing_state"]["hash"] is None
+    (size,) = next(iter(run["jobs"].values()))["sizes"]
+    assert size["verify"]["ok"] and size["algorithm"] == "ring"

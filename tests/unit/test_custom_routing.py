@@ -136,3 +136,23 @@ def test_the_controller_loads_the_users_module_for_os_ken(at_root):
     name = runner._user_module("osken:examples/apps/learning_switch.py")
     assert sys.modules[name].LearningSwitch.__module__ == name
     assert runner._user_module("ecmp") is None
+
+
+# -- a controller the lab does not start (`tcp:HOST:PORT`) ------------------------------------------------
+def test_an_external_controller_is_an_address():
+    from fabriclab.apps import is_external
+
+    assert is_external("tcp:10.0.0.5:6653") and not is_external("te:period_s=2")
+    assert parse_routing("tcp:10.0.0.5:6653") == ("tcp:10.0.0.5:6653", {})
+    assert parse_routing(" tcp:127.0.0.1:06653 ")[0] == "tcp:127.0.0.1:6653"
+    assert with_seed("tcp:10.0.0.5:6653", 3) == "tcp:10.0.0.5:6653"
+    assert app_info("tcp:10.0.0.5:6653").external == "tcp:10.0.0.5:6653"
+
+
+@pytest.mark.parametrize("choice, said", [
+    ("tcp:localhost:6653", "IPv4 address"), ("tcp:10.0.0.5", "IPv4 address"), ("tcp:10.0.0.5:0", "port 1-65535"),
+    ("tcp:10.0.0.5:70000", "port 1-65535"), ("tcp:0.0.0.0:6653", "one address"), ("tcp:10.0.0.5:66x", "port"),
+])
+def test_an_external_controller_that_is_no_address_is_refused(choice, said):
+    with pytest.raises(LabError, match=said):
+        check_app(choice)
