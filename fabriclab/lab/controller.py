@@ -197,13 +197,13 @@ class Controller:
             return ""
         return summarize_stacks(text)
 
-    def wait_programmed(self, timeout=30.0, after_generation=-1, explain=None, switches=None):
-        """Until the app programmed the fabric; for an os-ken app of one's own, until OVS reports
-        every one of `switches` (default: the fabric's) connected to it."""
+    def wait_programmed(self, timeout=30.0, after_generation=-1, explain=None):
+        """Until the app programmed the fabric; for an os-ken app of one's own or an external
+        controller, until OVS reports every switch of the fabric connected to it."""
         if not self.foreign:
             return self.wait(lambda s: s.programmed and s.generation > after_generation,
                              timeout, "the controller to program the fabric", explain)
-        want = len(self.fabric.switches) if switches is None else switches
+        want, got = len(self.fabric.switches), 0
         deadline = time.monotonic() + patience.scaled(timeout)
         while time.monotonic() < deadline:
             if not self.alive():
