@@ -172,23 +172,30 @@ def is_custom(name):
     return ":" in name and ("/" in head or head.endswith(".py") or "." in head) if head else False
 
 
+def _file_or_module(where, name):
+    """A .py file's absolute path, or a dotted module name as given; RoutingError (quoting the
+    routing choice `name`) for a file that is not there or a name that is neither."""
+    import pathlib
+
+    if where.endswith(".py"):
+        path = pathlib.Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise RoutingError(f"routing {excerpt(name)}: no file {excerpt(str(path))}")
+        return str(path)
+    if not where or not all(part.isidentifier() for part in where.split(".")):
+        raise RoutingError(f"routing {excerpt(name)}: {excerpt(where)} is neither a .py file nor a module name")
+    return where
+
+
 def custom_app(name):
     """The AppInfo of a routing class of one's own (`./my_app.py:MyRouting`, or `package.module:Class`
     installed beside fabriclab), its file resolved to an absolute path. The class is imported and
     checked here, so that a file that does not load is refused before anything is built; it takes
     the hashing options (a run's seed reaches its select groups) and has no flow model."""
-    import pathlib
-
     where, _, cls = name.partition(":")
     if not cls.isidentifier():
         raise RoutingError(f"routing {excerpt(name)}: name the class after the file or module (PATH.py:Class)")
-    if where.endswith(".py"):
-        path = pathlib.Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise RoutingError(f"routing {excerpt(name)}: no file {excerpt(str(path))}")
-        where = str(path)
-    elif not all(part.isidentifier() for part in where.split(".")):
-        raise RoutingError(f"routing {excerpt(name)}: {excerpt(where)} is neither a .py file nor a module name")
+    where = _file_or_module(where, name)
     info = AppInfo(f"a routing class of one's own: {where}:{cls}", HASHING, routing=f"{where}:{cls}")
     info.routing_class()
     return info
@@ -207,18 +214,11 @@ def user_osken_app(name):
     loaded and must define one OSKenApp subclass (os-ken runs one app per module), the one named
     if a Class is given. It takes no options and has no flow model."""
     import inspect
-    import pathlib
 
     where, _, cls_name = name.strip()[len(OSKEN_PREFIX):].partition(":")
     if cls_name and not cls_name.isidentifier():
         raise RoutingError(f"routing {excerpt(name)}: the os-ken app takes no options (osken:PATH.py[:Class])")
-    if where.endswith(".py"):
-        path = pathlib.Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise RoutingError(f"routing {excerpt(name)}: no file {excerpt(str(path))}")
-        where = str(path)
-    elif not where or not all(part.isidentifier() for part in where.split(".")):
-        raise RoutingError(f"routing {excerpt(name)}: name a .py file or a module (osken:PATH.py[:Class])")
+    where = _file_or_module(where, name)
     try:
         from os_ken.base.app_manager import OSKenApp
 

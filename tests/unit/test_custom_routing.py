@@ -120,8 +120,8 @@ def test_an_osken_app_that_is_not_one_is_refused_in_one_line(tmp_path, text, suf
 
 
 @pytest.mark.parametrize("choice, said", [
-    ("osken:/no/such/app.py", "no file"), ("osken:", "name a .py file or a module"),
-    ("osken:not a module", "name a .py file or a module"),
+    ("osken:/no/such/app.py", "no file"), ("osken:", "neither a .py file nor a module name"),
+    ("osken:not a module", "neither a .py file nor a module name"),
 ])
 def test_an_osken_app_that_is_not_there_is_refused(choice, said):
     with pytest.raises(LabError, match=said):
