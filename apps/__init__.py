@@ -243,6 +243,12 @@ def is_external(name):
     return isinstance(name, str) and name.strip().startswith(EXTERNAL_PREFIX)
 
 
+def is_foreign(name):
+    """Whether a routing choice's controller publishes no status to the lab: an os-ken app of
+    one's own or a controller the lab does not start."""
+    return is_osken_app(name) or is_external(name)
+
+
 def external_controller(name):
     """The AppInfo of `tcp:HOST:PORT`: an IPv4 address and a port; the lab starts nothing."""
     import ipaddress

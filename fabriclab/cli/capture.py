@@ -30,14 +30,12 @@ def add_capture_args(p, write_help, write_required=False):
 def cmd_capture(args):
     from fabriclab.lab import capture
 
-    capture.check_limits(args.count, args.seconds, args.snaplen, args.filter)
     run = capture.live_run(args.run)
-    ports = capture.resolve_ports(run, args.ports)
-    job, out = capture.start(run, ports, args.write, bpf=args.filter, count=args.count, seconds=args.seconds,
+    job, out = capture.start(run, args.ports, args.write, bpf=args.filter, count=args.count, seconds=args.seconds,
                              snaplen=args.snaplen)
     with out:
         where = args.write if args.write not in (None, "-") else "stdout"
-        print(f"capturing {', '.join(name for name, _ in ports)} of run {run.id} to {where} "
+        print(f"capturing {', '.join(name for name, _ in job.ports)} of run {run.id} to {where} "
               f"(Ctrl-C stops)", file=sys.stderr, flush=True)
         got = job.wait()
     print(summary(got), file=sys.stderr)

@@ -465,9 +465,7 @@ class LabPrompt(CLI):
             return
         except argparse.ArgumentError as exc:
             raise LabError(str(exc)) from None
-        capture.check_limits(args.count, args.seconds, args.snaplen, args.filter)
-        ports = capture.resolve_ports(self.lab.run, args.ports)
-        job, out = capture.start(self.lab.run, ports, args.write, bpf=args.filter, count=args.count,
+        job, out = capture.start(self.lab.run, args.ports, args.write, bpf=args.filter, count=args.count,
                                  seconds=args.seconds, snaplen=args.snaplen)
         # tcpdump dies with the thread that started it (PR_SET_PDEATHSIG): started here, waited on there
         thread = threading.Thread(target=lambda: (job.wait(), out.close()), daemon=True)

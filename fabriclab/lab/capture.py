@@ -255,10 +255,13 @@ class Capture:
             thread.join(timeout=5)
 
 
-def start(run, ports, path, **options):
-    """A started Capture of `ports` into `path` ("-" or None: stdout, refused on a terminal) and
-    its open output, which the caller closes once wait() returned. If it does not start, a file it
-    created is removed again."""
+def start(run, names, path, **options):
+    """A started Capture of the ports `names` (checked against `run`, resolve_ports) into `path`
+    ("-" or None: stdout, refused on a terminal) and its open output, which the caller closes once
+    wait() returned. Limits and ports are checked before the output is opened; if the capture does
+    not start, a file it created is removed again."""
+    check_limits(options.get("count"), options.get("seconds"), options.get("snaplen"), options.get("bpf"))
+    ports = resolve_ports(run, names)
     if path in (None, "-"):
         if os.isatty(1):
             raise LabError("pcapng is binary: give -w FILE, or pipe it (`| wireshark -k -i -`, `| tshark -r -`)")

@@ -20,7 +20,7 @@ import time
 from fabriclab.loading import excerpt
 from fabriclab.system import patience
 from fabriclab.system.procs import listens
-from fabriclab.apps import RoutingError, app_info, control, is_external, is_osken_app, parse_routing
+from fabriclab.apps import RoutingError, app_info, control, is_external, is_foreign, parse_routing
 from fabriclab.errors import LabError
 
 RUNNER_MODULE = "fabriclab.apps.runner"
@@ -73,7 +73,7 @@ class Controller:
         # an os-ken app of one's own, or a controller the lab does not start: no status file, only
         # the switches' connections to wait for
         self.external = is_external(self.app)
-        self.foreign = self.external or is_osken_app(self.app)
+        self.foreign = is_foreign(self.app)
         self.listen = listen
         self.routing = routing
         self.fabric = fabric

@@ -498,10 +498,10 @@ class _RoutingWatch(threading.Thread):
 
 def _hash_bases(lab):
     """The seed, and each switch's hash basis, the routing app hashed from (apps/hashing.py)."""
-    from fabriclab.apps import is_external, is_osken_app, parse_routing
+    from fabriclab.apps import is_foreign, parse_routing
     from fabriclab.apps.hashing import switch_bases
 
-    if is_osken_app(lab.routing) or is_external(lab.routing):
+    if is_foreign(lab.routing):
         return None                   # an os-ken app of one's own or an external controller hashes its own way
     _name, options = parse_routing(lab.routing)
     return {"seed": options.get("seed", 0), "shared": bool(options.get("shared_basis", False)),
