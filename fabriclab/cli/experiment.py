@@ -48,7 +48,7 @@ def cmd_experiment(args):
         import types
 
         doc = run_experiment(args.name, args.spec, args.out, options, progress=progress, verbose=args.verbose,
-                             run_plots=args.run_plots, derate=args.derate)
+                             run_plots=args.run_plots, derate=args.derate, plots=args.plots)
         return types.SimpleNamespace(doc=doc, folder=pathlib.Path(doc["folder"]))
 
     return running.execute(plan, args, f"{args.name}: {plan.experiment.SUMMARY}",

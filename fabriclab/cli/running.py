@@ -23,6 +23,9 @@ def add_output_args(p, formats=("table", "json")):
     p.add_argument("--no-run-plots", dest="run_plots", action="store_false",
                    help="leave out each run's heatmap, delivered-rate and NIC plots (about a second a run); "
                         "`fabriclab report FOLDER` draws them later")
+    p.add_argument("--no-plots", dest="plots", action="store_false",
+                   help="draw no plot at all (results, CSVs and report.md only; `fabriclab report FOLDER` "
+                        "draws them later): a sweep's lab machines run their cases so")
 
 
 def execute(plan, args, heading, renderers, bar=False, runner=None):
@@ -43,7 +46,7 @@ def execute(plan, args, heading, renderers, bar=False, runner=None):
         result = runner(progress)
     else:
         result = pipeline.run_plan(plan, args.out, progress=progress, verbose=args.verbose,
-                                   run_plots=getattr(args, "run_plots", True))
+                                   run_plots=getattr(args, "run_plots", True), plots=getattr(args, "plots", True))
     if args.format not in renderers:
         print(json.dumps(result.doc, indent=1))
     elif table:

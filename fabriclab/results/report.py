@@ -113,19 +113,20 @@ def experiment_preface(experiment, doc):
     return ["## Experiment", "", experiment.SUMMARY, "", "```", experiment.table(doc), "```", ""]
 
 
-def render(folder, doc=None, preface=(), run_plots=True):
+def render(folder, doc=None, preface=(), run_plots=True, plan_plots=True):
     """Write the plots and report.md of a results folder from its results.json (or `doc`, the same
     document already in memory) and links CSVs; returns the path of report.md. `preface`: lines
     set after the header (an experiment's own table). `run_plots` False leaves out each run's
     heatmap, delivered rate and NIC plots (about a second a run; `reproduce` runs dozens), and
-    report.md says how to draw them."""
+    report.md says how to draw them; `plan_plots` False the plots across runs too (a lab machine
+    of a sweep: its CPU is for its fabric, and the report is drawn again where the sweep runs)."""
     folder = pathlib.Path(folder)
     doc = document.load(folder) if doc is None else doc
     runs = doc.get("runs") or []
     out = _header(doc, runs) + list(preface) + _summary(doc)
     for index, run in enumerate(runs):
         out += _run_section(folder, doc.get("scale") or {}, run, index, run_plots)
-    out += _across_runs(folder, doc, runs)
+    out += _across_runs(folder, doc, runs) if plan_plots else _undrawn_across()
     path = folder / "report.md"
     path.write_text("\n".join(out).rstrip() + "\n")
     return path
@@ -446,6 +447,10 @@ def _across_runs(folder, doc, runs):
     if _busbw_plot(folder / "busbw.png", doc, runs):
         out += ["![busbw per size](busbw.png)", ""]
     return out + [f"- {n}" for n in notes] + ([""] if notes else [])
+
+
+def _undrawn_across():
+    return ["## Across runs", "", "- plots not drawn here: `fabriclab report FOLDER` draws them from this folder", ""]
 
 
 def _cct_plot(path, runs):

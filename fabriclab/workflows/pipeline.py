@@ -118,7 +118,8 @@ def prepare(plan, verbose=False):
 
 
 # -- running -------------------------------------------------------------------------------------
-def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=False, run_plots=True):
+def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=False, run_plots=True,
+             plots=True):
     """Run every run of `plan`; returns a PlanResult whose document is written, with its CSVs and
     plots, into `out` (default results/<time>-<name>/). `lab`: a running Lab to use instead of
     building one (it is left running, put back as the plan found it). `shared`: others use that
@@ -126,7 +127,8 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
     changed is undone. `progress(event)` gets dicts: {"event": "up", "spec", "seconds",
     "datapath"} once a fabric it built is up, {"event": "run", "index", "total", "label"},
     {"event": "tick", ...} about twice a second, {"event": "job", "job", "fraction", "label"}
-    as jobs advance. `run_plots` False: report.md without each run's own plots (report.render)."""
+    as jobs advance. `run_plots` False: report.md without each run's own plots (report.render);
+    `plots` False: without any plot (the experiment's and the plan's too)."""
     from fabriclab.results import document, report
     from fabriclab.traffic import roce
 
@@ -155,11 +157,14 @@ def run_plan(plan, out=None, lab=None, progress=None, verbose=False, shared=Fals
     doc = document.assemble(plan, head, [o.record for o in outcomes], time.monotonic() - t0, folder,
                             lab.timings)
     document.write(doc, folder)
+    run_plots = run_plots and plots
     if plan.experiment is not None:
-        plan.experiment.plot(doc, folder)
-        report.render(folder, doc, report.experiment_preface(plan.experiment, doc), run_plots=run_plots)
+        if plots:
+            plan.experiment.plot(doc, folder)
+        report.render(folder, doc, report.experiment_preface(plan.experiment, doc), run_plots=run_plots,
+                      plan_plots=plots)
     else:
-        report.render(folder, doc, run_plots=run_plots)
+        report.render(folder, doc, run_plots=run_plots, plan_plots=plots)
     return PlanResult(doc, folder, outcomes)
 
 

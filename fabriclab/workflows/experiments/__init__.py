@@ -136,10 +136,10 @@ def build_plan(name, spec=None, options=None):
 
 
 def run_experiment(name, spec=None, out=None, options=None, progress=None, verbose=False, run_plots=True,
-                   derate=True):
+                   derate=True, plots=True):
     """Run experiment `name`; returns the results document, written to `out` (default
     results/<time>-<name>/) with the experiment's table inputs and plots (each run's own too,
-    unless `run_plots` is False). A run that saturated the CPU measured the software switches,
+    unless `run_plots` is False; none at all if `plots` is False). A run that saturated the CPU measured the software switches,
     not the fabric: with `derate`, the whole experiment runs again at half its link rates (twice
     its time scale), at most MAX_DERATE times, and the document judged is the last one's; every
     attempt stays beside it (`<out>.attempt-<k>`) and the document lists them (`attempts`)."""
@@ -153,7 +153,8 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
     attempts = []
     while True:
         plan = build_plan(name, spec, options)
-        doc = pipeline.run_plan(plan, folder, progress=progress, verbose=verbose, run_plots=run_plots).doc
+        doc = pipeline.run_plan(plan, folder, progress=progress, verbose=verbose, run_plots=run_plots,
+                                plots=plots).doc
         saturated = saturated_runs(doc)
         attempts.append({"derate": options.derate, "host_rate_mbps": doc["scale"]["host_rate_mbps"],
                          "time_scale": doc["scale"]["time_scale"], "saturated": saturated})
