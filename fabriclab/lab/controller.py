@@ -47,6 +47,18 @@ def connected_switches(listen, port):
     return sum(1 for row in json.loads(out.stdout).get("data", []) if row == [True])
 
 
+def retarget(bridges, listen, port):
+    """Point the controller of each of `bridges` (the lab's own, by name) at tcp:LISTEN:PORT in one
+    transaction. OVS connects to a new target at once; a controller restarted on the same target
+    is reached only when the switch's reconnect backoff ends (a second or more)."""
+    target = f'target="tcp:{listen}:{port}"'
+    args = [arg for bridge in bridges for arg in ("--", "set", "Controller", bridge, target)]
+    out = subprocess.run(["ovs-vsctl", "--timeout=30", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        said = (out.stderr.strip().splitlines() or ["no reason given"])[0][:120]
+        raise LabError(f"ovs-vsctl could not point the switches at the new controller: {said}")
+
+
 def free_port(address="127.0.0.1"):
     with socket.socket() as s:
         s.bind((address, 0))

@@ -25,7 +25,7 @@ from fabriclab.lab import linkloss, remotequeues
 from fabriclab.system.doctor import require_environment
 from fabriclab.apps import DEFAULT_ROUTING, control, is_external, select_stage
 from fabriclab.apps.paths import all_paths
-from fabriclab.lab.controller import Controller, check_app
+from fabriclab.lab.controller import Controller, check_app, retarget
 from fabriclab.errors import LabError, Terminated
 from fabriclab.queues.agentproc import MODULE as PFC_AGENT_MODULE
 from fabriclab.queues.datapath import remove_pins
@@ -102,7 +102,6 @@ class Lab:
     def _plan_cluster(self, split, machines):
         """Check a spread over machines before anything is built: one machine per part of the
         split, what runs across machines today, and each machine's share within one lab's bounds."""
-        spec = self.fabric.spec
         if split is None or not machines:
             raise LabError("a fabric over several machines needs both a split and the machines (an inventory)")
         self.split = Split(self.fabric, split)
@@ -262,7 +261,8 @@ class Lab:
     def set_routing(self, routing, timeout=30.0):
         """Replace the controller with another routing app (or the same with other options) on
         the live fabric. The switches keep forwarding on the old entries until the new app
-        connects (at most about a second: they retry every 1 s) and rewrites them."""
+        connects and rewrites them: on a port of its own, so they connect at once rather than when
+        their reconnect backoff ends (a cluster keeps the port its SSH forwards lead to)."""
         check_app(routing)
         old = self.controller
         if old.external or is_external(routing):
@@ -273,8 +273,12 @@ class Lab:
         select_stage.detach(self.fabric)
         remove_pins(target=select_stage.pins_for(self.run.id))
         self.controller = Controller(routing, self.fabric, self.run, listen=old.listen)
-        self.controller.port = old.port
+        if self.cluster is not None:
+            # the other machines' switches reach the controller's port through their SSH forward
+            self.controller.port = old.port
         self.controller.start()
+        if self.controller.port != old.port:
+            retarget(self.fabric.switches, self.controller.listen, self.controller.port)
         self.routing = routing
         self.controller.wait_programmed(timeout=timeout, explain=self._explain)
         with self._jobs_lock:

@@ -1,5 +1,6 @@
 """The routing apps on real fabrics and the selection stage's logic on the kernel's BPF test runner.
 
+- A swap points every switch at the new app's own port, so none waits out a reconnect backoff.
 - E-ECMP spreads QPs that share one source port over both spines; ECMP does not.
 - TE places two elephants from one leaf on different spines, and falls back when a link fails.
 - Flowlet switching moves a flow that went idle to the less-loaded uplink.
@@ -17,6 +18,7 @@ import pytest
 
 from fabriclab.measure import telemetry
 from fabriclab.apps.select_stage import SelectStage, eecmp_member, flow_hash
+from fabriclab.lab.controller import connected_switches
 from fabriclab.lab.lab import Lab
 from fabriclab.topologies.spec import load_spec
 from fabriclab.traffic import roce
@@ -46,6 +48,24 @@ def shared_port_qps(lab):
     spec = CollectiveSpec(collective="bisection", sizes=(256 * 1024,), hosts=("h1", "h3"), qps=8,
                           sport_mode="shared", iterations=2, warmup=0)
     return run_collective(lab, spec)
+
+
+def test_a_swap_moves_every_switch_to_the_new_apps_port(lab):
+    """The mechanism behind a swap that does not wait for OVS's reconnect backoff (a second or
+    more on the same target): the new app listens on its own port, the switches' Controller rows
+    are pointed there in one transaction, and OVS connects to a new target at once."""
+    before = lab.controller.port
+    lab.set_routing("te" if lab.controller.app != "te" else "ecmp")
+    after = lab.controller.port
+    assert after != before
+    out = subprocess.run(["ovs-vsctl", "--format=json", "--columns=target", "find", "Controller",
+                          f'target="tcp:{lab.controller.listen}:{before}"'], capture_output=True, text=True)
+    assert '"data":[]' in out.stdout.replace(" ", ""), out.stdout     # no row left on the old port
+    # The app said it programmed every switch; OVSDB's is_connected follows within its refresh
+    deadline = time.monotonic() + 10
+    while connected_switches(lab.controller.listen, after) < len(lab.fabric.switches) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert connected_switches(lab.controller.listen, after) == len(lab.fabric.switches)
 
 
 def test_eecmp_spreads_shared_source_port_qps_and_ecmp_does_not(lab, figure):
