@@ -252,7 +252,7 @@ def saturating_run_plan(seen, below_mbps=2.5):
     """A stand-in for pipeline.run_plan: its first run saturates the CPU while the plan's host rate
     is above `below_mbps` (the `incast` spec's 10 Mbit/s until a quarter); appends each plan's host
     rate to `seen` and writes the document where the pipeline would."""
-    def run_plan(plan, out, progress=None, verbose=False, run_plots=True):
+    def run_plan(plan, out, progress=None, verbose=False, run_plots=True, plots=True):
         seen.append(plan.spec.host_rate_mbps)
         runs = [run(r.label, {"ring": collective_job()}) for r in plan.runs]
         if plan.spec.host_rate_mbps > below_mbps:

@@ -259,7 +259,7 @@ def test_a_script_format_prints_its_text_alone(monkeypatch, capsys):
     doc = lab_doc(verify=True)
     seen = {}
 
-    def run_plan(plan, out, progress=None, verbose=False, run_plots=True):
+    def run_plan(plan, out, progress=None, verbose=False, run_plots=True, plots=True):
         seen["progress"] = progress
         return types.SimpleNamespace(doc=doc, folder="results/x")
 
