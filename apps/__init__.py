@@ -156,6 +156,9 @@ APPS = {
                   # per packet to the shortest queue, weighted by capacity: in the fluid limit the
                   # model's capacity-weighted split
                   model="ideal"),
+    "pinning": AppInfo("path pinning (seed 000 4.1.2): every packet to a host takes the member its slice (its "
+                       "downlink's index on its leaf) picks at each switch; ECMP only when that member is down",
+                       HASHING, routing="fabriclab.apps.pinning:PinRouting", model="pinning"),
 }
 
 

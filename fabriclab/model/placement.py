@@ -5,6 +5,10 @@
          source port comes from the QP pair, so QP scaling adds entropy unless ports are shared.
 - eecmp: Enhanced ECMP (seed 000, section 4.2.2): the hash also covers the BTH destination QP,
          so QPs of one NIC pair spread even when they share a source port.
+- pinning: path pinning (seed 000, section 4.1.2; apps/pinning.py): at every switch with a
+         choice, a flow takes the failure-free next hop of index (its destination port's slice, its
+         index among its leaf's host ports) modulo their number, whatever its 5-tuple; where that
+         member is down, ECMP's hashed choice among the live ones.
 - te:    centralized traffic engineering (seed 000, section 4.3): flows sorted by demand, largest
          first, each pinned to the shortest path with the most residual capacity (CSPF); the
          demand is what the flow would get in a non-blocking fabric (its NIC share). A flow that
@@ -30,19 +34,22 @@ switches make independent choices, and the statistics are what real hashing give
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from fabriclab.apps import APPS, RoutingError, app_info
 from fabriclab.apps.hashing import flow_hash as stage_hash
 from fabriclab.apps.hashing import mix, ovs_group_hash, ovs_hash_bucket, switch_basis
 from fabriclab.errors import LabError
+from fabriclab.model.routes import Routes
 from fabriclab.model.splitting import Placement, Splitter, demands, host_ends, leaf_of, per_flow
 from fabriclab.topologies.fabric import switch_dpid
 from fabriclab.traffic.roce import IPPROTO_UDP, ROCEV2_UDP_PORT
 
 # The model's own placements; each routing app names the one that predicts it (apps APPS, `model`),
 # and is a scheme here too under its own name.
-PLACEMENTS = ("ecmp", "eecmp", "te", "flowlet", "spray", "ideal", "optimal")
+PLACEMENTS = ("ecmp", "eecmp", "te", "flowlet", "spray", "ideal", "optimal", "pinning")
 APP_PLACEMENT = {name: info.model for name, info in APPS.items() if info.model in PLACEMENTS}
 SCHEMES = (*APP_PLACEMENT, *(p for p in PLACEMENTS if p not in APP_PLACEMENT))
 _MASK = 0xFFFFFFFF
@@ -64,6 +71,8 @@ def place(graph, routes, flows, scheme, hash_seed=0, shared_basis=False):
         placed = _cspf(graph, routes, flows)
     elif scheme == "flowlet":
         placed = _flowlet(graph, routes, flows, hash_seed, shared_basis)
+    elif scheme == "pinning":
+        placed = _pinned(graph, routes, flows, hash_seed, shared_basis)
     elif scheme == "optimal":
         from fabriclab.model.optimal import place_optimal     # its LP solver loads only when asked
         placed = place_optimal(graph, routes, flows)
@@ -154,6 +163,51 @@ def _hashed(graph, routes, flows, with_qp, hash_seed, shared=False):
             else:
                 k = ovs_hash_bucket(ovs_group_hash(*fields, basis=seeds[x]), [(i, 1) for i in range(len(opts))])
             e = int(opts[k])
+            hops.append((e, 1.0))
+            x = dst_of[e]
+        return hops
+
+    return per_flow(graph, flows, middle)
+
+
+# -- path pinning ----------------------------------------------------------------------------------
+
+_INTACT = weakref.WeakKeyDictionary()      # graph -> its Routes with nothing down: the pins' members
+
+
+def port_slices(graph):
+    """Each host port's slice (indexed by port - n_switches): its index among its leaf's host
+    ports in id order, which is fabric.py's slot order in rack and rail cabling alike."""
+    leaf = np.asarray(graph.port_leaf, dtype=np.int64)
+    order = np.argsort(leaf, kind="stable")
+    first = np.searchsorted(leaf[order], leaf[order])          # where each port's leaf starts
+    slices = np.empty(len(leaf), dtype=np.int64)
+    slices[order] = np.arange(len(leaf)) - first
+    return slices
+
+
+def _pinned(graph, routes, flows, hash_seed, shared=False):
+    """Path pinning (apps/pinning.py): at each switch whose failure-free next hops toward the
+    destination leaf number more than one, the one of index slice % their number; where that one
+    is not a live next hop (or there is no choice), ECMP's select group over the live ones."""
+    seeds = switch_seeds(graph, hash_seed, shared)
+    intact = routes if not routes.down else _INTACT.setdefault(graph, Routes(graph))
+    slices = port_slices(graph)
+    dst_of = graph.link_dst
+
+    def middle(flow, a, b):
+        if not routes.reachable(a, b):
+            return None
+        k = int(slices[flow.dst - graph.n_switches])
+        hops, x = [], a
+        while x != b:
+            live = routes.options_array(x, b)
+            members = intact.options_array(x, b)
+            e = int(members[k % len(members)]) if len(members) > 1 else -1
+            if e < 0 or e not in live:
+                bucket = ovs_hash_bucket(ovs_group_hash(*_fields(graph, flow), basis=seeds[x]),
+                                         [(i, 1) for i in range(len(live))])
+                e = int(live[bucket])
             hops.append((e, 1.0))
             x = dst_of[e]
         return hops

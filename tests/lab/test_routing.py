@@ -4,6 +4,8 @@
 - E-ECMP spreads QPs that share one source port over both spines; ECMP does not.
 - TE places two elephants from one leaf on different spines, and falls back when a link fails.
 - Flowlet switching moves a flow that went idle to the less-loaded uplink.
+- Path pinning sends everything to one host up the uplink its slice picks, whatever the 5-tuple,
+  and falls back to the other uplink when that one fails.
 - The stage itself (BPF_PROG_TEST_RUN, a fake clock, no network): the E-ECMP choice is the
   Python hash's; a flowlet keeps its member within the gap and moves after it.
 """
@@ -281,3 +283,28 @@ def test_flowlet_gap_logic_on_a_fake_clock(veths):
         assert stats["gap_histogram_us"]["256-512"] >= 5 and stats["gap_histogram_us"]["512-1024"] >= 1
     finally:
         stage.close()
+
+
+def test_pinning_keeps_each_destination_on_its_slices_uplink_and_falls_back(lab):
+    """h3 and h4 are slices 0 and 1 under l2: with l1's two uplinks, each takes one of them for
+    every source port; with h3's uplink down, h3's packets take the other (the hashed fallback),
+    and the pin is back once it is up."""
+    lab.set_routing("pinning")
+    h1, h3, h4 = (lab.fabric.hosts[h].ports[0].ip for h in ("h1", "h3", "h4"))
+    members = sorted(UPLINKS)
+    taken = {}
+    for dst, name in ((h3, "h3"), (h4, "h4")):
+        for sport in (40001, 40002, 40003, 40004):
+            counts, _ = uplink_packets(lambda: send_udp(lab, "h1", h1, dst, sport, 20, pause=0.0005))
+            used = [i for i in UPLINKS if counts[i] >= 20]
+            assert len(used) == 1 and sum(counts.values()) < 20 + 5, (name, sport, counts)   # + ARP and LLDP
+            taken.setdefault(name, set()).update(used)
+    assert taken == {"h3": {members[0]}, "h4": {members[1]}}, taken    # slice 0 -> first uplink, 1 -> second
+    lab.link_down("l1", "s1")
+    try:
+        counts, _ = uplink_packets(lambda: send_udp(lab, "h1", h1, h3, 40001, 20, pause=0.0005))
+        assert counts[members[1]] >= 20, counts
+    finally:
+        lab.link_up("l1", "s1")
+    counts, _ = uplink_packets(lambda: send_udp(lab, "h1", h1, h3, 40001, 20, pause=0.0005))
+    assert counts[members[0]] >= 20, counts

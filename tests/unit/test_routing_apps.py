@@ -40,7 +40,7 @@ def test_every_app_is_listed_with_its_parts_and_defaults():
     from fabriclab.apps.te import TeRouting
     from fabriclab.model.placement import SCHEMES
 
-    assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te", "ar"}
+    assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te", "ar", "pinning"}
     for name, info in APPS.items():
         assert issubclass(info.routing_class(), EcmpRouting) and info.stage in (None, "hash", "flowlet", "ar")
         assert parse_routing(name) == (name, info.defaults())
