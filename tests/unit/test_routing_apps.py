@@ -69,6 +69,9 @@ def test_options_parse_and_fill_defaults():
     ("ecmp:shared_basis=sometimes", "must be on or off"),
     ("ar:quantum_bytes=-2", "must be > -1"),
     ("ar:carrier=sometimes", "must be on or off"),
+    ("pinning:slice=1", "unknown option 'slice' (options: seed, shared_basis)"),
+    ("pinning:weights=on", "unknown option 'weights'"),
+    ("pinning:seed=x", "must be a number"),
     ("", "must be an app name"),
 ])
 def test_bad_routing_choices_are_one_line_errors(text, words):
