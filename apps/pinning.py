@@ -32,14 +32,18 @@ PIN_GROUP_BASE = 0x20000000
 PORT_BITS = 12                    # a spine of a 254-leaf fabric has more than 255 ports
 
 
-def host_slices(fabric):
-    """{host port address: slice}: each host port's index among its leaf's host ports, in port order."""
+def host_ports_by_leaf(fabric):
+    """{leaf: [its host ports, in port order]}."""
     by_leaf = {}
     for host in fabric.hosts.values():
         for port in host.ports:
             by_leaf.setdefault(port.leaf, []).append(port)
-    return {port.ip: i for ports in by_leaf.values()
-            for i, port in enumerate(sorted(ports, key=lambda p: p.leaf_port))}
+    return {leaf: sorted(ports, key=lambda p: p.leaf_port) for leaf, ports in by_leaf.items()}
+
+
+def host_slices(fabric):
+    """{host port address: slice}: each host port's index among its leaf's host ports, in port order."""
+    return {port.ip: i for ports in host_ports_by_leaf(fabric).values() for i, port in enumerate(ports)}
 
 
 def pinned_port(members, slice_):
@@ -64,10 +68,7 @@ class PinRouting(EcmpRouting):
         super().__init__(fabric, weighted)
         self.members = next_hops(fabric)            # failure-free: the pins do not move on a failure
         self.slices = host_slices(fabric)
-        self.hosts_under = {}                        # leaf -> its host ports
-        for host in fabric.hosts.values():
-            for port in host.ports:
-                self.hosts_under.setdefault(port.leaf, []).append(port)
+        self.hosts_under = host_ports_by_leaf(fabric)
 
     def pins(self):
         """{switch: {host port address: pinned port}} where the switch has a choice."""
