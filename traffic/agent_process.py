@@ -5,10 +5,17 @@ so its input files are copied there first and its output read back from there.""
 
 from __future__ import annotations
 
+import json
+import os
+import select
 import subprocess
 import sys
+import time
 
+from fabriclab.errors import LabError
 from fabriclab.measure import remotecounters
+from fabriclab.loading import excerpt
+from fabriclab.traffic import start_gate
 
 
 def _elsewhere(lab, host):
@@ -33,6 +40,16 @@ def prepare(lab, host, inputs, outputs=()):
 # An agent on another machine of a cluster starts through an SSH session and that machine's Python
 # (an emulated guest's takes seconds): a common start waits this many times what that took.
 REMOTE_START_FACTOR = 1.5
+
+
+# Gated agents (traffic/start_gate.py) start this long after the last said ready: each is waiting in
+# select() on its stdin, and a traffic agent still forks its receiver in that time.
+GO_MARGIN_S = 0.1
+
+
+def gated(lab, hosts):
+    """Whether agents on `hosts` can start through the gate: every one of them runs here."""
+    return all(_elsewhere(lab, host) is None for host in hosts)
 
 
 def start_margin_s(lab, hosts, module, base_s):
@@ -62,17 +79,23 @@ def read_output(lab, host, path, limit, binary=False):
     return cluster.pull(machine, path, limit, binary=binary)
 
 
-def start(lab, host, module, args, role, keep_stdout=False):
+def start(lab, host, module, args, role, keep_stdout=False, gate=False):
     """`python -m module args...` in `host`'s namespace; stderr kept, stdout too if asked for.
+    `gate`: the agent waits for its start time on stdin (`release`) after it said ready on
+    stdout (`wait_ready`); only for a host that runs here (`gated`).
 
     A host on another machine of a cluster runs it there, through the lab's SSH connection (the
     process here is that session; its exit code, stdout and stderr are the agent's), with the
     input files `prepare` put there. Its input is nothing: over SSH, Mininet's mnexec forks away
     from the session, which ends the input at once; an agent is told to stop by a file."""
     away = _elsewhere(lab, host)
+    if gate and away is not None:
+        raise LabError(f"{module}: an agent on another machine cannot be gated ({excerpt(host)})")
     python = away[1].python if away is not None else sys.executable
-    proc = lab.net.get(host).popen([python, "-m", module, *map(str, args)], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+    args = [*map(str, args), *([start_gate.FLAG] if gate else [])]
+    proc = lab.net.get(host).popen([python, "-m", module, *args],
+                                   stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE if keep_stdout or gate else subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
     lab.run.add_process(proc.pid, role, module)
     return proc
@@ -85,3 +108,41 @@ def last_error_line(proc):
     except (OSError, ValueError, AttributeError):
         err = []
     return err[-1] if err else ""
+
+
+def wait_ready(proc, what, deadline):
+    """Wait for an agent's {"ready": ...} line on stdout (by time.monotonic() `deadline`). It is
+    read a byte at a time: nothing after the line is taken from what is read later."""
+    fd, line = proc.stdout.fileno(), b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LabError(f"{what} was not ready in time")
+        if select.select([fd], [], [], min(left, 0.2))[0]:
+            byte = os.read(fd, 1)
+            if not byte:
+                why = last_error_line(proc) or f"exit {proc.wait()}"
+                raise LabError(f"{what} ended before it was ready: {why}")
+            line += byte
+            if len(line) > 4096:
+                break
+    try:
+        ok = "ready" in json.loads(line)
+    except (ValueError, TypeError):
+        ok = False
+    if not ok:
+        raise LabError(f"{what} said {excerpt(line.decode(errors='replace').strip())}, not ready")
+
+
+def release(procs, margin_s=GO_MARGIN_S):
+    """Give gated agents (all ready) their common start, `margin_s` from now: returns it (unix)."""
+    start_at = time.time() + margin_s
+    line = f"{start_at!r}\n".encode()
+    for proc in procs:
+        try:
+            proc.stdin.write(line)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass        # it died after it said ready: its launcher sees its exit
+        proc.stdin = None           # as if it had none: communicate() would flush the closed pipe
+    return start_at

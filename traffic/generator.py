@@ -64,10 +64,10 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fabriclab.errors import LabError
-from fabriclab.traffic import roce, send_policy, sockets
+from fabriclab.traffic import roce, send_policy, sockets, start_gate
 from fabriclab.traffic.pacer import Pace, Pacer
 from fabriclab.traffic.ports import IpIds, RawPort
 from fabriclab.traffic.roce_receiver import Receiver, ReceiverProcess
@@ -486,8 +486,9 @@ class HostSender:
 class HostAgent:
     """Ties one host's sender and receiver to the shared start time and writes the result."""
 
-    def __init__(self, config, seed=None):
+    def __init__(self, config, seed=None, gate=None):
         self.config = config
+        self.gate = gate               # gate(stopped) -> the start time, once the sockets are open
         self.stop_event = threading.Event()
         self.sender = HostSender(config, self.stop_event, seed) if config.flows else None
         self.receiver = None
@@ -510,6 +511,10 @@ class HostAgent:
                 receiver.close()
             raise
         try:
+            if self.gate is not None:
+                # said ready with every socket open: the launcher's start time comes back
+                start = self.gate(self.stop_event.is_set)
+                config = self.config = replace(config, start_at=start)
             start_unix = config.start_at if config.start_at is not None else time.time()
             # Listening starts now (a peer may start a little early); sending at start_at.
             delay = start_unix - time.time()
@@ -579,6 +584,13 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
+def _stdin_gate(stopped):
+    try:
+        return start_gate.ready_then_start("generator", stopped=stopped)
+    except start_gate.GateError as exc:
+        raise LabError(str(exc)) from None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m fabriclab.traffic.generator",
@@ -586,9 +598,13 @@ def main(argv=None):
                     "counters in.")
     parser.add_argument("--config", required=True, help="agent config (JSON)")
     parser.add_argument("--out", required=True, help="where to write the result (JSON)")
-    parser.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
-                        help="when to start sending, instead of the config's start_at (a launcher copies "
-                             "configs to other machines before it knows)")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
+                      help="when to start sending, instead of the config's start_at (a launcher copies "
+                           "configs to other machines before it knows)")
+    when.add_argument(start_gate.FLAG, action="store_true",
+                      help="say ready on stdout once the sockets are open, then read the start time "
+                           "on stdin (a launcher whose agents all run on this machine)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for initial PSNs, IP IDs and R_Keys (default: random)")
     args = parser.parse_args(argv)
@@ -598,7 +614,7 @@ def main(argv=None):
         out_dir = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(out_dir):
             raise LabError(f"result directory {out_dir} does not exist")
-        agent = HostAgent(config, seed=args.seed)
+        agent = HostAgent(config, seed=args.seed, gate=_stdin_gate if args.start_on_stdin else None)
 
         def on_signal(signum, _frame):
             agent.interrupted = True

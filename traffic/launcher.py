@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 from fabriclab.measure import cpuload, telemetry
 from fabriclab.errors import LabError
+from fabriclab.system import patience
 from fabriclab.traffic import agent_process, roce
 
 AGENT_MODULE = "fabriclab.traffic.generator"
-START_MARGIN_S = 1.0     # time for every agent to start and open its sockets before start_at
+START_MARGIN_S = 1.0     # agents on other machines: time to start and open their sockets
+READY_TIMEOUT_S = 10.0   # agents here: every one has said ready by then (times the patience factor)
 MAX_RESULT_BYTES = 64 << 20
 LATE_START_S = 0.05      # an agent starting later than this is reported (results: late_start_s)
 LINGER_S = 1.0
@@ -89,21 +91,26 @@ class TrafficRun:
 
 
 def resolve_neighbours(lab, plan, timeout_s=2):
-    """One ping per (source, destination) of the plan, all in parallel per host, before timing.
+    """One ping per (source, destination) of the plan, all in parallel (every host at once),
+    before timing.
 
     The controller answers ARP, and hundreds of QPs starting at once would otherwise spend their
     first second queued behind neighbour resolution (what a collective's warm-up hides too).
     Returns the pairs that did not answer.
     """
-    unanswered = []
+    procs = []
     for host, flows in plan.items():
         pairs = sorted({(f["src"], f["dst"]) for f in flows})
         if not pairs:
             continue
         script = " ".join(f"(ping -n -q -c1 -W{timeout_s} -I {s} {d} >/dev/null || echo '{s}>{d}') &"
                           for s, d in pairs)
-        out = lab.net.get(host).cmd(script + " wait")
-        unanswered += [line.strip() for line in out.splitlines() if ">" in line and "ping" not in line]
+        procs.append(lab.net.get(host).popen(["sh", "-c", script + " wait"], stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
+    unanswered = []
+    for proc in procs:
+        out, _ = proc.communicate()
+        unanswered += [line.strip() for line in out.decode().splitlines() if ">" in line and "ping" not in line]
     return unanswered
 
 
@@ -137,22 +144,31 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
         files[host] = cfg, out = folder / f"{host}.json", folder / f"{host}.result.json"
         cfg.write_text(json.dumps(config))
         agent_process.prepare(lab, host, [cfg], [out])
-    # Each agent's clock against this one's (asked before the start time is set: the first ask
-    # on another machine starts its reader there).
-    offsets = {host: agent_process.clock_offset_s(lab, host) for host in files}
-    margin = agent_process.start_margin_s(lab, files, AGENT_MODULE, START_MARGIN_S)
-    start_unix = time.time() + margin
-    start_mono = time.monotonic() + margin
     procs = {}
-    run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, message_bytes=message_bytes,
-                     start_wall=start_unix)
     try:
-        for host, (cfg, out) in files.items():
-            proc = agent_process.start(lab, host, AGENT_MODULE,
-                                       ["--config", cfg, "--out", out, "--start-at",
-                                        repr(start_unix + offsets[host])],
-                                       "traffic-agent")
-            procs[host] = (proc, out)
+        if agent_process.gated(lab, files):
+            # Every agent here: each says ready once its sockets are open, then all start at once.
+            for host, (cfg, out) in files.items():
+                procs[host] = (agent_process.start(lab, host, AGENT_MODULE, ["--config", cfg, "--out", out],
+                                                   "traffic-agent", gate=True), out)
+            ready_by = time.monotonic() + patience.scaled(READY_TIMEOUT_S)
+            for host, (proc, _out) in procs.items():
+                agent_process.wait_ready(proc, f"traffic agent on {host}", ready_by)
+            start_unix = agent_process.release([proc for proc, _out in procs.values()])
+        else:
+            # Each agent's clock against this one's (asked before the start time is set: the
+            # first ask on another machine starts its reader there).
+            offsets = {host: agent_process.clock_offset_s(lab, host) for host in files}
+            start_unix = time.time() + agent_process.start_margin_s(lab, files, AGENT_MODULE, START_MARGIN_S)
+            for host, (cfg, out) in files.items():
+                proc = agent_process.start(lab, host, AGENT_MODULE,
+                                           ["--config", cfg, "--out", out, "--start-at",
+                                            repr(start_unix + offsets[host])],
+                                           "traffic-agent")
+                procs[host] = (proc, out)
+        start_mono = time.monotonic() + (start_unix - time.time())
+        run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, message_bytes=message_bytes,
+                         start_wall=start_unix)
         if on_start is not None:
             on_start(start_unix)
         end = start_mono + duration_s

@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import select
 import statistics
 import subprocess
 import time
@@ -38,7 +36,7 @@ from fabriclab.traffic import agent_process
 
 DEFAULT_K = 256
 ROOT_PORT = PORT + 1            # the level-2 aggregator's port (it shares leaf 1's server)
-START_MARGIN_S = 1.5
+START_MARGIN_S = 1.5            # workers on other machines: their start, over SSH, before start_at
 READY_TIMEOUT_S = 10.0         # an aggregator binds its socket (plus, elsewhere, its machine's start)
 NODE_MODULE = "fabriclab.switchml.node"
 NPY_HEADER_MAX = 4096
@@ -240,7 +238,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
         ready_by = time.monotonic() + agent_process.start_margin_s(lab, hosts.values(), NODE_MODULE,
                                                                    patience.scaled(READY_TIMEOUT_S))
         for name, host in hosts.items():
-            _ready(procs[name], f"{name} on {host}", ready_by)
+            agent_process.wait_ready(procs[name], f"switchml: {name} on {host}", ready_by)
         # The workers' configs are in place (on their machines) before the start time is set;
         # each is given it on its command line, on its own clock.
         configs = {}
@@ -259,12 +257,21 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                         "workers": total, "slots": slots, "elements": k},
                 "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}},
                 outputs=[outputs[rank], stop])
-        offsets = {host: agent_process.clock_offset_s(lab, host) for host in set(ranks.values())}
-        start_at = time.time() + agent_process.start_margin_s(lab, ranks.values(), NODE_MODULE,
-                                                              patience.scaled(START_MARGIN_S))
-        for rank, host in ranks.items():
-            procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}",
-                                     ["--start-at", repr(start_at + offsets[host])])
+        if agent_process.gated(lab, ranks.values()):
+            # every worker here: each says ready once its tensor and socket are, then all start
+            for rank, host in ranks.items():
+                procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}", gate=True)
+            ready_by = time.monotonic() + patience.scaled(READY_TIMEOUT_S)
+            for rank, host in ranks.items():
+                agent_process.wait_ready(procs[f"w{rank}"], f"switchml: worker {rank} on {host}", ready_by)
+            start_at = agent_process.release([procs[f"w{rank}"] for rank in ranks])
+        else:
+            offsets = {host: agent_process.clock_offset_s(lab, host) for host in set(ranks.values())}
+            start_at = time.time() + agent_process.start_margin_s(lab, ranks.values(), NODE_MODULE,
+                                                                  patience.scaled(START_MARGIN_S))
+            for rank, host in ranks.items():
+                procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}",
+                                         ["--start-at", repr(start_at + offsets[host])])
         if on_start is not None:
             on_start(start_at)
         failure = None
@@ -308,9 +315,10 @@ def _config(lab, host, folder, name, cfg, outputs=()):
     return path
 
 
-def _run(lab, host, path, name, args=()):
+def _run(lab, host, path, name, args=(), gate=False):
     """A SwitchML process on `host` (on its own machine); its output is its report."""
-    return agent_process.start(lab, host, NODE_MODULE, [path, *args], f"switchml-{name}", keep_stdout=True)
+    return agent_process.start(lab, host, NODE_MODULE, [path, *args], f"switchml-{name}", keep_stdout=True,
+                               gate=gate)
 
 
 def _stop_file(folder, name):
@@ -332,28 +340,6 @@ def _stop(lab, host, folder, name):
         agent_process.prepare(lab, host, [stop])
     except (LabError, OSError):
         pass
-
-
-def _ready(proc, what, deadline):
-    """Wait for an aggregator's {"ready": ...} line: its socket is bound."""
-    fd, line = proc.stdout.fileno(), b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise LabError(f"switchml: {what} was not ready in time")
-        if select.select([fd], [], [], min(left, 0.2))[0]:
-            # A byte at a time: nothing after the line is taken from what _finish reads later.
-            byte = os.read(fd, 1)
-            if not byte:
-                why = agent_process.last_error_line(proc) or f"exit {proc.wait()}"
-                raise LabError(f"switchml: {what} ended before it was ready: {why}")
-            line += byte
-    try:
-        ok = "ready" in json.loads(line)
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        raise LabError(f"switchml: {what} said {excerpt(line.decode(errors='replace').strip())}, not ready")
 
 
 def _tensor(lab, host, path, elements):

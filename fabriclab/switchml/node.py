@@ -1,12 +1,12 @@
 """The SwitchML processes on the lab's hosts: an aggregator (the switch logic on a server beside a
 switch) or a worker, each a UDP loop around the state machines in aggregator.py and worker.py.
 
-    python -m fabriclab.switchml.node CONFIG.json [--start-at UNIX_TIME]
+    python -m fabriclab.switchml.node CONFIG.json [--start-at UNIX_TIME | --start-on-stdin]
 
 An aggregator says {"ready": NAME} once its socket is bound, runs until its `stop_file` appears
 (the launcher puts it there, on whichever machine the aggregator runs) or SIGTERM, and then
 prints its counters as one JSON line. A worker waits for
-the shared start time, aggregates its tensor `iterations` times (each continuing the slots'
+the shared start time (given, or read once it said ready: traffic/start_gate.py), aggregates its tensor `iterations` times (each continuing the slots'
 versions), saves the last result to `output` (.npy) and prints its timings and counters as JSON;
 its `stop_file`, when it appears, ends it early (a cancelled run: over SSH, killing the session
 here does not reach the worker there).
@@ -35,6 +35,7 @@ from fabriclab.switchml.job import JobConfig
 from fabriclab.switchml.packet import MalformedPacket, decode, encode
 from fabriclab.switchml.pool import MULTICAST, UNICAST
 from fabriclab.switchml.worker import Worker
+from fabriclab.traffic import start_gate
 
 PORT = 27182
 MAX_START_DELAY_S = 600.0      # a later start is a clock or launcher mistake
@@ -121,6 +122,12 @@ def run_worker(cfg):
         if stop_file and os.path.exists(stop_file):
             print(json.dumps({"error": "stopped by the launcher"}), flush=True)
             sys.exit(5)
+    if cfg.get("start_on_stdin"):
+        try:
+            cfg["start_at"] = start_gate.ready_then_start(f"w{cfg['rank']}", stopped=stopped)
+        except start_gate.GateError as exc:
+            print(json.dumps({"error": str(exc)}), flush=True)
+            sys.exit(6)
     while (delay := cfg["start_at"] - time.time()) > 0:
         stopped()
         time.sleep(min(delay, STOP_POLL_S))
@@ -179,8 +186,11 @@ def run_worker(cfg):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m fabriclab.switchml.node")
     parser.add_argument("config")
-    parser.add_argument("--start-at", type=float, default=None,
-                        help="a worker's start (unix time on this machine's clock), over its config's")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--start-at", type=float, default=None,
+                      help="a worker's start (unix time on this machine's clock), over its config's")
+    when.add_argument(start_gate.FLAG, action="store_true",
+                      help="a worker: say ready on stdout, then read its start time on stdin")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with open(args.config) as f:
         cfg = json.load(f)
@@ -188,6 +198,7 @@ def main(argv=None):
         if not math.isfinite(args.start_at) or args.start_at - time.time() > MAX_START_DELAY_S:
             parser.error(f"--start-at is not a time within {MAX_START_DELAY_S:.0f} s from now")
         cfg["start_at"] = args.start_at
+    cfg["start_on_stdin"] = args.start_on_stdin
     (run_aggregator if cfg["role"] == "aggregator" else run_worker)(cfg)
 
 

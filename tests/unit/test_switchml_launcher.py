@@ -9,6 +9,7 @@ from fabriclab.switchml import launcher
 from fabriclab.switchml.launcher import AggregationSpec
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
+from fabriclab.traffic import agent_process
 
 FABRIC = Fabric(FabricSpec(name="t-sml", leaves=2, spines=2, hosts_per_leaf=4,
                            host_rate_mbps=10, fabric_rate_mbps=10))
@@ -74,50 +75,6 @@ def test_the_common_start_waits_for_the_slowest_other_machine_its_hosts_use():
     assert asked == [launcher.NODE_MODULE]
 
 
-def python_saying(text):
-    import subprocess
-    import sys
-
-    return subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdout.write({text!r}); sys.stdout.flush()"
-                             "; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-
-
-def test_an_aggregator_is_ready_when_it_says_so_and_its_later_output_is_kept():
-    import time
-
-    proc = python_saying('{"ready": "agg-l1"}\n{"counters": {"sent": 3}}\n')
-    launcher._ready(proc, "agg-l1 on h4", time.monotonic() + 30)
-    # what came after the line is still there for _finish
-    doc = launcher._finish(proc, "agg-l1", 30, fail=False)
-    assert doc == {"counters": {"sent": 3}}
-
-
-@pytest.mark.parametrize("said, complaint", [("", "ended before it was ready"),
-                                             ('{"error": "bind"}\n', "not ready"),
-                                             ("nonsense\n", "not ready")])
-def test_an_aggregator_that_is_not_ready_fails_in_one_line(said, complaint):
-    import time
-
-    proc = python_saying(said)
-    proc.stdin.close()
-    with pytest.raises(LabError, match=complaint):
-        launcher._ready(proc, "agg-l1 on h4", time.monotonic() + 30)
-    proc.wait()
-
-
-def test_an_aggregator_that_says_nothing_in_time_fails():
-    import time
-
-    proc = python_saying("")
-    try:
-        with pytest.raises(LabError, match="agg-l1 on h4 was not ready in time"):
-            launcher._ready(proc, "agg-l1 on h4", time.monotonic() + 0.5)
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 def test_a_workers_result_is_read_where_it_ran_and_must_be_a_tensor(tmp_path):
     import io
     import types
@@ -166,7 +123,7 @@ def test_an_aggregator_stops_when_its_stop_file_appears_and_reports_its_counters
     proc = subprocess.Popen([sys.executable, "-m", launcher.NODE_MODULE, str(cfg)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        launcher._ready(proc, "agg-l1", time.monotonic() + 60)
+        agent_process.wait_ready(proc, "agg-l1", time.monotonic() + 60)
         time.sleep(0.5)
         assert proc.poll() is None                      # no input to end it: it waits for the file
         stop.write_text("")
@@ -177,9 +134,10 @@ def test_an_aggregator_stops_when_its_stop_file_appears_and_reports_its_counters
     assert doc["name"] == "agg-l1" and doc["counters"]["received"] == 0
 
 
-@pytest.mark.parametrize("start_in_s", [0.0, 60.0])
+@pytest.mark.parametrize("start_in_s", [0.0, 60.0, None])
 def test_a_worker_stops_when_its_stop_file_appears_waiting_or_aggregating(tmp_path, start_in_s):
-    # Over SSH the launcher cannot kill a cancelled worker on another machine: its stop file ends it
+    # Over SSH the launcher cannot kill a cancelled worker on another machine: its stop file ends it.
+    # None: a gated worker, ready and waiting for its start time on stdin
     import json
     import subprocess
     import sys
@@ -189,13 +147,18 @@ def test_a_worker_stops_when_its_stop_file_appears_waiting_or_aggregating(tmp_pa
     cfg = tmp_path / "w0.json"
     cfg.write_text(json.dumps({
         "role": "worker", "rank": 0, "worker_id": 0, "address": "127.0.0.1", "service": "127.0.0.1",
-        "iterations": 1, "start_at": time.time() + start_in_s, "timeout_s": 0.05, "deadline_s": 120,
+        "iterations": 1, "start_at": None if start_in_s is None else time.time() + start_in_s,
+        "timeout_s": 0.05, "deadline_s": 120,
         "output": str(tmp_path / "out-0.npy"), "stop_file": str(stop),
         "job": {"job_id": 1, "workers_here": 2, "workers": 2, "slots": 2, "elements": 4},    # no peer: never done
         "tensor": {"dtype": "int32", "elements": 16, "seed": 1}}))
-    proc = subprocess.Popen([sys.executable, "-m", launcher.NODE_MODULE, str(cfg)], stdin=subprocess.DEVNULL,
+    gate = start_in_s is None
+    proc = subprocess.Popen([sys.executable, "-m", launcher.NODE_MODULE, str(cfg), *(["--start-on-stdin"] * gate)],
+                            stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        if gate:
+            agent_process.wait_ready(proc, "w0", time.monotonic() + 60)
         time.sleep(1.5)
         assert proc.poll() is None, proc.communicate()
         stop.write_text("")

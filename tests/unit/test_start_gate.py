@@ -1,0 +1,155 @@
+"""The common start of a run's agents on one machine (traffic/start_gate.py and its launcher side
+in traffic/agent_process.py): ready on stdout, the start time on stdin, and every way it can fail
+in one line. The lab tests run every traffic and SwitchML job through it."""
+
+import io
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fabriclab.errors import LabError
+from fabriclab.traffic import agent_process, start_gate
+
+
+def pipe_with(data, close=True):
+    r, w = os.pipe()
+    os.write(w, data)
+    if close:
+        os.close(w)
+    return r, w
+
+
+def test_the_agent_says_ready_then_reads_its_start_time():
+    out = io.StringIO()
+    start = time.time() + 0.5
+    r, _w = pipe_with(f"{start!r}\n".encode())
+    try:
+        assert start_gate.ready_then_start("w3", fd=r, out=out) == start
+    finally:
+        os.close(r)
+    assert out.getvalue() == '{"ready": "w3"}\n'
+
+
+@pytest.mark.parametrize("data, complaint", [
+    (b"", "stdin ended before a start time came"),
+    (b"soon\n", "not a number: 'soon'"),
+    (b"nan\n", "not within 600 s of now"),
+    (b"1e12\n", "not within 600 s of now"),
+    (b"1" * 100, "not one short line"),
+])
+def test_a_missing_or_malformed_start_time_is_one_line(data, complaint):
+    r, _w = pipe_with(data)
+    try:
+        with pytest.raises(start_gate.GateError, match=complaint):
+            start_gate.read_start(fd=r)
+    finally:
+        os.close(r)
+
+
+def test_a_stopped_agent_stops_waiting_and_a_silent_launcher_times_out():
+    r, w = pipe_with(b"", close=False)
+    try:
+        t0 = time.monotonic()
+        assert start_gate.read_start(fd=r, stopped=lambda: time.monotonic() - t0 > 0.2) is None
+        with pytest.raises(start_gate.GateError, match="no start time on stdin within 0 s"):
+            start_gate.read_start(fd=r, limit_s=0.3)
+        os.close(w)
+        # told to stop, then its input closed (the launcher's order when it cancels): no error
+        assert start_gate.read_start(fd=r, stopped=lambda: True) is None
+    finally:
+        os.close(r)
+
+
+def agent(script):
+    """A stand-in agent: python -c script, with the gate's pipes."""
+    return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+GATED = ("import sys, time; from fabriclab.traffic import start_gate; "
+         "t = start_gate.ready_then_start('a'); print(round(t - time.time(), 3), flush=True)")
+
+
+def test_release_gives_every_ready_agent_one_start_time_just_ahead():
+    procs = [agent(GATED) for _ in range(3)]
+    try:
+        for i, proc in enumerate(procs):
+            agent_process.wait_ready(proc, f"agent {i}", time.monotonic() + 60)
+        start = agent_process.release(procs, margin_s=0.5)
+        ahead = [float(proc.communicate(timeout=30)[0].decode().split()[-1]) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert abs(start - time.time()) < 5
+    assert all(0.3 < a <= 0.5 for a in ahead), ahead     # read at once, and all the same start
+
+
+def test_release_outlives_an_agent_that_died_after_it_said_ready():
+    dead = agent("print('{\"ready\": \"d\"}', flush=True)")
+    live = agent(GATED)
+    try:
+        for proc in (dead, live):
+            agent_process.wait_ready(proc, "agent", time.monotonic() + 60)
+        dead.wait(30)
+        agent_process.release([dead, live])
+        assert live.wait(30) == 0
+    finally:
+        for proc in (dead, live):
+            proc.kill()
+            proc.wait()
+
+
+def saying(text):
+    return agent(f"import sys; sys.stdout.write({text!r}); sys.stdout.flush(); sys.stdin.read()")
+
+
+def test_an_agent_is_ready_when_it_says_so_and_its_later_output_is_kept():
+    proc = saying('{"ready": "agg-l1"}\n{"counters": {"sent": 3}}\n')
+    agent_process.wait_ready(proc, "agg-l1 on h4", time.monotonic() + 30)
+    out, _err = proc.communicate(timeout=30)          # what came after the line is still there
+    assert out == b'{"counters": {"sent": 3}}\n'
+
+
+@pytest.mark.parametrize("said, complaint", [("", "ended before it was ready"),
+                                             ('{"error": "bind"}\n', "not ready"),
+                                             ("nonsense\n", "not ready")])
+def test_an_agent_that_is_not_ready_fails_in_one_line(said, complaint):
+    proc = saying(said)
+    proc.stdin.close()
+    with pytest.raises(LabError, match=complaint):
+        agent_process.wait_ready(proc, "agg-l1 on h4", time.monotonic() + 30)
+    proc.wait()
+
+
+def test_an_agent_that_says_nothing_in_time_fails():
+    proc = saying("")
+    try:
+        with pytest.raises(LabError, match="agg-l1 on h4 was not ready in time"):
+            agent_process.wait_ready(proc, "agg-l1 on h4", time.monotonic() + 0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+class Elsewhere:
+    """A lab whose cluster puts h2 on another machine."""
+
+    class Machine:
+        local = False
+
+    class Cluster:
+        def machine_of_name(self, host):
+            return Elsewhere.Machine() if host == "h2" else None
+
+    cluster = Cluster()
+
+
+def test_only_agents_that_all_run_here_are_gated():
+    assert agent_process.gated(Elsewhere(), ["h1", "h3"])
+    assert not agent_process.gated(Elsewhere(), ["h1", "h2"])
+    with pytest.raises(LabError, match="cannot be gated"):
+        agent_process.start(Elsewhere(), "h2", "m", [], "agent", gate=True)
