@@ -24,6 +24,9 @@ Config (JSON object; unknown keys are errors)::
     message_bytes int    size of one RDMA WRITE, split into FIRST/MIDDLE/LAST packets
     dscp, ecn     int    IP traffic class of every packet (default 26 and ECT(0))
     linger_s      float  how long the receiver keeps counting after the senders stop
+    quiet_s       float  end the linger sooner, once nothing has arrived for this long after the
+                         senders stopped (null: linger it all; a launcher sets it only where no
+                         PFC pause can hold packets back, see traffic/launcher.py)
     sport_mode    str    "qp" (default) or "shared": every QP of a NIC pair uses one source port
 
 A flow's `rate_mbps` is paced on Ethernet frame bytes (IP datagram + 14-byte Ethernet header, the
@@ -81,12 +84,15 @@ CONFIG_DEFAULTS = {
     "dscp": roce.DEFAULT_DSCP,
     "ecn": roce.DEFAULT_ECN,
     "linger_s": 1.0,
+    "quiet_s": None,
     "sport_mode": "qp",
 }
 CONFIG_REQUIRED = ("duration_s",)
 FLOW_KEYS = ("id", "src", "dst", "src_qpn", "dst_qpn", "sport", "rate_mbps")
 SPORT_MODES = ("qp", "shared")
 
+MAX_LINGER_S = 600.0
+"""A receiver counts at most this long after the senders stop."""
 MAX_START_DELAY_S = 600.0
 """An agent waits at most this long for start_at: a bigger delay is a clock or config mistake."""
 MAX_PAYLOAD_BYTES = 9000
@@ -123,6 +129,7 @@ class AgentConfig:
     ecn: int
     linger_s: float
     sport_mode: str
+    quiet_s: float | None = None
 
 
 def _is_int(value):
@@ -221,6 +228,12 @@ def parse_config(data, now=None):
                        f"got {merged['sport_mode']!r}")
     duration = _number_field("config", "duration_s", merged["duration_s"], positive=True)
     linger = _number_field("config", "linger_s", merged["linger_s"], minimum=0)
+    quiet = merged["quiet_s"]
+    if quiet is not None:
+        quiet = _number_field("config", "quiet_s", quiet, positive=True)
+    for name, value in (("linger_s", linger), ("quiet_s", quiet)):
+        if value is not None and value > MAX_LINGER_S:
+            raise LabError(f"config: {name} must be <= {MAX_LINGER_S:.0f} s, got {value!r}")
     payload = _int_field("config", "payload_bytes", merged["payload_bytes"], 4, MAX_PAYLOAD_BYTES)
     if payload % 4:
         raise LabError(f"config: payload_bytes must be a multiple of 4 (only a message's last "
@@ -248,7 +261,7 @@ def parse_config(data, now=None):
         raise LabError("config: nothing to do: no flows and listen is false")
     return AgentConfig(listen=merged["listen"], flows=flows, start_at=start_at,
                        duration_s=duration, payload_bytes=payload, message_bytes=message,
-                       dscp=dscp, ecn=ecn, linger_s=linger, sport_mode=merged["sport_mode"])
+                       dscp=dscp, ecn=ecn, linger_s=linger, sport_mode=merged["sport_mode"], quiet_s=quiet)
 
 
 def load_config(path, start_at=None):
@@ -525,7 +538,8 @@ class HostAgent:
             end_mono = start_mono + config.duration_s
             if receiver:
                 self.receiver = ReceiverProcess(receiver)
-                self.receiver.start(end_mono + config.linger_s)
+                self.receiver.start(end_mono + config.linger_s,
+                                    quiet=(end_mono, config.quiet_s) if config.quiet_s else None)
             if self.sender:
                 while not self.stop_event.is_set() and time.monotonic() < start_mono:
                     time.sleep(max(0.0, min(start_mono - time.monotonic(), STOP_POLL_S)))
@@ -562,6 +576,7 @@ class HostAgent:
         return {
             "host_addresses": sockets.host_addresses(),
             "config": {"start_at": self.config.start_at, "duration_s": self.config.duration_s,
+                       "linger_s": self.config.linger_s, "quiet_s": self.config.quiet_s,
                        "payload_bytes": self.config.payload_bytes,
                        "message_bytes": self.config.message_bytes, "dscp": self.config.dscp,
                        "ecn": self.config.ecn, "sport_mode": self.config.sport_mode},

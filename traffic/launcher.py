@@ -26,6 +26,12 @@ READY_TIMEOUT_S = 10.0   # agents here: every one has said ready by then (times 
 MAX_RESULT_BYTES = 64 << 20
 LATE_START_S = 0.05      # an agent starting later than this is reported (results: late_start_s)
 LINGER_S = 1.0
+# Where no PFC pause can hold packets back (no queue model), a receiver ends its linger once nothing
+# has come for QUIET_S, or for QUIET_PACKETS of its slowest incoming flow's packet gaps if longer:
+# what is still in flight then drains from shaping queues and OVS in milliseconds, arriving all
+# the while. Most of a run's second of linger was spent waiting for nothing.
+QUIET_S = 0.25
+QUIET_PACKETS = 4
 PROGRESS_EVERY_S = 0.25
 
 
@@ -114,6 +120,23 @@ def resolve_neighbours(lab, plan, timeout_s=2):
     return unanswered
 
 
+def quiet_periods(lab, plan, payload_bytes):
+    """{host: quiet_s} for its receiver's linger (traffic/generator.py); {} (linger it all) where
+    the queue model's PFC may pause a port for longer than any gap between arrivals."""
+    if getattr(lab, "queues", None) is not None:
+        return {}
+    host_of = {port.ip: name for name, host in lab.fabric.hosts.items() for port in host.ports}
+    frame_bits = (payload_bytes + roce.ROCE_OVERHEAD + roce.RETH_LEN + roce.ETH_HEADER_LEN) * 8
+    quiet = dict.fromkeys(lab.fabric.hosts, QUIET_S)
+    for flows in plan.values():
+        for flow in flows:
+            host = host_of.get(flow["dst"])
+            if host is not None and flow.get("rate_mbps"):
+                gap = frame_bits / (flow["rate_mbps"] * 1e6)
+                quiet[host] = max(quiet[host], QUIET_PACKETS * gap)
+    return {host: round(min(q, LINGER_S), 4) for host, q in quiet.items()}
+
+
 def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=65536,
                 sport_mode="qp", settle_s=0.5, progress=None, warm_up=True, on_start=None, cancel=None):
     """Run `plan` ({host: [flow]}) for duration_s; returns a TrafficRun.
@@ -136,11 +159,13 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
     folder = lab.run.path("traffic")
     folder.mkdir(exist_ok=True)
     files = {}
+    quiet = quiet_periods(lab, plan, payload_bytes)
     # Every config is in place (on its host's machine) before the start time is set.
     for host in lab.fabric.hosts:
         config = {"listen": True, "flows": plan.get(host, []), "start_at": None,
                   "duration_s": duration_s, "payload_bytes": payload_bytes,
-                  "message_bytes": message_bytes, "linger_s": LINGER_S, "sport_mode": sport_mode}
+                  "message_bytes": message_bytes, "linger_s": LINGER_S, "quiet_s": quiet.get(host),
+                  "sport_mode": sport_mode}
         files[host] = cfg, out = folder / f"{host}.json", folder / f"{host}.result.json"
         cfg.write_text(json.dumps(config))
         agent_process.prepare(lab, host, [cfg], [out])

@@ -104,16 +104,25 @@ class Receiver:
     def close(self):
         self.sock.close()
 
-    def run(self, stop_event, until_mono):
+    def run(self, stop_event, until_mono, quiet=None):
+        """Count until `until_mono`, or, with quiet = (from_mono, quiet_s), until nothing has
+        arrived for quiet_s since from_mono (the senders' end) or since the last arrival."""
         buffer = bytearray(65536)
         recvmsg_into = self.sock.recvmsg_into
-        while not stop_event.is_set() and time.monotonic() < until_mono:
+        quiet_from, quiet_s = quiet if quiet else (until_mono, 0.0)
+        last = quiet_from
+        while not stop_event.is_set():
+            now = time.monotonic()
+            if now >= until_mono or (quiet and now - last >= quiet_s):
+                break
             try:
                 length, ancillary, flags, address = recvmsg_into([buffer], sockets.ANCILLARY_SPACE)
             except socket.timeout:
                 continue
             except InterruptedError:
                 continue
+            if quiet:
+                last = max(last, time.monotonic())
             tos, dst, arrival = sockets.read_ancillary(ancillary)
             if arrival is None:
                 arrival = time.time()
@@ -141,18 +150,18 @@ class ReceiverProcess:
         self.pid = None
         self.read_fd = None
 
-    def start(self, until_mono):
+    def start(self, until_mono, quiet=None):
         read_fd, write_fd = os.pipe()
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
-            self._child(write_fd, until_mono, parent)
+            self._child(write_fd, until_mono, parent, quiet)
         os.close(write_fd)
         self.receiver.close()          # the child owns the socket now
         self.pid, self.read_fd = pid, read_fd
 
-    def _child(self, write_fd, until_mono, parent):
+    def _child(self, write_fd, until_mono, parent, quiet=None):
         status = 0
         try:
             stop = threading.Event()
@@ -162,7 +171,7 @@ class ReceiverProcess:
             if os.getppid() != parent:         # the parent died before prctl took effect
                 stop.set()
             try:
-                self.receiver.run(stop, until_mono)
+                self.receiver.run(stop, until_mono, quiet)
                 report = {"received": self.receiver.result(),
                           "malformed": self.receiver.counts.malformed}
             except Exception as exc:           # reported by the parent as a run error
