@@ -5,11 +5,11 @@ switch) or a worker, each a UDP loop around the state machines in aggregator.py 
 
 An aggregator says {"ready": NAME} once its socket is bound, runs until its `stop_file` appears
 (the launcher puts it there, on whichever machine the aggregator runs) or SIGTERM, and then
-prints its counters as one JSON line. A worker waits for
-the shared start time (given, or read once it said ready: traffic/start_gate.py), aggregates its tensor `iterations` times (each continuing the slots'
-versions), saves the last result to `output` (.npy) and prints its timings and counters as JSON;
-its `stop_file`, when it appears, ends it early (a cancelled run: over SSH, killing the session
-here does not reach the worker there).
+prints its counters as one JSON line. A worker waits for the shared start time (given, or read
+once it said ready: traffic/start_gate.py), aggregates its tensor `iterations` times (each
+continuing the slots' versions), saves the last result to `output` (.npy) and prints its timings
+and counters as JSON; its `stop_file`, when it appears, ends it early (a cancelled run: over SSH,
+killing the session here does not reach the worker there).
 
 Addresses come from the launcher (launcher.py): a worker sends to its switch's service address,
 which OpenFlow steers to the aggregator; an aggregator multicasts by sending once to its group

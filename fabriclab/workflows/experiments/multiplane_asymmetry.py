@@ -69,8 +69,9 @@ def main_job(fabric, workload, sizes, mode, options):
 
     main, _noise = mp.roles(fabric, *WORKLOADS[workload])
     # --quick: one burst measured (and a warm-up): what claim 002-plb-asymmetry's draws read. Its
-    # draws vary far less than its claim needs (sd 0.003 of the ratio over 5 draws of two bursts),
-    # and a third burst cost 4 s of each of the catalogue's 8 runs.
+    # per-plane ratio read 0.941-0.987 over 6 such draws (0.958-0.966 over 5 of two bursts), far
+    # from what its claim and test tell apart, and a second measured burst cost 4 s of each of the
+    # catalogue's 8 runs.
     iterations, warmup = (1, 1) if options.quick else (5, 1)
     # A global context can starve for a while (DCQCN's recovery timer is 20 s of lab time at
     # x66667): an iteration may take far longer than its ideal time, and still counts.
