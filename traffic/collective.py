@@ -377,12 +377,15 @@ def path_drain_s(fabric):
     return (b.host + 2 * b.leaf + b.spine) * 8 / (spec.host_rate_mbps * 1e6)
 
 
-def default_ack_timeout(fabric, rtt_s=0.0):
+def default_ack_timeout(fabric, rtt_s=0.0, dscp=roce.DEFAULT_DSCP):
     """Long enough for a packet to wait behind full buffers on every hop of a path and its ACK
-    to come back: 2 x the longest path's drain time (path_drain_s), plus 50 ms (with PFC on,
-    4 times the buffers' drain time), plus the round trip of the links' delay."""
+    to come back: 2 x the longest path's drain time (path_drain_s), plus 50 ms (4 times the
+    buffers' drain time for a job in the lossless class), plus the round trip of the links' delay.
+    A job in a lossy class of a PFC fabric is tail-dropped like one on a fabric without PFC, and
+    recovers as soon."""
     drain_s = path_drain_s(fabric)
-    if fabric.spec.queues is not None and fabric.spec.queues.pfc.enabled:
+    queues = fabric.spec.queues
+    if queues is not None and queues.pfc.enabled and dscp in queues.lossless_dscp:
         # Lossless: nothing is dropped, but a flow sharing a paused path waits behind the others'
         # bytes and the pauses themselves; a premature timeout would only add duplicates.
         drain_s *= 4
@@ -550,7 +553,7 @@ class Launcher:
         except ValueError as exc:
             raise LabError(f"collective: {exc}") from None
         self.payload_bytes = roce.path_mtu_for(fabric.spec.mtu)
-        self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab))
+        self.ack_timeout = spec.ack_timeout_s or default_ack_timeout(fabric, path_rtt_s(lab), spec.dscp)
         self.reorder_timeout = spec.reorder_timeout_s or default_reorder_timeout(fabric, path_rtt_s(lab))
         self.rate_mbps = fabric.spec.host_rate_mbps
         self.scale_up_rate = (self.rate_mbps * SCALE_UP_FACTOR if fabric.spec.cabling == "rail"

@@ -1,5 +1,6 @@
 """The queue model's arithmetic and wire messages, checked by hand (no network)."""
 
+import dataclasses
 import struct
 
 import pytest
@@ -260,3 +261,17 @@ def test_pfc_reaction_time_is_measured_from_the_xoff():
                                                          "max_ms": 4.0, "max_wait_ms": 3.5,
                                                          "max_gate_change_ms": 0.5}
     assert agent.reaction_stats(since_ns=60_000_000) == {"pauses": 0}
+
+
+def test_only_the_lossless_class_waits_four_drains_before_it_times_out():
+    from fabriclab.traffic.collective import default_ack_timeout, path_drain_s
+
+    fabric = Fabric(load_spec("incast"))          # PFC on, DSCP 26 lossless
+    drain = path_drain_s(fabric)                   # (64 + 2 x 96 + 192) KiB at 10 Mbit/s
+    assert drain == pytest.approx(448 * 1024 * 8 / 10e6)
+    assert default_ack_timeout(fabric) == round(8 * drain + 0.05, 3)
+    assert default_ack_timeout(fabric, dscp=26) == default_ack_timeout(fabric)
+    # a job in the lossy class is tail-dropped: it recovers like one on a fabric without PFC
+    assert default_ack_timeout(fabric, dscp=0) == round(2 * drain + 0.05, 3)
+    without_queues = Fabric(dataclasses.replace(load_spec("incast"), queues=None))
+    assert default_ack_timeout(without_queues, dscp=26) == default_ack_timeout(fabric, dscp=0)
