@@ -150,7 +150,11 @@ def cmd_fullkernel(args):
     pytest_args = list(args.pytest_args or fullkernel.default_selection())
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]
-    result = fullkernel.run_tests(pytest_args, args.timeout, args.kernel, args.guest, kvm=args.kvm)
+    from fabriclab.lab.runstate import RunState
+
+    # a guest's vng and qemu go in a run record of their own: `clean` stops what a SIGKILL left
+    result = fullkernel.run_tests(pytest_args, args.timeout, args.kernel, args.guest, kvm=args.kvm,
+                                  registry=lambda: RunState.create("fullkernel-tier"))
     boot = f", guest booted in {result.boot_s:.0f} s" if result.boot_s is not None else ""
     print(f"full-kernel tier: pytest exit {result.exit_code} on {result.kernel} ({result.how}{boot}, "
           f"{result.total_s:.0f} s in all)", flush=True)

@@ -19,6 +19,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from fabriclab.system import patience, procs
-from fabriclab.errors import EnvironmentProblem, LabError
+from fabriclab.errors import EnvironmentProblem, LabError, Terminated
 
 TIER_ENV = "FABRICLAB_TIER"
 MODULES = ("openvswitch", "sch_red", "sch_netem", "rdma_rxe")
@@ -235,10 +236,14 @@ def default_selection(repo=None, python=sys.executable):
 
 
 def run_tests(pytest_args, timeout_s=DEFAULT_TIMEOUT_S, kernel=None, force_guest=False, repo=None,
-              out=sys.stdout, kvm=False):
+              out=sys.stdout, kvm=False, registry=None):
     """Run pytest with `pytest_args` on the full-kernel tier; returns a TierRun with pytest's exit
     code. Raises EnvironmentProblem when the tier is unavailable and LabError when the guest does not
-    boot or the run outlives `timeout_s`."""
+    boot or the run outlives `timeout_s` (Terminated on SIGTERM, the guest stopped first).
+
+    `registry()`, where given, makes the run record a guest's processes go in (an object with
+    add_process(pid, role, match) and remove()), so that `clean` stops what a SIGKILL left; the
+    record is removed when the guest has stopped."""
     if not timeout_s > 0:
         raise LabError(f"--timeout must be > 0 seconds, got {timeout_s}")
     tier = probe(kernel, force_guest, kvm=kvm)
@@ -259,8 +264,15 @@ def run_tests(pytest_args, timeout_s=DEFAULT_TIMEOUT_S, kernel=None, force_guest
                                  1 if tier.accel == "kvm" else GUEST_PATIENCE))
         os.chmod(script, 0o755)
         env = dict(os.environ, PATH=os.pathsep.join([venv_bin(), os.environ.get("PATH", "")]))
-        code, boot_s, total_s, tail = _bounded(vng_argv(tier, script, outdir), timeout_s, BOOTED, out,
-                                               env=env, cwd=repo)
+        run = registry() if registry is not None else None
+        try:
+            # vng, virtme-run and qemu all carry the tier's own folder in an argument
+            record = (lambda pid, arg: run.add_process(pid, "tier-guest", arg)) if run is not None else None
+            code, boot_s, total_s, tail = _bounded(vng_argv(tier, script, outdir), timeout_s, BOOTED, out,
+                                                   env=env, cwd=repo, tag=outdir, on_process=record)
+        finally:
+            if run is not None:
+                run.remove()
         if boot_s is None:
             raise LabError(f"the full-kernel guest ({tier.kernel}) did not boot: "
                            f"{tail or f'no output, exit {code}'}")
@@ -274,14 +286,32 @@ def run_tests(pytest_args, timeout_s=DEFAULT_TIMEOUT_S, kernel=None, force_guest
         return TierRun(pytest_code, "guest", tier.kernel, boot_s, total_s)
 
 
-def _bounded(argv, timeout_s, marker, out, env, cwd, boot_timeout_s=BOOT_TIMEOUT_S):
+def _bounded(argv, timeout_s, marker, out, env, cwd, boot_timeout_s=BOOT_TIMEOUT_S, tag=None, on_process=None):
     """Run argv in its own process group, echoing its output to `out`; kill the group past timeout_s
-    (or past boot_timeout_s without `marker`). Returns (exit code, seconds to marker or None, total
-    seconds, last non-empty output line)."""
+    (or past boot_timeout_s without `marker`), on Ctrl-C and on SIGTERM (raised as Terminated: the
+    default would end this process and leave the group running). Returns (exit code, seconds to
+    marker or None, total seconds, last non-empty output line).
+
+    `on_process(pid, argument)` is told of each process of the group's session with `tag` in an
+    argument as it appears, until a qemu has been."""
     start = time.monotonic()
+    previous = (signal.signal(signal.SIGTERM, _raise_terminated)
+                if threading.current_thread() is threading.main_thread() else None)
+    try:
+        return _supervise(argv, timeout_s, marker, out, env, cwd, boot_timeout_s, tag, on_process, start)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated("terminated by SIGTERM; the full-kernel guest stopped")
+
+
+def _supervise(argv, timeout_s, marker, out, env, cwd, boot_timeout_s, tag, on_process, start):
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, cwd=cwd, start_new_session=True)
-    seen = {"marker": None, "tail": ""}
+    seen = {"marker": None, "tail": "", "recorded": set(), "qemu": on_process is None}
 
     def pump():
         for raw in proc.stdout:
@@ -296,6 +326,8 @@ def _bounded(argv, timeout_s, marker, out, env, cwd, boot_timeout_s=BOOT_TIMEOUT
     reader.start()
     try:
         while proc.poll() is None:
+            if not seen["qemu"]:
+                _record_session(proc.pid, tag, on_process, seen)
             elapsed = time.monotonic() - start
             if elapsed > timeout_s:
                 procs.end_group(proc)
@@ -310,6 +342,15 @@ def _bounded(argv, timeout_s, marker, out, env, cwd, boot_timeout_s=BOOT_TIMEOUT
         raise
     reader.join(timeout=5)
     return proc.returncode, seen["marker"], time.monotonic() - start, seen["tail"]
+
+
+def _record_session(sid, tag, on_process, seen):
+    for pid, arg in procs.in_session_with(sid, tag):
+        if pid not in seen["recorded"]:
+            seen["recorded"].add(pid)
+            on_process(pid, arg)
+            program = (procs.pid_cmdline(pid) or "").split(" ", 1)[0]
+            seen["qemu"] = seen["qemu"] or os.path.basename(program).startswith("qemu-system")
 
 
 # ---------------------------------------------------------------------------

@@ -122,6 +122,27 @@ def with_argument_under(prefix):
     return found
 
 
+def in_session_with(sid, tag):
+    """[(pid, argument)] for every process of session `sid` (a Popen started with
+    start_new_session leads it) with an argument that holds `tag`, the caller's own mark (e.g. a
+    temporary folder it made): that whole argument is what `stop_recorded` matches later."""
+    found, mark = [], tag.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            session = int(stat[stat.rfind(")") + 2:].split()[3])
+        except (OSError, ValueError, IndexError):
+            continue
+        if session != sid:
+            continue
+        arg = next((a for a in _arguments(entry) if mark in a), None)
+        if arg is not None:
+            found.append((int(entry), arg.decode(errors="replace")))
+    return found
+
+
 def listening_inodes(port):
     """The socket inodes of every TCP listener on `port` in this network namespace."""
     out = set()

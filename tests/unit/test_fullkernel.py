@@ -4,12 +4,14 @@ the tier would run, the guest's script, and the bounds on a run that hangs or ne
 import io
 import os
 import shutil
+import signal
+import threading
 import time
 
 import pytest
 
-from fabriclab.system import fullkernel
-from fabriclab.errors import EnvironmentProblem, LabError
+from fabriclab.system import fullkernel, procs
+from fabriclab.errors import EnvironmentProblem, LabError, Terminated
 
 
 def _kernel(root, release, modules, builtin=()):
@@ -131,6 +133,39 @@ def test_a_run_past_its_limit_is_stopped(tmp_path):
         fullkernel._bounded(argv, 2, fullkernel.BOOTED, out, dict(os.environ), str(tmp_path))
     assert fullkernel.BOOTED in out.getvalue()
     assert _group_gone(pidfile)
+
+
+def test_sigterm_stops_the_guests_group_and_is_raised_not_fatal(tmp_path):
+    """`lab.sh test` ends a background tier with SIGTERM: by default that ended this process alone
+    and left qemu running (2026-11-29)."""
+    pidfile = tmp_path / "child"
+    argv = ["sh", "-c", f"echo '{fullkernel.BOOTED} 6.1'; sleep 60 & echo $! > {pidfile}; wait"]
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(Terminated, match="SIGTERM"):
+        fullkernel._bounded(argv, 30, fullkernel.BOOTED, io.StringIO(), dict(os.environ), str(tmp_path))
+    assert _group_gone(pidfile)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_guests_processes_are_recorded_by_its_folder_until_qemu_and_stop_by_that_record(tmp_path):
+    """What a SIGKILLed tier leaves, its run record names: every process of the guest's session
+    that carries the tier's folder, each by a whole argument, recorded until qemu itself is."""
+    qemu = tmp_path / "qemu-system-x86_64"
+    qemu.symlink_to(shutil.which("sleep"))
+    argv = ["sh", "-c", f"echo '{fullkernel.BOOTED} 6.1'; {qemu} 60 & wait"]
+    records, ended = [], []
+    runner = threading.Thread(target=lambda: ended.append(fullkernel._bounded(
+        argv, 60, fullkernel.BOOTED, io.StringIO(), dict(os.environ), str(tmp_path),
+        tag=str(tmp_path), on_process=lambda pid, arg: records.append({"pid": pid, "match": arg}))))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not any(r["match"] == str(qemu) for r in records) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(r["match"] for r in records) == sorted([argv[2], str(qemu)]), records
+    assert len(procs.stop_recorded(records)) == 2
+    runner.join(timeout=10)
+    assert ended and ended[0][0] != 0
 
 
 def test_bounded_returns_the_exit_code_and_the_boot_time(tmp_path):
