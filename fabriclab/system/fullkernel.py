@@ -345,9 +345,11 @@ def _supervise(argv, timeout_s, marker, out, env, cwd, boot_timeout_s, tag, on_p
 
 
 def _record_session(sid, tag, on_process, seen):
+    # By (pid, argument): a child caught between fork and exec still has its parent's arguments,
+    # and is recorded again once it runs its own (the stale record matches nothing).
     for pid, arg in procs.in_session_with(sid, tag):
-        if pid not in seen["recorded"]:
-            seen["recorded"].add(pid)
+        if (pid, arg) not in seen["recorded"]:
+            seen["recorded"].add((pid, arg))
             on_process(pid, arg)
             program = (procs.pid_cmdline(pid) or "").split(" ", 1)[0]
             seen["qemu"] = seen["qemu"] or os.path.basename(program).startswith("qemu-system")
