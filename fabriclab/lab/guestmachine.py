@@ -296,8 +296,7 @@ while :; do sleep 3600; done
                     continue
                 self.run.add_process(pid, "guest-qemu", guest.netdev)
                 guest.recorded_pids.add(pid)
-                program = (procs.pid_cmdline(pid) or "").split(" ", 1)[0]
-                guest.qemu_recorded = guest.qemu_recorded or os.path.basename(program).startswith("qemu-system")
+                guest.qemu_recorded = guest.qemu_recorded or procs.runs_qemu(pid)
 
     def _wait_ready(self, guest):
         deadline = time.monotonic() + BOOT_TIMEOUT_S

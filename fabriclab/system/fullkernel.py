@@ -351,8 +351,7 @@ def _record_session(sid, tag, on_process, seen):
         if (pid, arg) not in seen["recorded"]:
             seen["recorded"].add((pid, arg))
             on_process(pid, arg)
-            program = (procs.pid_cmdline(pid) or "").split(" ", 1)[0]
-            seen["qemu"] = seen["qemu"] or os.path.basename(program).startswith("qemu-system")
+            seen["qemu"] = seen["qemu"] or procs.runs_qemu(pid)
 
 
 # ---------------------------------------------------------------------------

@@ -122,6 +122,13 @@ def with_argument_under(prefix):
     return found
 
 
+def runs_qemu(pid):
+    """Whether `pid` runs a qemu-system-* program (by its first argument), a guest's emulator
+    found among the processes its recorder already knows by their own marks."""
+    program = (pid_cmdline(pid) or "").split(" ", 1)[0]
+    return os.path.basename(program).startswith("qemu-system")
+
+
 def in_session_with(sid, tag):
     """[(pid, argument)] for every process of session `sid` (a Popen started with
     start_new_session leads it) with an argument that holds `tag`, the caller's own mark (e.g. a
