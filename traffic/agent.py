@@ -245,6 +245,21 @@ class QueuePair:
 
     # -- counters -------------------------------------------------------------------------------
 
+    def send_state(self):
+        """What this QP still has to send and why it may not be sending it (None when idle): the
+        stall report's view of the sender."""
+        r = self.requester
+        if r.idle:
+            return None
+        state = {"peer": self.peer, "queued_messages": len(r.queue),
+                 "queued_bytes": sum(req.length for req in r.queue),
+                 "unacked_packets": r.outstanding_packets(), "retries": r.retries,
+                 "retransmitted_packets": r.counters.retransmitted_packets,
+                 "held_lanes": sum(1 for lane in self.lanes if lane is not None and lane.held is not None)}
+        if self.rp is not None:
+            state["dcqcn_rate_mbps"] = round(self.rp.rate_mbps, 6)
+        return state
+
     def counters(self):
         r, s = self.requester.counters, self.responder.counters
         out = {"qpn": self.qpn, "peer": self.peer, "peer_qpn": self.peer_qpn,
@@ -769,7 +784,10 @@ class UdpRnic:
                 "timeline": self.timeline.record(self.driver.clock_offset)}
 
     def status(self):
-        return {}
+        """Each busy QP's send state (at most 8), and the ports holding ACKs or CNPs back (their queue full: paused)."""
+        sending = [state for state in (qp.send_state() for qp in self.qps.values()) if state]
+        return {"sending": sending[:8],
+                "held_ports": [plane.index + 1 for plane in self.planes if plane.port.held]}
 
 
 def main(argv=None):

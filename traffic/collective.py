@@ -32,6 +32,7 @@ from fabriclab.units import human_size
 from fabriclab.traffic import agent_process, rank_channel, roce, schedules, softroce
 from fabriclab.traffic import plb as lb
 from fabriclab.traffic.rank_driver import QP_METHODS
+from fabriclab.traffic.stall import explain_stall
 
 AGENT_MODULE = "fabriclab.traffic.agent"
 AGENT_MODULES = {softroce.UDP: AGENT_MODULE, softroce.RXE: "fabriclab.traffic.verbs_agent"}
@@ -534,6 +535,7 @@ class Launcher:
         spec.check()
         self.lab, self.spec, self.progress = lab, spec, progress
         self.name, self.stop, self.abandon = name, stop, abandon
+        self._diagnosing = False      # asking the ranks why they stalled (see _stuck)
         self.on_ready = on_ready      # called once every agent is up, before the first iteration
         fabric = lab.fabric
         self.ranks = place_ranks(fabric, spec)
@@ -812,22 +814,26 @@ class Launcher:
         return f"{self.describe(rank)}: agent died ({how}) while {doing}" + (f": {line}" if line else "")
 
     def _stuck(self, waiting, doing, timeout_s):
-        """A bounded wait ran out: ask the stuck ranks what they wait for, then fail."""
-        rank = min(waiting)
-        detail = ""
+        """A bounded wait ran out: ask every rank what it waits for and what it still sends, then
+        fail naming the chain from the first stuck rank to the one that holds it up."""
+        if self._diagnosing:                      # the status question itself went unanswered
+            raise LabError(f"{self.describe(min(waiting))} did not answer within {timeout_s:.1f} s while {doing}")
+        statuses = {}
+        self._diagnosing = True
         try:
-            self.links[rank].send({"status": True})
-            status = self._gather("status", [rank], 2.0, "asking for status")[rank]["state"]
-            wants = status.get("waiting_for") or []
-            if wants:
-                peer = wants[0]["from"]
-                detail = f": waiting for {wants[0]['bytes']} bytes from {self.describe(peer)}"
-            elif status.get("unacked_sends"):
-                detail = f": {status['unacked_sends']} sends not acknowledged"
-        except LabError:
+            live = [r for r, link in self.links.items() if link.sock is not None and link.proc.poll() is None]
+            for rank in live:
+                self.links[rank].send({"status": True})
+            # kept as they come: a rank that does not answer (frozen) leaves the others' answers
+            self._gather("status", live, 2.0, "asking for status",
+                         on_message=lambda rank, message: statuses.__setitem__(rank, message["state"]))
+        except (LabError, OSError):
             pass
-        raise LabError(f"{self.describe(rank)} did not finish within {timeout_s:.1f} s while "
-                       f"{doing}{detail}")
+        finally:
+            self._diagnosing = False
+        detail = explain_stall(min(waiting), statuses, self.describe)
+        raise LabError(f"{self.describe(min(waiting))} did not finish within {timeout_s:.1f} s while "
+                       f"{doing}{': ' + detail if detail else ''}")
 
     def stop_agents(self):
         finals = {}

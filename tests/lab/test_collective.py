@@ -2,6 +2,7 @@
 CTS admission, failures that name the rank."""
 
 import os
+import re
 import signal
 import threading
 import time
@@ -193,6 +194,22 @@ def test_a_frozen_peer_exhausts_the_retry_counter(lab):
         run_collective(lab, CollectiveSpec("allreduce", sizes=(4 << 20,), iterations=3,
                                            ack_timeout_s=0.2, retry_limit=2))
     thread.join()
+    assert not labutil.leaked(before, labutil.resources())
+
+
+def test_a_stalled_iteration_names_the_rank_that_holds_it_up(lab):
+    """A peer frozen with its QPs' retries far from exhausted (1 s ACK timeout: 8 s to use up 7
+    retries, against the iteration's 6.2 s bound): the iteration runs out of time, every rank is
+    asked where it stands, and the error follows the waits from rank 0 to the frozen rank 1."""
+    before = labutil.resources()
+    thread = _signal_agent_later(lab, signal.SIGSTOP, 1.0)
+    with pytest.raises(LabError) as caught:
+        run_collective(lab, CollectiveSpec("allreduce", sizes=(256 << 10,), iterations=200,
+                                           ack_timeout_s=1.0, timeout_factor=1.01))
+    thread.join()
+    text = str(caught.value)
+    assert re.search(r"rank 0 \(h1 [^)]*\) did not finish within [\d.]+ s while .*: rank 0 \(h1 [^)]*\) waits for "
+                     r"\d+ bytes from rank \d.*rank 1 \(h2 h2-n0\) did not answer$", text), text
     assert not labutil.leaked(before, labutil.resources())
 
 

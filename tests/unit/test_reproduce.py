@@ -189,7 +189,7 @@ def test_an_inconclusive_claim_does_not_fail_the_run_a_flipped_one_does(tmp_path
     assert not outcome.ok and outcome.rows[0]["status"] == FLIPPED
 
 
-def test_a_lossless_drop_or_a_failed_experiment_fails_the_run(tmp_path):
+def test_a_lossless_drop_or_a_failed_draw_fails_the_run_and_the_draw_is_left_out(tmp_path):
     dropped = doc(("r", ["lossless drop: l1-eth3 (l1) dropped 3 over its headroom"]))
     outcome = catalogue.run((claim(None, ("ecmp-balance",), draws=1),), out=tmp_path / "b",
                             progress=lambda line: None, runner=lambda *a: dropped)
@@ -201,10 +201,24 @@ def test_a_lossless_drop_or_a_failed_experiment_fails_the_run(tmp_path):
             raise LabError("a collective failed")
         return doc(("r", []))
 
+    # The failed draw is left out of the claim, which is judged over the other two; the run
+    # still fails, and the catalogue names the draw and why.
     outcome = catalogue.run((claim(None, ("ecmp-balance",)),), out=tmp_path / "c", progress=lambda line: None,
                             runner=broken)
     assert not outcome.ok
-    assert outcome.rows[0]["agreement"] == "experiment failed: ecmp-balance: draw 2: LabError: a collective failed"
+    row = outcome.rows[0]
+    assert row["status"] == AGREES and row["judged_draws"] == 2 and row["draws"] == 3
+    assert row["invalid"] == ["draw 2: ecmp-balance failed: LabError: a collective failed"]
+    assert outcome.experiments["ecmp-balance"]["failed_draws"] == {"2": "LabError: a collective failed"}
+    text = (tmp_path / "c" / "catalogue.md").read_text()
+    assert "failed: draw 2: LabError: a collective failed" in text
+    assert "Left out: draw 2: ecmp-balance failed: LabError: a collective failed." in text
+
+    # When too few draws are left, the claim is not judged (no longer called flipped).
+    outcome = catalogue.run((claim(None, ("ecmp-balance",)),), out=tmp_path / "d", progress=lambda line: None,
+                            runner=lambda name, folder, quick, k: broken(name, folder, quick, 2))
+    assert not outcome.ok and outcome.rows[0]["status"] == NOT_JUDGED
+    assert outcome.rows[0]["agreement"].startswith("not judged: draw 1: ecmp-balance failed: LabError")
 
 
 def test_a_cpu_saturated_draw_is_left_out_and_all_of_them_leave_the_claim_not_judged(tmp_path):

@@ -100,17 +100,22 @@ def _iterate(drivers, iteration=0, seconds=5.0, in_place=False):
         driver.run(iteration, start_at)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for driver in drivers:
-            now = time.monotonic()
-            if driver.start_mono is not None and now >= driver.start_mono:
-                driver.begin(now)
-            driver.rnic.poll(now)
-            for plane in driver.rnic.planes:
-                driver.rnic.receive(plane, time.monotonic())
+        _step(drivers)
         done = [[m for m in d.told if "done" in m] for d in drivers]
         if all(done):
             return [d[0] for d in done]
     pytest.fail(f"not done: {[d.status() for d in drivers]}")
+
+
+def _step(drivers):
+    """One turn of each rank's event loop."""
+    for driver in drivers:
+        now = time.monotonic()
+        if driver.start_mono is not None and now >= driver.start_mono:
+            driver.begin(now)
+        driver.rnic.poll(now)
+        for plane in driver.rnic.planes:
+            driver.rnic.receive(plane, time.monotonic())
 
 
 # Where nothing is lost, an ACK timeout could only come from this loop being descheduled (a
@@ -225,3 +230,26 @@ def test_a_fatal_send_error_names_the_port_and_the_peer(pair):
                                        r"packet exceeds the MTU towards 10\.0\.0\.2") as err:
         drivers[0].rnic.poll(time.monotonic())
     assert "\n" not in str(err.value)
+
+
+def test_a_stalled_collective_is_explained_by_the_sender_that_holds_it_up(pair):
+    """Every data packet lost: each rank waits for the other, and each one's status shows the
+    sends it cannot get acknowledged and the timeouts it has counted; the stall report names
+    them instead of only the bytes a rank waits for."""
+    from fabriclab.traffic.stall import explain_stall
+
+    _schedule, drivers = pair(Wire(drop=lambda n: True), ack_timeout_s=0.01, retry_limit=1000)
+    start_at = time.time()
+    for driver in drivers:
+        driver.prepare(0)
+        driver.run(0, start_at)
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        _step(drivers)
+    statuses = {d.rank: d.status() for d in drivers}
+    sending = statuses[1]["sending"]
+    assert sending and sending[0]["peer"] == 0 and sending[0]["unacked_packets"] > 0
+    assert sending[0]["retries"] >= 1 and sending[0]["retransmitted_packets"] > 0
+    text = explain_stall(0, statuses, lambda r: f"rank {r}")
+    assert text.startswith("rank 0 waits for ") and " bytes from rank 1; rank 1 still has " in text, text
+    assert "timeouts in a row" in text, text

@@ -85,7 +85,7 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
     docs, experiments = {}, {}
     total, step = sum(counts.values()), 0
     for name, n in counts.items():
-        docs[name], errors, seconds, derated = [], [], 0.0, {}
+        docs[name], errors, seconds, derated, failed = [], [], 0.0, {}, {}
         for k in range(1, n + 1):
             step += 1
             progress(f"[{step}/{total}] experiment {name}{' (quick)' if quick else ''}, draw {k} of {n}")
@@ -96,7 +96,8 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
             except (Terminated, EnvironmentProblem):
                 raise                     # stopped, or the machine cannot run any experiment
             except Exception as exc:      # noqa: BLE001 - one experiment's failure is its claims' verdict
-                doc, error = None, f"draw {k}: {type(exc).__name__}: {str(exc)[:300]}"
+                failed[str(k)] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                doc, error = None, f"draw {k}: {failed[str(k)]}"
                 progress(f"  {name} failed: {error}")
                 errors.append(error)
             docs[name].append(doc)
@@ -108,7 +109,8 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
             elapsed = (doc or {}).get("elapsed_s")
             seconds += elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
         experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}", "draws": n,
-                             "derated": derated, "error": "; ".join(errors) or None, **_validity(docs[name])}
+                             "derated": derated, "error": "; ".join(errors) or None, "failed_draws": failed,
+                             **_validity(docs[name])}
     rows = [_row(claim, docs, experiments, folder, quick) for claim in claims]
     outcome = Outcome(folder, rows, experiments)
     write(outcome, quick, origin)
@@ -210,20 +212,19 @@ def _validity(docs):
 
 
 def _row(claim, docs, experiments, folder, quick):
-    failed = [f"{e}: {experiments[e]['error']}" for e in claim.experiments if experiments[e]["error"]]
+    """A claim's row: judged over the draws of its experiments. A draw in which one of them failed
+    is left out, as a saturated one is (the failure is listed, and `reproduce` still exits 1 for
+    it): one stalled run does not decide the claim, but it is not hidden either."""
     n = claim.draws_for(quick) if not claim.experiments else min(experiments[e]["draws"] for e in claim.experiments)
-    findings, judgement = [], None
-    if failed:
-        status, text = FLIPPED, "experiment failed: " + failed[0]
-    else:
-        try:
-            findings = [claim.measure({e: docs[e][k] for e in claim.experiments}) for k in range(n)]
-            judgement = agreement(claim, findings)
-            status, text = judgement.status, judgement.text
-        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
-            # a document without the runs the claim reads: the experiment changed, not the fabric
-            findings, judgement = [], None
-            status, text = FLIPPED, f"could not measure: {type(exc).__name__}: {str(exc)[:200]}"
+    try:
+        findings = [_finding(claim, docs, experiments, k) for k in range(n)]
+        judgement = agreement(claim, findings)
+        status, text = judgement.status, judgement.text
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
+        # a document without the runs the claim reads: the experiment changed, not the fabric
+        findings, judgement = [], None
+        status, text = FLIPPED, f"could not measure: {type(exc).__name__}: {str(exc)[:200]}"
+    findings = [f for f in findings if f.effects]         # the draws that measured something
     first = findings[0] if findings else Finding(lab="-", lab_value=None, effects=(), direction="")
     lab = judgement.lab if judgement else None
     plot = _plot(claim, findings, folder)
@@ -235,7 +236,16 @@ def _row(claim, docs, experiments, folder, quick):
             "effects": judgement.effects if judgement else [],
             "status": status, "agreement": text, "conditions": claim.conditions, "differs": claim.differs,
             "experiments": list(claim.experiments),
-            "invalid": (judgement.invalid if judgement else failed), "plot": plot}
+            "invalid": judgement.invalid if judgement else [], "plot": plot}
+
+
+def _finding(claim, docs, experiments, k):
+    """Draw k's Finding (0-based); an invalid one naming the failure where an experiment failed."""
+    failed = [f"{e} failed: {experiments[e]['failed_draws'][str(k + 1)]}" for e in claim.experiments
+              if docs[e][k] is None]
+    if failed:
+        return Finding(lab="-", lab_value=None, effects=(), direction="", invalid=failed)
+    return claim.measure({e: docs[e][k] for e in claim.experiments})
 
 
 def _round(value):
