@@ -1,8 +1,9 @@
 """os-ken controller apps: the catalogue of routing schemes a user can name, and their options.
 
 A routing choice is a string, `NAME` or `NAME:option=value,option=value`, e.g. `flowlet:gap_us=500`
-or `te:period_s=2`. `parse_routing` checks it (one-line errors) without importing os-ken, so the
-lab can refuse a bad choice before it builds anything.
+or `te:period_s=2`. `choice.Routing.parse` checks it once, where it enters the lab (one-line
+errors, without importing os-ken, so a bad choice is refused before anything is built), and
+everything below receives that Routing value.
 
 Every app runs in the same controller: the os-ken adapter (osken_app.py) around the controller
 core (core.py), composed from the app's AppInfo: its routing class, TE's engine, the per-packet
@@ -303,50 +304,3 @@ def split_choice(text):
         cls, _, rest = rest.partition(":")
         head = f"{head}:{cls}"
     return head, rest
-
-
-def parse_routing(text):
-    """'name[:opt=value,...]' -> (name, {option: value}) with every option of the app filled in."""
-    if not isinstance(text, str) or not text.strip():
-        raise RoutingError(f"routing must be an app name, got {excerpt(text)}")
-    name, rest = split_choice(text)
-    info = app_info(name)
-    if info.osken_app:
-        name = OSKEN_PREFIX + info.osken_app        # the file's absolute path and the class
-    elif info.external:
-        name = info.external
-    elif is_custom(name):
-        name = info.routing                         # the file's absolute path: the controller's name for it
-    options = info.defaults()
-    known = {o.name: o for o in info.options}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if key not in known:
-            have = ", ".join(sorted(known)) or "none"
-            raise RoutingError(f"routing {name}: unknown option {excerpt(key)} (options: {have})")
-        if not eq:
-            raise RoutingError(f"routing {name}: option {key} needs a value ({key}=...)")
-        options[key] = known[key].parse(name, value)
-    return name, options
-
-
-def with_seed(text, seed):
-    """The routing choice `text` with its hash seed set to `seed`, unless it sets one itself (a
-    run's seed reaches every switch's hash basis: apps/hashing.py). An app that hashes nothing (one
-    an installed package adds without a `seed` option) is returned as it is."""
-    name, options = parse_routing(text)
-    _, rest = split_choice(text)
-    if "seed" not in options or "seed" in {item.partition("=")[0].strip() for item in rest.split(",") if item.strip()}:
-        return text
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise RoutingError(f"a run's hash seed must be a whole number >= 0, got {excerpt(seed)}")
-    return f"{text.strip()}{',' if rest.strip() else ':'}seed={seed}"
-
-
-def routing_label(text):
-    """The canonical form of a routing choice: the name plus the options that differ from defaults."""
-    name, options = parse_routing(text)
-    defaults = app_info(name).defaults()
-    changed = [f"{k}={v}" for k, v in options.items() if v != defaults[k]]
-    return name + (":" + ",".join(changed) if changed else "")

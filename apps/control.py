@@ -314,7 +314,7 @@ class AppConfig:
     """Everything a controller app is configured with, handed to it as one object."""
 
     app: str                 # a name in fabriclab.apps.APPS
-    options: dict            # its parsed options (parse_routing)
+    options: dict            # its parsed options (choice.Routing.settings)
     fabric: Fabric
     files: RunFiles          # where it publishes its status and reads jobs and steering
     run_id: str = ""

@@ -24,6 +24,8 @@ import os
 
 import pytest
 
+from fabriclab.apps import DEFAULT_ROUTING
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lab: builds a real fabric (needs root, Open vSwitch, Mininet)")
@@ -35,7 +37,7 @@ class LabPool:
     def __init__(self):
         self.key, self.lab = None, None
 
-    def get(self, spec, routing="ecmp"):
+    def get(self, spec, routing=DEFAULT_ROUTING):
         from fabriclab.lab.lab import Lab
         from fabriclab.topologies.spec import load_spec
 
@@ -71,7 +73,7 @@ def lab_for(fabriclab_pool):
     _need_root()
     used = []
 
-    def get(spec, routing="ecmp"):
+    def get(spec, routing=DEFAULT_ROUTING):
         lab = fabriclab_pool.get(spec, routing)
         used.append(lab)
         return lab

@@ -146,7 +146,7 @@ def collective_plan(spec, routing, cspec, args, kind="collective", sample_ms=5.0
     """The plan of `collective` and of the prompt's `collective`: one run, one collective job."""
     from fabriclab.workflows.plan import Job, Metrics, single_run
 
-    source = {"command": kind, "routing": routing,
+    source = {"command": kind, "routing": str(routing),
               **{k: v for k, v in vars(args).items() if k not in ("func", "command") and not callable(v)}}
     return single_run(f"{spec.name}-{cspec.collective}", kind, spec, Job(cspec.collective, cspec),
                       routing=routing, metrics=Metrics(sample_ms=sample_ms, bin_ms=max(50.0, sample_ms)),
@@ -158,15 +158,15 @@ def cmd_collective(args):
     from fabriclab.results import nccl, tables
     from fabriclab.topologies.spec import load_spec
 
-    from fabriclab.apps import RoutingError, with_seed
+    from fabriclab.apps import RoutingError
 
     spec = load_spec(args.spec)
-    check_app(args.routing)
+    routing = check_app(args.routing)
     if args.format == "nccl":
         args.in_place = True            # nccl-tests runs every size both ways
     cspec = spec_from_args(args)
     try:                                # the seed draws the QPs and the switches' hash bases
-        routing = with_seed(args.routing, args.seed)
+        routing = routing.with_seed(args.seed)
     except RoutingError as exc:
         raise LabError(f"--seed: {exc}") from None
     plan = collective_plan(spec, routing, cspec, args, sample_ms=args.sample_ms)

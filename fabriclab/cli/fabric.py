@@ -141,10 +141,10 @@ def cmd_up(args):
     from fabriclab.workflows.session import Session
 
     spec = load_spec(args.spec)
-    check_app(args.routing)
+    routing = check_app(args.routing)
     if args.script and not os.path.isfile(args.script):
         raise LabError(f"no script file {args.script!r}")
-    lab = Lab(spec, routing=args.routing, verbose=args.verbose, **cluster_args(args))
+    lab = Lab(spec, routing=routing, verbose=args.verbose, **cluster_args(args))
     session = Session(lab)
     if args.web:                      # the address is taken before anything is built
         session.web = WebServer(lab, session, args.web).bind()
@@ -194,17 +194,17 @@ def allpairs_plan(args, kind="run"):
     from fabriclab.traffic.allpairs import AllPairsSpec
     from fabriclab.workflows.plan import Job, Metrics, link_events, single_run
 
-    from fabriclab.apps import RoutingError, with_seed
+    from fabriclab.apps import RoutingError
 
     spec = load_spec(args.spec)
-    check_app(args.routing)
+    routing = check_app(args.routing)
     try:
-        routing = with_seed(args.routing, getattr(args, "seed", 0))
+        routing = routing.with_seed(getattr(args, "seed", 0))
     except RoutingError as exc:
         raise LabError(f"--seed: {exc}") from None
     workload = AllPairsSpec(duration_s=args.duration, load=args.load, flows_per_pair=args.flows_per_pair,
                             sport_mode=args.sport_mode)
-    source = {"command": kind, "spec": args.spec, "routing": routing, "duration_s": args.duration,
+    source = {"command": kind, "spec": args.spec, "routing": str(routing), "duration_s": args.duration,
               "load": args.load, "flows_per_pair": args.flows_per_pair, "sport_mode": args.sport_mode,
               "link_down": list(args.link_down), "link_up": list(args.link_up)}
     return single_run(spec.name, kind, spec, Job("traffic", workload), routing=routing,

@@ -108,9 +108,9 @@ def job_names(paths):
 def replay_plan(spec, routing, specs, names, args):
     from fabriclab.workflows.plan import Job, Metrics, Plan, RunPlan
 
-    source = {"command": "replay", "routing": routing,
+    source = {"command": "replay", "routing": str(routing),
               **{k: v for k, v in vars(args).items() if k not in ("func", "command") and not callable(v)}}
-    run = RunPlan(routing, routing=routing, jobs=[Job(n, s) for n, s in zip(names, specs)])
+    run = RunPlan(str(routing), routing=routing, jobs=[Job(n, s) for n, s in zip(names, specs)])
     plan = Plan(name=f"{spec.name}-replay", kind="replay", spec=spec, runs=[run],
                 metrics=Metrics(sample_ms=args.sample_ms, bin_ms=max(50.0, args.sample_ms)), source=source)
     plan.check()
@@ -125,9 +125,9 @@ def cmd_replay(args):
     from fabriclab.workflows import pipeline
 
     spec = load_spec(args.spec)
-    check_app(args.routing)
+    routing = check_app(args.routing)
     specs = replay_specs(args, placed_hosts(Fabric(spec), args.placement, args.seed))
-    plan = replay_plan(spec, args.routing, specs, job_names(args.traces), args)
+    plan = replay_plan(spec, routing, specs, job_names(args.traces), args)
     if args.check:
         pipeline.prepare(plan)
         for job in plan.runs[0].jobs:

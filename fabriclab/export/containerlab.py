@@ -96,7 +96,8 @@ def topology(fabric, routing=DEFAULT_ROUTING, image=DEFAULT_IMAGE, subnet=DEFAUL
     """The containerlab topology (a dict, as the file's YAML holds it)."""
     from fabriclab.lab.controller import check_app
 
-    app, options = check_app(routing)
+    routing = check_app(routing)
+    app, options = routing.name, dict(routing.settings)
     addresses = management(fabric, subnet)
     name = f"fabriclab-{fabric.spec.name}".replace("_", "-")
     nodes = {CONTROLLER: {

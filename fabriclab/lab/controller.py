@@ -20,7 +20,8 @@ import time
 from fabriclab.loading import excerpt
 from fabriclab.system import patience
 from fabriclab.system.procs import listens
-from fabriclab.apps import RoutingError, app_info, control, is_external, is_foreign, parse_routing
+from fabriclab.apps import RoutingError, control
+from fabriclab.apps.choice import Routing
 from fabriclab.errors import LabError
 
 RUNNER_MODULE = "fabriclab.apps.runner"
@@ -30,9 +31,9 @@ POLL_S = 0.005
 
 
 def check_app(routing):
-    """(app name, options) of a routing choice such as `flowlet:gap_us=500`; LabError if bad."""
+    """The Routing of a choice such as `flowlet:gap_us=500` (a Routing as it is); LabError if bad."""
     try:
-        return parse_routing(routing)
+        return Routing.parse(routing)
     except RoutingError as exc:
         raise LabError(str(exc)) from None
 
@@ -81,13 +82,13 @@ class Controller:
     def __init__(self, routing, fabric, run, listen="127.0.0.1"):
         """`listen`: the one address OpenFlow is served on (loopback: a cluster's other machines
         reach it through their SSH connection, Cluster.forward_controller)."""
-        self.app, self.options = check_app(routing)
+        self.routing = check_app(routing)
+        self.app, self.options = self.routing.name, dict(self.routing.settings)
         # an os-ken app of one's own, or a controller the lab does not start: no status file, only
         # the switches' connections to wait for
-        self.external = is_external(self.app)
-        self.foreign = is_foreign(self.app)
+        self.external = self.routing.external
+        self.foreign = self.routing.foreign
         self.listen = listen
-        self.routing = routing
         self.fabric = fabric
         self.run = run
         self.port = None
@@ -132,7 +133,7 @@ class Controller:
     def _reach_external(self, timeout):
         """A controller the lab does not start: something must accept connections at its address
         before any switch is built."""
-        target = app_info(self.app).external
+        target = self.routing.info.external
         host, _, port = target[len("tcp:"):].rpartition(":")
         self.listen, self.port = host, int(port)
         deadline = time.monotonic() + min(timeout, 5.0)

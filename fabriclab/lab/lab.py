@@ -23,7 +23,7 @@ from fabriclab.system import doctor
 
 from fabriclab.lab import linkloss, remotequeues
 from fabriclab.system.doctor import require_environment
-from fabriclab.apps import DEFAULT_ROUTING, control, is_external, select_stage
+from fabriclab.apps import DEFAULT_ROUTING, control, select_stage
 from fabriclab.apps.paths import all_paths
 from fabriclab.lab.controller import Controller, check_app, retarget
 from fabriclab.errors import LabError, Terminated
@@ -68,7 +68,7 @@ class Lab:
         spread the fabric over several machines (Mininet's cluster edition)."""
         if not isinstance(spec, FabricSpec):
             raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
-        check_app(routing)
+        routing = check_app(routing)         # the edge: everything below gets the parsed Routing
         if split is None and machines is None:
             too_big = beyond_one_machine(spec)     # from the spec's counts, before naming a port
             if too_big:
@@ -263,9 +263,9 @@ class Lab:
         the live fabric. The switches keep forwarding on the old entries until the new app
         connects and rewrites them: on a port of its own, so they connect at once rather than when
         their reconnect backoff ends (a cluster keeps the port its SSH forwards lead to)."""
-        check_app(routing)
+        routing = check_app(routing)
         old = self.controller
-        if old.external or is_external(routing):
+        if old.external or routing.external:
             if routing != self.routing:
                 raise LabError("the switches' controller address is set when the fabric is built: an external "
                                "controller is neither swapped in nor out on a live fabric")

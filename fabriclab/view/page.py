@@ -99,7 +99,7 @@ def render_live(lab, token, refresh_s, max_frames=LIVE_FRAMES):
     fabric = lab.fabric
     data = {"mode": "live", "layout": layout.layout(fabric), "runs": [],
             "live": {"events": f"events?token={token}", "action": f"action?token={token}",
-                     "refresh_s": refresh_s, "max_frames": max_frames, "routing": lab.routing}}
+                     "refresh_s": refresh_s, "max_frames": max_frames, "routing": str(lab.routing)}}
     title = f"{fabric.spec.name} with {lab.routing}, live"
     return _html(title, scale_line(live_scale(fabric)), data)
 

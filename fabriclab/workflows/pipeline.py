@@ -70,16 +70,11 @@ class PlanResult:
 # -- checking ------------------------------------------------------------------------------------
 def check(plan, lab):
     """Every run of `plan` against `lab`'s fabric (the lab need not be running); LabError first."""
-    from fabriclab.lab.controller import check_app
-
     plan.check()
     if plan.spec.name != lab.fabric.spec.name:
         raise LabError(f"plan {excerpt(plan.name)} is for spec {excerpt(plan.spec.name)}, the lab runs {excerpt(lab.fabric.spec.name)}")
-    checked, routings = set(), set()
-    for run in plan.runs:
-        if run.routing not in routings:
-            check_app(run.routing)
-            routings.add(run.routing)
+    checked = set()
+    for run in plan.runs:                   # each run's routing was checked when its RunPlan was made
         key = run.check_key()
         if key in checked:                  # a repetition, or another scheme: checked once
             continue
@@ -185,13 +180,12 @@ def collector_frozen():
 
 def run_one(lab, plan, run, folder, progress=None, shared=False):
     """One run on a running lab; returns its RunOutcome (the record and the series behind it)."""
-    from fabriclab.apps import routing_label
     from fabriclab.measure.portsampler import PortSampler
     from fabriclab.queues.sampler import QueueSampler
 
     # Where a run's wall time goes besides its traffic (the lab's own overhead, what CI waits for)
     phases = _Phases()
-    if routing_label(lab.routing) != routing_label(run.routing):     # "ecmp:seed=0" is "ecmp"
+    if lab.routing != run.routing:            # by their labels: "ecmp:seed=0" is "ecmp"
         lab.set_routing(run.routing)
         phases.mark("routing_s")
     if lab.queues is not None and not shared:
@@ -497,18 +491,17 @@ class _RoutingWatch(threading.Thread):
             self.join(2)
 
     def state(self):
-        return {"app": self.lab.routing, "stage": self.lab.stage_stats(), "te": _te_summary(self.placement),
+        return {"app": str(self.lab.routing), "stage": self.lab.stage_stats(), "te": _te_summary(self.placement),
                 "hash": _hash_bases(self.lab)}
 
 
 def _hash_bases(lab):
     """The seed, and each switch's hash basis, the routing app hashed from (apps/hashing.py)."""
-    from fabriclab.apps import is_foreign, parse_routing
     from fabriclab.apps.hashing import switch_bases
 
-    if is_foreign(lab.routing):
+    if lab.routing.foreign:
         return None                   # an os-ken app of one's own or an external controller hashes its own way
-    _name, options = parse_routing(lab.routing)
+    options = lab.routing.settings
     return {"seed": options.get("seed", 0), "shared": bool(options.get("shared_basis", False)),
             "bases": switch_bases(lab.fabric, options)}
 
@@ -566,7 +559,7 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
     invalid = sorted({f"{name}: {reason}" for name, job in jobs.items() for reason in job["invalid"]})
     invalid += lossless_drops(queues)
     return {
-        "label": run.label, "slug": run.slug, "routing": run.routing, "repetition": run.repetition,
+        "label": run.label, "slug": run.slug, "routing": str(run.routing), "repetition": run.repetition,
         "note": run.note, "tags": run.tags, "duration_s": run.duration_s,
         "conditions": conditions, "ecn": run.ecn,
         "origin_s": round(origin, 4), "end_s": round(end, 4), "bin_s": bin_s,

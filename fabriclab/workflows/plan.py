@@ -85,7 +85,7 @@ class Job:
 @dataclass
 class RunPlan:
     label: str                              # how tables name the run: "ecmp r1", a case name
-    routing: str = DEFAULT_ROUTING
+    routing: object = DEFAULT_ROUTING       # a Routing; a string is parsed into one here
     jobs: list = field(default_factory=list)
     faults: list = field(default_factory=list)       # faults.Fault on the run's timeline (or a tuple)
     conditions: list = field(default_factory=list)   # faults.Fault held for the whole run
@@ -94,6 +94,11 @@ class RunPlan:
     duration_s: float | None = None         # measured collectives repeat iterations until then
     note: str = ""
     tags: dict = field(default_factory=dict)         # what an experiment varies, recorded as given
+
+    def __post_init__(self):
+        from fabriclab.lab.controller import check_app
+
+        self.routing = check_app(self.routing)      # a Routing passes through as it is
 
     @property
     def slug(self):
@@ -193,7 +198,7 @@ def single_run(name, kind, spec, job, routing=DEFAULT_ROUTING, faults=(), metric
                label=None):
     """The plan of `run`, `demo`, `collective` and the prompt's traffic: one run, one job."""
     plan = Plan(name=name, kind=kind, spec=spec,
-                runs=[RunPlan(label or routing, routing=routing, jobs=[job], faults=list(faults))],
+                runs=[RunPlan(label or str(routing), routing=routing, jobs=[job], faults=list(faults))],
                 metrics=metrics or Metrics(), source=dict(source or {}))
     plan.check()
     return plan

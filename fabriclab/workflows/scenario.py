@@ -177,11 +177,13 @@ def _metrics(entry):
 def to_plan(scenario):
     """The pipeline's Plan: one run per routing scheme and repetition, each with every job and
     the fault timeline. Loads the spec (a SpecError if it is bad)."""
+    from fabriclab.lab.controller import check_app
     from fabriclab.topologies.spec import load_spec
 
     spec = load_spec(scenario.spec_path())
     faults = tuple(scenario.faults)          # one timeline, shared: checked once for every run
-    runs = [plan_mod.RunPlan(f"{routing} r{rep}", routing=routing, repetition=rep,
+    parsed = {routing: check_app(routing) for routing in scenario.routings}     # once each
+    runs = [plan_mod.RunPlan(f"{routing} r{rep}", routing=parsed[routing], repetition=rep,
                              jobs=[plan_mod.Job(j.name, j.spec, j.role) for j in scenario.jobs],
                              faults=faults, duration_s=scenario.duration_s)
             for routing in scenario.routings for rep in range(1, scenario.repetitions + 1)]

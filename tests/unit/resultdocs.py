@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import types
 
+from fabriclab.apps.choice import Routing
 from fabriclab.jobs import allpairs as allpairs_kind
 from fabriclab.jobs import collective as collective_kind
 from fabriclab.jobs import switchml as switchml_kind
@@ -28,7 +29,8 @@ COLUMNS = ["l1>s1", "s1>l1", "l1>s2", "s2>l1", "l2>s1", "s1>l2", "l2>s2#2", "s2>
 def fake_lab(spec="tiny"):
     fabric = Fabric(load_spec(spec))
     return types.SimpleNamespace(fabric=fabric, datapath="user", queues=None, warnings=[],
-                                 ecn_mechanism="none", delay_mechanism="none", routing="ecmp")
+                                 ecn_mechanism="none", delay_mechanism="none",
+                                 routing=Routing.parse("ecmp"))
 
 
 def snapshot(t, fabric, tx=0, drops=0):

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from fabriclab.apps import APPS, parse_routing
+from fabriclab.apps import APPS
 from fabriclab.apps.control import AppConfig, RunFiles
 from fabriclab.apps.core import ControllerCore
 from fabriclab.apps.ecmp import EcmpRouting, WeightedGroup, group_id
@@ -21,6 +21,7 @@ from fabriclab.queues.model import port_table
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 from tests.unit.fakeoftable import FakeFabric
+from tests.unit.routings import parsed
 from tests.unit.test_forwarding import host_ports, reached_over, shortest_hops
 
 
@@ -31,14 +32,14 @@ def fab():
 
 # -- the app --------------------------------------------------------------------------------------------
 def test_ar_options_and_the_stage_settings_they_make():
-    name, options = parse_routing("ar")
+    name, options = parsed("ar")
     assert options == {"quantum_bytes": 64, "weights": True, "carrier": True, "seed": 0, "shared_basis": False}
     assert stage_settings("ar", options) == {"seed": 0, "carrier": True, "quantum": 64}
-    _name, options = parse_routing("ar:quantum_bytes=0,weights=off,carrier=off")
+    _name, options = parsed("ar:quantum_bytes=0,weights=off,carrier=off")
     assert stage_settings("ar", options) == {"seed": 0, "carrier": False, "quantum": 0}
     assert APPS["ar"].stage == "ar" and APPS["ar"].routing_class() is EcmpRouting and APPS["ar"].model == "ideal"
-    assert parse_routing("ecmp:weights=on")[1] == {"weights": True, "seed": 0, "shared_basis": False}
-    assert parse_routing("ecmp")[1] == {"weights": False, "seed": 0, "shared_basis": False}   # unweighted unless asked
+    assert parsed("ecmp:weights=on")[1] == {"weights": True, "seed": 0, "shared_basis": False}
+    assert parsed("ecmp")[1] == {"weights": False, "seed": 0, "shared_basis": False}   # unweighted unless asked
 
 
 # -- the choice -----------------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ class RecordingStage:
 def test_the_core_hands_the_stage_the_weighted_state_before_any_openflow(fab):
     stage = RecordingStage()
     routing = EcmpRouting(fab, weighted=True)
-    core = ControllerCore(AppConfig("ar", parse_routing("ar")[1], fab, RunFiles("/nonexistent"), "r1"), routing)
+    core = ControllerCore(AppConfig("ar", parsed("ar")[1], fab, RunFiles("/nonexistent"), "r1"), routing)
     core.stage = StageSync(stage, fab, "ar", "r1")
     fake = FakeFabric(fab)
     fake.connect(core)

@@ -7,11 +7,13 @@ import pathlib
 
 import pytest
 
-from fabriclab.apps import RoutingError, app_info, control, is_custom, parse_routing, routing_label, with_seed
+from fabriclab.apps import RoutingError, app_info, control, is_custom
+from fabriclab.apps.choice import Routing
 from fabriclab.errors import LabError
 from fabriclab.lab.controller import check_app
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
+from tests.unit.routings import label_of, parsed
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "routing" / "by_destination.py"
@@ -25,12 +27,12 @@ def at_root(monkeypatch):
 
 def test_a_file_and_class_is_an_app_with_the_hashing_options(at_root):
     assert is_custom(CHOICE) and is_custom("my_pkg.routing:Mine") and not is_custom("te:period_s=2")
-    name, options = parse_routing(CHOICE)
+    name, options = parsed(CHOICE)
     assert name == f"{EXAMPLE}:ByDestination" and options == {"seed": 0, "shared_basis": False}
-    assert with_seed(CHOICE, 7) == f"{CHOICE}:seed=7"
-    assert parse_routing(with_seed(CHOICE, 7))[1]["seed"] == 7
-    assert with_seed(f"{CHOICE}:seed=2", 7) == f"{CHOICE}:seed=2"             # the choice's own seed stands
-    assert routing_label(f"{CHOICE}:seed=2") == f"{EXAMPLE}:ByDestination:seed=2"
+    assert Routing.parse(CHOICE).with_seed(7) == f"{CHOICE}:seed=7"
+    assert parsed(Routing.parse(CHOICE).with_seed(7))[1]["seed"] == 7
+    assert Routing.parse(f"{CHOICE}:seed=2").with_seed(7) == f"{CHOICE}:seed=2"             # the choice's own seed stands
+    assert label_of(f"{CHOICE}:seed=2") == f"{EXAMPLE}:ByDestination:seed=2"
     assert app_info(name).model is None                                       # the flow model cannot predict it
 
 
@@ -69,12 +71,12 @@ def test_a_file_that_does_not_load_is_refused_in_one_line(tmp_path, source, mess
 ])
 def test_bad_choices_are_refused_in_one_line(at_root, choice, message):
     with pytest.raises(RoutingError, match=message):
-        parse_routing(choice)
+        parsed(choice)
 
 
 def test_the_controller_process_accepts_the_file_by_its_absolute_path(at_root):
     parser = control.argument_parser(["ecmp", "te"])
-    name = parse_routing(CHOICE)[0]
+    name = parsed(CHOICE)[0]
     assert parser.parse_args(["--app", name, "--run-dir", "/tmp", "--port", "1"]).app == name
     with pytest.raises(SystemExit):
         parser.parse_args(["--app", "nosuch", "--run-dir", "/tmp", "--port", "1"])
@@ -89,10 +91,10 @@ def test_an_osken_app_is_named_by_file_and_takes_no_options(at_root):
 
     choice = "osken:examples/apps/learning_switch.py"
     assert is_osken_app(choice) and not is_custom(choice)
-    assert parse_routing(choice) == (f"osken:{OSKEN_EXAMPLE}:LearningSwitch", {})
-    assert parse_routing(choice + ":LearningSwitch")[0] == f"osken:{OSKEN_EXAMPLE}:LearningSwitch"
-    assert with_seed(choice, 7) == choice                  # its hashing is its own: no seed to set
-    assert routing_label(choice) == f"osken:{OSKEN_EXAMPLE}:LearningSwitch"
+    assert parsed(choice) == (f"osken:{OSKEN_EXAMPLE}:LearningSwitch", {})
+    assert parsed(choice + ":LearningSwitch")[0] == f"osken:{OSKEN_EXAMPLE}:LearningSwitch"
+    assert Routing.parse(choice).with_seed(7) == choice                  # its hashing is its own: no seed to set
+    assert label_of(choice) == f"osken:{OSKEN_EXAMPLE}:LearningSwitch"
     info = app_info(choice)
     assert info.osken_app == f"{OSKEN_EXAMPLE}:LearningSwitch" and info.model is None and info.options == ()
 
@@ -143,9 +145,9 @@ def test_an_external_controller_is_an_address():
     from fabriclab.apps import is_external
 
     assert is_external("tcp:10.0.0.5:6653") and not is_external("te:period_s=2")
-    assert parse_routing("tcp:10.0.0.5:6653") == ("tcp:10.0.0.5:6653", {})
-    assert parse_routing(" tcp:127.0.0.1:06653 ")[0] == "tcp:127.0.0.1:6653"
-    assert with_seed("tcp:10.0.0.5:6653", 3) == "tcp:10.0.0.5:6653"
+    assert parsed("tcp:10.0.0.5:6653") == ("tcp:10.0.0.5:6653", {})
+    assert parsed(" tcp:127.0.0.1:06653 ")[0] == "tcp:127.0.0.1:6653"
+    assert Routing.parse("tcp:10.0.0.5:6653").with_seed(3) == "tcp:10.0.0.5:6653"
     assert app_info("tcp:10.0.0.5:6653").external == "tcp:10.0.0.5:6653"
 
 

@@ -58,7 +58,7 @@ def test_incast_is_sixteen_to_one_across_leaves():
     receiver, senders = incast.pick_hosts(fab)
     assert receiver == "h1" and len(senders) == 16
     assert all(fab.hosts[h].ports[0].leaf != "l1" for h in senders)
-    streaming, admitted, slow = incast.runs(fab, Options())
+    streaming, admitted, slow = incast.runs(fab, Options(routing="ecmp"))
     assert not streaming.jobs[0].workload.cts and admitted.jobs[0].workload.cts
     # Receiver-driven: 16 senders x one 8 KiB buffer in flight, below a leaf ingress port's XOFF
     # even if it all came in by one spine.
@@ -88,7 +88,7 @@ def test_ecn_profiles_follow_each_roles_buffer():
     tight, relaxed = ecn_dcqcn.thresholds(fab, "tight"), ecn_dcqcn.thresholds(fab, "relaxed")
     assert tight["leaf"] == {"mode": "red", "kmin": 4096, "kmax": 16384, "pmax": 0.2}
     assert relaxed["spine"]["kmin"] == 128 * 1024 and relaxed["spine"]["kmax"] == 256 * 1024
-    runs = ecn_dcqcn.runs(fab, Options())
+    runs = ecn_dcqcn.runs(fab, Options(routing="ecmp"))
     assert [r.jobs[0].workload.dcqcn is not None for r in runs] == [False, False, True, True]
     assert [r.ecn == tight for r in runs] == [False, True, False, True]
 
@@ -99,7 +99,7 @@ def test_victim_shares_no_host_with_the_noise():
     assert victims == ["h2", "h6", "h10", "h14", "h18"] and receiver == "h1"
     assert len(senders) == 12 and not set(senders) & {*victims, receiver}
     assert all(fab.hosts[h].ports[0].leaf != "l1" for h in senders)
-    alone, spreading, cts, lossy = victim.runs(fab, Options())
+    alone, spreading, cts, lossy = victim.runs(fab, Options(routing="ecmp"))
     assert [j.name for j in alone.jobs] == ["victim"]
     assert [j.noise for j in spreading.jobs] == [False, True]
     assert cts.jobs[1].workload.cts and lossy.jobs[1].workload.dscp == 0

@@ -8,7 +8,6 @@ import statistics
 
 import pytest
 
-from fabriclab.apps import parse_routing
 from fabriclab.apps.control import AppConfig, RunFiles
 from fabriclab.apps.core import ControllerCore
 from fabriclab.apps.ecmp import EcmpRouting, group_id
@@ -20,6 +19,7 @@ from fabriclab.model.routes import Routes
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec
 from tests.unit.fakeoftable import FakeFabric
+from tests.unit.routings import parsed
 
 # The shape: 2 zones of 2 leaves x 2 spines, 4 super-spines (each spine has 2 uplinks)
 SPEC = FabricSpec(name="t-tiers", kind="threetier", pods=2, leaves=2, spines=2, super_spines=4, hosts_per_leaf=4,
@@ -33,7 +33,7 @@ def fabric():
 
 
 def program(fabric, routing="ecmp"):
-    _name, options = parse_routing(routing)
+    _name, options = parsed(routing)
     core = ControllerCore(AppConfig("ecmp", options, fabric, RunFiles("/nonexistent"), "run-1"), EcmpRouting(fabric))
     fake = FakeFabric(fabric)
     fake.connect(core)

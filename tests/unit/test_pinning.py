@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from fabriclab.apps import APPS, parse_routing
+from fabriclab.apps import APPS
 from fabriclab.apps.control import AppConfig, RunFiles
 from fabriclab.apps.core import ControllerCore
 from fabriclab.apps.ecmp import PRIO_PREFIX
@@ -21,6 +21,7 @@ from fabriclab.model.routes import Routes
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import FabricSpec, load_spec
 from tests.unit.fakeoftable import FakeFabric
+from tests.unit.routings import parsed
 
 TWO_BY_TWO = pathlib.Path(__file__).parents[1] / "two_by_two.yaml"
 # more hosts a leaf (5) than spines (3): slices 0..4 wrap onto spines 1, 2, 3, 1, 2
@@ -31,7 +32,7 @@ THREE = FabricSpec(name="t-pin3", kind="threetier", pods=2, leaves=2, spines=2, 
 
 
 def program(fabric, routing="pinning"):
-    name, options = parse_routing(routing)
+    name, options = parsed(routing)
     core = ControllerCore(AppConfig(name, options, fabric, RunFiles("/nonexistent"), "run-1"), PinRouting(fabric))
     fake = FakeFabric(fabric)
     fake.connect(core)
@@ -70,7 +71,7 @@ def wide():
 def test_the_app_is_registered_with_the_hashing_options_and_its_model():
     info = APPS["pinning"]
     assert info.routing_class() is PinRouting and info.model == "pinning" and info.stage is None
-    assert parse_routing("pinning:seed=3") == ("pinning", {"seed": 3, "shared_basis": False})
+    assert parsed("pinning:seed=3") == ("pinning", {"seed": 3, "shared_basis": False})
     assert "pinning" in placement.SCHEMES
 
 

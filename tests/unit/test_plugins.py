@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from fabriclab import plugins
+from fabriclab.apps.choice import Routing
 from fabriclab.errors import LabError
+from tests.unit.routings import parsed
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "plugin"
 
@@ -37,14 +39,14 @@ def example(tmp_path, monkeypatch):
 
 
 def test_the_plugins_routing_app_is_an_app_like_the_built_in_ones(example):
-    from fabriclab.apps import APPS, app_info, app_names, parse_routing, with_seed
+    from fabriclab.apps import APPS, app_info, app_names
     from fabriclab.apps.ecmp import EcmpRouting
     from fabriclab.topologies.fabric import Fabric
     from fabriclab.topologies.spec import load_spec
 
     assert app_names() == [*APPS, "first-path"] and app_info("ecmp") is APPS["ecmp"]
-    assert parse_routing("first-path") == ("first-path", {})
-    assert with_seed("first-path", 3) == "first-path"              # it hashes nothing: no seed
+    assert parsed("first-path") == ("first-path", {})
+    assert Routing.parse("first-path").with_seed(3) == "first-path"              # it hashes nothing: no seed
     fabric = Fabric(load_spec("tiny"))
     single = app_info("first-path").routing_class()(fabric).desired()
     spread = EcmpRouting(fabric).desired()
@@ -75,12 +77,12 @@ def test_a_plugin_that_does_not_load_is_named_in_one_line(tmp_path, monkeypatch)
     installed(tmp_path, monkeypatch, "[fabriclab.routing]\nbroken = fabriclab_missing.mod:APP\n"
                                      "[fabriclab.experiments]\nhalf = fabriclab_example.routing\n"
                                      "Bad Name = fabriclab_example.experiment\n")
-    from fabriclab.apps import RoutingError, parse_routing
+    from fabriclab.apps import RoutingError
     from fabriclab.workflows.experiments import module, names
 
     with pytest.raises(RoutingError, match=r"^plugin 'broken' \(package fabriclab-example-plugin\) of "
                                            r"fabriclab.routing does not load: ModuleNotFoundError"):
-        parse_routing("broken")
+        parsed("broken")
     with pytest.raises(LabError, match=r"experiment half: module fabriclab_example.routing lacks NAME"):
         module("half")
     assert "Bad Name" not in names()

@@ -7,7 +7,7 @@ import types
 import pytest
 from os_ken.ofproto import ofproto_v1_5_parser as ofparser
 
-from fabriclab.apps import APPS, RoutingError, parse_routing, routing_label
+from fabriclab.apps import APPS, RoutingError
 from fabriclab.apps.control import AppConfig, Job, RunFiles
 from fabriclab.apps.ecmp import EcmpRouting, FailoverGroup, SwitchState, diff, group_id
 from fabriclab.apps.select_stage import eecmp_member, flow_hash, group_members, net_key
@@ -19,6 +19,7 @@ from fabriclab.errors import LabError
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 from tests.unit.fakeoftable import FakeDatapath
+from tests.unit.routings import label_of, parsed
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,6 @@ def wide():
     return Fabric(load_spec(str(pathlib.Path(__file__).parents[1] / "two_by_two.yaml")))
 
 
-
-
 # -- options ----------------------------------------------------------------------------------------
 def test_every_app_is_listed_with_its_parts_and_defaults():
     from fabriclab.apps.ecmp import EcmpRouting
@@ -43,19 +42,19 @@ def test_every_app_is_listed_with_its_parts_and_defaults():
     assert set(APPS) == {"ecmp", "eecmp", "flowlet", "te", "ar", "pinning"}
     for name, info in APPS.items():
         assert issubclass(info.routing_class(), EcmpRouting) and info.stage in (None, "hash", "flowlet", "ar")
-        assert parse_routing(name) == (name, info.defaults())
+        assert parsed(name) == (name, info.defaults())
         assert name in SCHEMES                  # the flow model predicts every app, under its name
     assert [APPS[n].stage for n in ("ecmp", "eecmp", "flowlet", "te", "ar")] == [None, "hash", "flowlet", None, "ar"]
     assert [n for n, info in APPS.items() if info.te_engine] == ["te"] and APPS["te"].routing_class() is TeRouting
 
 
 def test_options_parse_and_fill_defaults():
-    name, options = parse_routing("flowlet:gap_us=500, qp=on")
+    name, options = parsed("flowlet:gap_us=500, qp=on")
     assert name == "flowlet"
     assert options["gap_us"] == 500.0 and options["qp"] is True
     assert options["load_window_us"] == APPS["flowlet"].defaults()["load_window_us"]
-    assert parse_routing("te:period_s=2")[1]["period_s"] == 2.0
-    assert routing_label("te:period_s=2,max_utilization=1") == "te:period_s=2.0"
+    assert parsed("te:period_s=2")[1]["period_s"] == 2.0
+    assert label_of("te:period_s=2,max_utilization=1") == "te:period_s=2.0"
 
 
 @pytest.mark.parametrize("text, words", [
@@ -76,7 +75,7 @@ def test_options_parse_and_fill_defaults():
 ])
 def test_bad_routing_choices_are_one_line_errors(text, words):
     with pytest.raises(RoutingError) as err:
-        parse_routing(text)
+        parsed(text)
     assert words in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(LabError):
         check_app(text)

@@ -41,7 +41,7 @@ EXPERIMENTS = {
 class Options:
     quick: bool = False              # smaller transfers and fewer iterations (tests, CI)
     sample_s: float = 0.005          # port and queue sampling interval
-    routing: str | None = None       # None: the experiment's DEFAULT_ROUTING (else ecmp)
+    routing: object = None           # a choice (text or Routing); None: the experiment's DEFAULT_ROUTING (else ecmp)
     seed: int = 1                    # seeds the workloads' queue pairs (source ports) and the
                                      # switches' hash bases: a draw of the hash
     lossy: bool = False              # drop the lossless class (experiments with LOSSY_OPTION only)
@@ -98,7 +98,6 @@ def module(name):
 
 def build_plan(name, spec=None, options=None):
     """The experiment's Plan on `spec` (a spec name, a file, or None for its default)."""
-    from fabriclab.apps import with_seed
     from fabriclab.lab.controller import check_app
     from fabriclab.topologies.fabric import Fabric
     from fabriclab.topologies.spec import load_spec
@@ -115,7 +114,9 @@ def build_plan(name, spec=None, options=None):
         options = dataclasses.replace(options, routing=default or DEFAULT_ROUTING)
     elif default is None:
         raise LabError(f"experiment {name} compares routing schemes itself: it takes no --routing")
-    check_app(options.routing)
+    routing = check_app(options.routing)        # parsed once: every run of the experiment gets it
+    given = dataclasses.asdict(dataclasses.replace(options, routing=str(routing)))   # for the record
+    options = dataclasses.replace(options, routing=routing)
     if options.lossy and not getattr(mod, "LOSSY_OPTION", False):
         raise LabError(f"experiment {name} takes no --lossy: it runs under its spec's own queue settings")
     if isinstance(options.derate, bool) or not isinstance(options.derate, int) or not 0 <= options.derate <= MAX_DERATE:
@@ -124,12 +125,12 @@ def build_plan(name, spec=None, options=None):
     if options.derate:
         fabric_spec = fabric_spec.derated(2 ** options.derate)
     # the seed draws the switches' hash bases too (a routing that names its own seed keeps it)
-    runs = [dataclasses.replace(r, routing=with_seed(r.routing, options.seed))
+    runs = [dataclasses.replace(r, routing=r.routing.with_seed(options.seed))
             for r in mod.runs(Fabric(fabric_spec), options)]
     sample_ms = options.sample_s * 1e3
     plan = Plan(name=name, kind="experiment", spec=fabric_spec, runs=runs,
                 metrics=Metrics(sample_ms=sample_ms, bin_ms=max(50.0, sample_ms)),
-                description=mod.SUMMARY, source={"experiment": name, **dataclasses.asdict(options)},
+                description=mod.SUMMARY, source={"experiment": name, **given},
                 experiment=mod, order_seed=options.seed if options.shuffle else None)
     plan.check()
     return plan

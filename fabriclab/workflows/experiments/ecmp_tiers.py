@@ -47,15 +47,18 @@ def prepare(spec, options):
 
 
 def runs(fabric, options):
-    from fabriclab.apps import with_seed
+    from fabriclab.apps.choice import Routing
     from fabriclab.traffic.allpairs import AllPairsSpec
 
     job = Job("all-pairs", AllPairsSpec(duration_s=2.0 if options.quick else 6.0, load=LOAD,
                                         flows_per_pair=FLOWS_PER_PAIR))
     band = random_band(fabric, options.seed)
-    return [RunPlan(name, routing, [job], tags={"scheme": name, "random": band,
-                                                "model": model_prediction(fabric, with_seed(routing, options.seed))})
-            for name, routing in CASES]
+    out = []
+    for name, choice in CASES:
+        routing = Routing.parse(choice)
+        out.append(RunPlan(name, routing, [job], tags={"scheme": name, "random": band,
+                                                       "model": model_prediction(fabric, routing.with_seed(options.seed))}))
+    return out
 
 
 # -- what the tiers' uplinks carry ------------------------------------------------------------------
@@ -145,16 +148,15 @@ def random_band(fabric, seed=1, draws=RANDOM_DRAWS):
 
 
 def model_prediction(fabric, routing):
-    """{tier: max/mean} the flow model gives for the all-pairs flows under `routing` (its scheme,
-    seed and shared basis): each switch hashing as the lab's does."""
-    from fabriclab.apps import parse_routing
+    """{tier: max/mean} the flow model gives for the all-pairs flows under `routing` (a Routing: its
+    scheme, seed and shared basis): each switch hashing as the lab's does."""
     from fabriclab.model import flows as model_flows
     from fabriclab.model import placement
     from fabriclab.model.graph import ClosGraph
     from fabriclab.model.routes import Routes
 
-    name, options = parse_routing(routing)
-    scheme = {"ecmp": "ecmp", "eecmp": "eecmp", "flowlet": "flowlet"}.get(name)
+    options = routing.settings
+    scheme = {"ecmp": "ecmp", "eecmp": "eecmp", "flowlet": "flowlet"}.get(routing.name)
     if scheme is None:
         return {}
     graph = ClosGraph.from_spec(fabric.spec)
