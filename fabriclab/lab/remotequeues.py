@@ -215,23 +215,25 @@ def _answer(model, line, sampling=None):
 def _named(model, name):
     if name == "clock":
         return {"wall": time.time()}
+    mine = model.mine                   # this machine's part of the model: queues/machine.py
     if name == "rows":
-        stats, bias = model.own_rows()
+        stats, bias = mine.read_rows()
         return {"rows": [base64.b64encode(bytes(stats)).decode(), base64.b64encode(bytes(bias)).decode()]}
     if name == "gates":
-        return {"gates": [[idx, row] for idx, row in model.own_gates().items()]}
+        return {"gates": [[idx, row] for idx, row in mine.gates().items()]}
     if name == "red":
-        return {"red": [[port, cls, row] for (port, cls), row in model.own_red().items()]}
+        return {"red": [[port, cls, row] for (port, cls), row in mine.red().items()]}
     if name == "alarms":
-        return {"alarms": _aged(model.agent.alarms)}
+        return {"alarms": _aged(mine.alarms())}
     if name == "errors":
-        return {"errors": list(model.agent.errors)}
+        return {"errors": mine.errors()}
     if name == "ovs":
-        return {"done": model.ensure_ovs_buffers()}
-    return {"ovs_drops": model.own_ovs_drops()}
+        return {"done": mine.ensure_ovs_buffers()}
+    return {"ovs_drops": mine.ovs_drops()}
 
 
 def _keyed(model, key, value, sampling=None):
+    mine = model.mine
     if key == "sample" and sampling is not None:
         return sampling.start(model, value)
     if key == "samples" and sampling is not None:
@@ -241,29 +243,29 @@ def _keyed(model, key, value, sampling=None):
             if not (isinstance(value, list) and len(value) == 3 and all(_int(v, 0, 1 << 20) for v in value[:2])
                     and _int(value[2], 0, MAX_AGE_US)):
                 raise ValueError("not [kind, port, age in us]")
-            model.agent.relayed(value[0], value[1], value[2] * 1000)
+            mine.pause(value[0], value[1], value[2] * 1000)
         except (ValueError, LabError, OSError) as exc:
             model.agent.note(f"a relayed pause {excerpt(json.dumps(value))}: {exc}")
         return None                      # pauses are not answered
     if key == "set_ecn" and isinstance(value, dict) and set(value) <= {"target", "mode", "kmin", "kmax", "pmax",
                                                                       "reset"}:
-        return {"done": model.set_ecn(**value)}
+        return {"done": mine.set_ecn(**value)}
     if key == "storm" and isinstance(value, list) and len(value) == 2 and _int(value[0], 0, len(model.ports)) \
             and isinstance(value[1], (int, float)) and math.isfinite(value[1]) and 0 <= value[1] <= 3600:
-        model.agent.storm(*value)
+        mine.storm(*value)
         return {"done": 1}
     if key == "cables" and isinstance(value, list) and len(value) == 2 and _names(value[0]) \
             and isinstance(value[1], bool):
-        model.cables_down(*value)
+        mine.cables_down(*value)
         return {"done": len(value[0])}
     if key == "empty" and _names(value):
-        model.empty_queues(value)
+        mine.empty_queues(value)
         return {"done": len(value)}
     if key in ("repairs", "reaction") and isinstance(value, (int, float)) and math.isfinite(value):
         since_ns = time.monotonic_ns() - int((time.time() - value) * 1e9)
         if key == "repairs":
-            return {"repairs": _aged(model.agent.repairs_since(since_ns))}
-        return {"reaction": model.agent.reaction_stats(since_ns)}
+            return {"repairs": _aged(mine.leak_repairs(since_ns))}
+        return {"reaction": mine.reaction_stats(since_ns)}
     return {"error": f"a malformed {excerpt(key)} request"}
 
 
@@ -333,8 +335,9 @@ def model_across(fabric, net, run, cluster, machine_of, ecn_mechanism, tunnels):
 
 
 class RemoteQueues:
-    """The model on `machine`, as a peer of the lab's: pauses it relays go to `on_pause(kind,
-    port)` (the lab's model, which routes them), and it answers the lab's model's reads."""
+    """The model on `machine`, as a peer of the lab's (a MachineQueues, queues/machine.py):
+    pauses it relays go to `on_pause(kind, port)` (the lab's model, which routes them), and it
+    answers the lab's model's reads."""
 
     def __init__(self, machine, run_id, nports, on_pause, record=None):
         self.machine, self.run_id, self.nports = machine, run_id, nports

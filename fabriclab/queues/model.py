@@ -29,7 +29,6 @@ import ctypes
 import dataclasses
 import subprocess
 import sys
-import threading
 import time
 
 from fabriclab.errors import LabError
@@ -39,8 +38,8 @@ from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg,
 from fabriclab.queues.agentproc import AgentProcess
 from fabriclab.queues.leaks import accounts_of
 from fabriclab.queues.pfc import SWITCH_INTERVAL_S
-from fabriclab.queues.ovsbuf import (RECEIVE_BUFFER_BYTES, enlarge_ovs_receive_buffers,
-                                     enlarge_ovs_send_buffer, ovs_receive_drops)
+from fabriclab.queues.machine import LocalQueues
+from fabriclab.queues.ovsbuf import RECEIVE_BUFFER_BYTES
 from fabriclab.queues.red import CLASSES as RED_CLASSES
 from fabriclab.queues.red import PLACES as RED_PLACES
 from fabriclab.queues.red import RedQdiscs, class_limit, red_params
@@ -151,13 +150,10 @@ class QueueModel:
         self.peers = {}              # machine -> its model (lab/remotequeues.py), set by the lab
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
-        self.ovs_send_buffer = None
-        self.ovs_receive_sockets = 0
-        # The kernel's socket drop counters reset when read, so the model keeps their sum, and
-        # when it read it, for every reader (concurrent jobs each report).
-        self._ovs_drops = 0
+        self.mine = LocalQueues(self)    # this machine's part; `peers` the others' (one Protocol)
+        # OVS's receive drops on every machine, and when they were read, for every reader
+        # (concurrent jobs each report from their own start)
         self._ovs_readings = collections.deque(maxlen=1024)    # (time.monotonic_ns(), sum)
-        self._ovs_lock = threading.Lock()
         self.record = record
         self.datapath = None
         self.agent = None            # the PFC agent's process (queues/agentproc.py)
@@ -317,35 +313,19 @@ class QueueModel:
                                f"{(proc.stderr.strip().splitlines() or ['?'])[0]}")
             self.wired.append(dev)
 
+    def machines(self):
+        """Every machine's part of the model, this one's first (queues/machine.py)."""
+        return [self.mine, *self.peers.values()]
+
     def ensure_ovs_buffers(self):
-        """Make room in OVS's transmit socket and its ports' receive sockets (see ovsbuf); OVS
-        opens the transmit socket on its first forwarded packet, so one ping goes through the
-        fabric first when it is not there yet."""
-        size = enlarge_ovs_send_buffer()
-        if size is None and len(self.fabric.hosts) > 1 and self.net is not None:
-            first, second = sorted(self.fabric.hosts, key=lambda h: int(h[1:]))[:2]
-            self.net.get(first).cmd(f"ping -c 1 -W 1 {self.fabric.hosts[second].ports[0].ip}")
-            size = enlarge_ovs_send_buffer()
-        if size is None:
-            raise LabError("queue model: could not find Open vSwitch's transmit socket to enlarge its "
-                           "send buffer; queues deeper than 208 KiB in total would be dropped by OVS")
-        self.ovs_send_buffer = size
-        self.ovs_receive_sockets = enlarge_ovs_receive_buffers()
-        ovs_receive_drops()           # zero the kernel's counters: the sum starts here
-        return size
+        """Make room in OVS's sockets on this machine (see ovsbuf and LocalQueues)."""
+        return self.mine.ensure_ovs_buffers()
 
     def ovs_drops_total(self):
         """Frames OVS's port sockets dropped since the model enlarged them (on every machine)."""
-        total = self.own_ovs_drops() + sum(peer.ovs_drops() for peer in self.peers.values())
+        total = sum(m.ovs_drops() for m in self.machines())
         self._ovs_readings.append((time.monotonic_ns(), total))
         return total
-
-    def own_ovs_drops(self):
-        """ovs_drops_total on this machine alone (what a peer reports)."""
-        with self._ovs_lock:
-            if self.ovs_receive_sockets:
-                self._ovs_drops += ovs_receive_drops()
-            return self._ovs_drops
 
     def _ns_owner(self, ns_pid):
         return next((p.node for p in self.ports if p.ns_pid == ns_pid), f"pid {ns_pid}")
@@ -354,7 +334,17 @@ class QueueModel:
     def set_ecn(self, target, mode=None, kmin=None, kmax=None, pmax=None, reset=False):
         """Change ECN marking on a running fabric: target is a role (leaf, spine), a switch name or
         a port (interface) name. Unset fields keep each port's current values; reset=True goes back
-        to the spec's profile. Returns the ports changed."""
+        to the spec's profile. Returns the ports changed. Checked here first: a refused change
+        reaches no machine."""
+        changed = self.mine.set_ecn(target, mode=mode, kmin=kmin, kmax=kmax, pmax=pmax, reset=reset)
+        for peer in self.peers.values():
+            peer.set_ecn(target, **({"reset": True} if reset else
+                                    {"mode": mode, "kmin": kmin, "kmax": kmax, "pmax": pmax}))
+        return changed
+
+    def set_ecn_here(self, target, mode=None, kmin=None, kmax=None, pmax=None, reset=False):
+        """set_ecn in this machine's maps and qdiscs (every port's thresholds are in each
+        machine's maps; RED qdiscs only on its own ports)."""
         ports = [p for p in self._ports_of(target) if p.role != "host"]
         if not ports:
             raise LabError(f"no switch port matches {excerpt(target)} (a role leaf/spine/super_spine, a switch or an interface)")
@@ -364,8 +354,6 @@ class QueueModel:
                 self._write_thresholds(p)
                 if self.red is not None:
                     self._set_red(p)
-            for peer in self.peers.values():
-                peer.set_ecn(target, reset=True)
             return [p.name for p in ports]
         if mode is not None and mode not in config.ECN_MODES:
             raise LabError(f"ECN mode must be one of {', '.join(config.ECN_MODES)}, got {excerpt(mode)}")
@@ -386,33 +374,18 @@ class QueueModel:
             self._write_thresholds(p)
             if self.red is not None:
                 self._set_red(p)
-        for peer in self.peers.values():
-            peer.set_ecn(target, mode=mode, kmin=kmin, kmax=kmax, pmax=pmax)
         return [p.name for p in ports]
 
     def cables_down(self, intfs, down):
         """The ports `intfs` lost (down=True) or got back their cable: while it is down, the leak
         repair holds no bytes waiting in their queues (queues/leaks.py)."""
-        ports = [self.by_name[name] for name in intfs if name in self.by_name]
-        if self.agent is not None:
-            self.agent.set_dead([p.idx * NCLASS + cls for p in ports for cls in range(NCLASS)], down)
-        for peer in self.peers.values():
-            peer.cables_down(intfs, down)
+        for m in self.machines():
+            m.cables_down(intfs, down)
 
     def empty_queues(self, intfs):
-        """Ports whose cable is down hold nothing: the kernel reset their qdiscs when the link
-        went down, and what was sent to them since was counted and dropped. Their occupancy goes
-        back to zero before the link comes up (adaptive routing would shun phantom bytes forever)."""
-        for name in intfs:
-            p = self.by_name.get(name)
-            for cls in range(NCLASS if p is not None else 0):
-                row = p.idx * NCLASS + cls
-                st = self.datapath.stats.lookup(row)
-                if st is not None and (st.occ or st.ce_queued):
-                    st.occ, st.ce_queued = 0, 0
-                    self.datapath.stats.update(row, st)
-        for peer in self.peers.values():
-            peer.empty_queues(intfs)
+        """Ports whose cable is down hold nothing (LocalQueues.empty_queues), on every machine."""
+        for m in self.machines():
+            m.empty_queues(intfs)
 
     def _ports_of(self, target):
         if target in config.SWITCH_ROLES:
@@ -435,51 +408,33 @@ class QueueModel:
 
     def storm_port(self, idx, seconds):
         """Hold port `idx`'s lossless gate closed for `seconds`, on the machine it runs on."""
-        machine = self._machine(self.ports[idx])
-        if machine == self.here:
-            self.agent.storm(idx, seconds)
-        else:
-            self.peers[machine].storm(idx, seconds)
+        self._machine_of(idx).storm(idx, seconds)
 
     def pause(self, kind, idx, waited_ns=0):
         """A pause (EV_XOFF / EV_XON) a data path sent `waited_ns` ago to port `idx` of another
         machine than its own: for its gate here, or passed on to the machine it runs on."""
+        self._machine_of(idx).pause(kind, idx, waited_ns)
+
+    def _machine_of(self, idx):
+        """The part of the model (MachineQueues) that runs port `idx`."""
         machine = self._machine(self.ports[idx])
-        if machine == self.here:
-            self.agent.relayed(kind, idx, waited_ns)
-        else:
-            self.peers[machine].pause(kind, idx, waited_ns)
+        return self.mine if machine == self.here else self.peers[machine]
 
     # -- reading --------------------------------------------------------------------------------
-    def own_rows(self):
-        """This machine's stats and bias maps, every row."""
-        n = len(self.ports) * NCLASS
-        return self.datapath.stats.lookup_all(n), self.datapath.bias.lookup_all(n)
-
     def read_rows(self):
         """(stats, bias), every row, as one machine's maps would hold them: a row's counters are
         spread over the machines its port's packets were seen on (merge_rows)."""
-        stats, bias = self.own_rows()
-        if self.peers:
-            stats, bias = merge_rows([(stats, bias), *(peer.read_rows() for peer in self.peers.values())])
-        return stats, bias
-
-    def own_gates(self):
-        return self.agent.snapshot() if self.agent else {}
-
-    def own_red(self):
-        """{(port name, class): RED's counters} of this machine's ports."""
-        red = self.red.stats() if self.red is not None else {}
-        return {(p.name, cls): red.get((p.ifindex, RED_PLACES[cls][0]), {})
-                for p in self._red_ports() for cls in RED_PLACES}
+        if not self.peers:
+            return self.mine.read_rows()
+        return merge_rows([m.read_rows() for m in self.machines()])
 
     def counters(self, nonzero=False):
         """One row per port and class: the data path's counters plus the gate's."""
         self.ovs_drops_total()        # a reading for report(since_ns) to start from
-        gates, red = self.own_gates(), self.own_red()
-        for peer in self.peers.values():
-            gates.update(peer.gates())
-            red.update(peer.red())
+        gates, red = {}, {}
+        for m in self.machines():
+            gates.update(m.gates())
+            red.update(m.red())
         stats, bias = self.read_rows()
         rows = []
         for p in self.ports:
@@ -538,22 +493,20 @@ class QueueModel:
 
     def reaction_stats(self, since_ns=0):
         """The PFC agent's reaction times (pfc.py); on a split fabric, each other machine's too."""
-        stats = self.agent.reaction_stats(since_ns) if self.agent else None
+        stats = self.mine.reaction_stats(since_ns)
         if self.peers and stats is not None:
             stats["machines"] = {name: peer.reaction_stats(since_ns) for name, peer in self.peers.items()}
         return stats
 
     def alarms(self):
-        return (list(self.agent.alarms) if self.agent else []) + self._from_peers("alarms")
+        return self.mine.alarms() + self._from_peers("alarms")
 
     def leak_repairs(self, since_ns=0):
         """The leaked accounts repaired since `since_ns` (time.monotonic_ns()), oldest first."""
-        return ((self.agent.repairs_since(since_ns) if self.agent else [])
-                + self._from_peers("leak_repairs", since_ns))
+        return self.mine.leak_repairs(since_ns) + self._from_peers("leak_repairs", since_ns)
 
     def errors(self):
-        return (list(self.agent.errors) if self.agent else []) + \
-            [f"{name}: {e}" for name, peer in self.peers.items() for e in peer.errors()]
+        return self.mine.errors() + [f"{name}: {e}" for name, peer in self.peers.items() for e in peer.errors()]
 
     def _from_peers(self, what, *args):
         """The other machines' records of `what`, each tagged with its machine."""
@@ -584,8 +537,8 @@ class QueueModel:
                 "watchdog": {"lab_ms": watchdog, "real_ms": watchdog / scale if watchdog else 0,
                              "from": "spec" if self.spec.pfc.watchdog_ms is not None else
                              f"{config.REAL_WATCHDOG_MS:g} ms real x time scale {scale:g}"},
-                "ovs_send_buffer_bytes": self.ovs_send_buffer,
-                "ovs_receive_buffer_bytes": RECEIVE_BUFFER_BYTES if self.ovs_receive_sockets else None,
+                "ovs_send_buffer_bytes": self.mine.ovs_send_buffer,
+                "ovs_receive_buffer_bytes": RECEIVE_BUFFER_BYTES if self.mine.ovs_receive_sockets else None,
                 "spec": self.spec.to_dict(), "ports_by_role": per_role,
                 **({"machines": self._machines()} if self.peers else {})}
 

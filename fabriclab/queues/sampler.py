@@ -61,7 +61,7 @@ class QueueSampler:
         return self
 
     def _sample(self):
-        values, bias = self.model.own_rows()        # this machine's maps (others: sampled there)
+        values, bias = self.model.mine.read_rows()  # this machine's maps (others: sampled there)
         self.times.append(time.monotonic() - self.t0)
         self.chunks.append(bytes(values))
         self.bias_chunks.append(bytes(bias))

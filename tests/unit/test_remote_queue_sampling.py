@@ -28,11 +28,12 @@ class Maps:
 
     def __init__(self, step, peers=None):
         self.step, self.reads, self.peers = step, 0, peers or {}
+        self.mine = self                 # its machine's part (queues/machine.py) is the fake itself
         self.datapath = object()
         self.ports = [types.SimpleNamespace(name=f"l1-eth{i + 1}", node="l1", role="leaf", peer_node="s1", peer=i,
                                             rate_mbps=10.0) for i in range(2)]
 
-    def own_rows(self):
+    def read_rows(self):
         self.reads += 1
         stats = (QStat * NROWS)()
         stats[0].tx_bytes = self.step * self.reads

@@ -91,17 +91,17 @@ class FakeAgent:
         self.errors.append(text)
 
 
-class FakeModel:
-    def __init__(self):
-        self.agent = FakeAgent()
-        self.ports = list(range(8))
-        self.calls = []
+class FakeMine:
+    """The helper's machine's part of the model (a MachineQueues), recording what it is asked."""
 
-    def own_rows(self):
+    def __init__(self, agent, calls):
+        self.agent, self.calls = agent, calls
+
+    def read_rows(self):
         return (QStat * 3)(), (ctypes.c_int64 * 3)(1, 2, 3)
 
-    def set_ecn(self, **kw):
-        self.calls.append(("set_ecn", kw))
+    def set_ecn(self, target, **kw):
+        self.calls.append(("set_ecn", {"target": target, **kw}))
         return ["l2-eth1"]
 
     def cables_down(self, intfs, down):
@@ -109,6 +109,23 @@ class FakeModel:
 
     def empty_queues(self, intfs):
         self.calls.append(("empty", intfs))
+
+    def storm(self, idx, seconds):
+        self.agent.storm(idx, seconds)
+
+    def pause(self, kind, idx, waited_ns=0):
+        self.agent.relayed(kind, idx, waited_ns)
+
+    def alarms(self):
+        return list(self.agent.alarms)
+
+
+class FakeModel:
+    def __init__(self):
+        self.agent = FakeAgent()
+        self.ports = list(range(8))
+        self.calls = []
+        self.mine = FakeMine(self.agent, self.calls)
 
 
 def answer(model, request):
@@ -126,7 +143,8 @@ def test_the_helper_answers_each_request_and_refuses_what_is_malformed():
     assert answer(model, {"storm": [3, 0.5]}) == {"done": 1} and model.agent.storms == [(3, 0.5)]
     assert answer(model, {"cables": [["l2-eth3"], True]}) == {"done": 1}
     assert answer(model, {"empty": ["l2-eth3", "l2-eth4"]}) == {"done": 2}
-    assert model.calls[1:] == [("cables", ["l2-eth3"], True), ("empty", ["l2-eth3", "l2-eth4"])]
+    assert model.calls == [("set_ecn", {"target": "l2", "mode": "step"}), ("cables", ["l2-eth3"], True),
+                           ("empty", ["l2-eth3", "l2-eth4"])]
     for bad in ({"set_ecn": {"target": "l2", "rm": "-rf"}}, {"storm": [99, 1]}, {"storm": [1, math.inf]},
                 {"storm": [1, -1]}, {"cables": [["../x"], True]}, {"cables": [["a"], "yes"]},
                 {"empty": "l2-eth3"}, {"repairs": "yesterday"}, {"what": 1}, {"a": 1, "b": 2}, [1, 2]):
@@ -222,6 +240,21 @@ def test_an_error_answer_becomes_a_lab_error_naming_the_machine():
     with pytest.raises(LabError, match="queue model on m2: no port l9"):
         peer.set_ecn("l9", mode="step")
     assert json.loads(peer.channel.sent[0]) == {"set_ecn": {"target": "l9", "mode": "step"}}
+
+
+def test_both_twins_implement_one_machines_queues():
+    """LocalQueues and RemoteQueues are MachineQueues: every call, with its parameters, on both."""
+    import inspect
+
+    from fabriclab.queues.machine import LocalQueues, MachineQueues
+
+    wanted = {name: inspect.signature(f) for name, f in vars(MachineQueues).items()
+              if inspect.isfunction(f) and not name.startswith("_")}
+    assert len(wanted) >= 14
+    for twin in (LocalQueues, RemoteQueues):
+        for name, signature in wanted.items():
+            assert name in vars(twin), f"{twin.__name__} lacks {name}"
+            assert inspect.signature(getattr(twin, name)) == signature, f"{twin.__name__}.{name}"
 
 
 def test_the_relay_allowance_covers_the_slowest_round_trip_with_a_floor():
