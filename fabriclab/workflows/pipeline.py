@@ -602,6 +602,17 @@ def _dropped(loss):
     return {"dropped_packets": sum(after.get(k, 0) - before.get(k, 0) for k in after)}
 
 
+def _balance_by_switch(up, loads):
+    """{switch: max/mean of its uplinks still up} where it has two or more that carried traffic:
+    how evenly a switch that lost an uplink spread what it carried over the rest."""
+    from fabriclab.measure.telemetry import max_mean_ratio
+
+    by = {}
+    for c in up:
+        by.setdefault(c.src, []).append(loads[c.name])
+    return {switch: max_mean_ratio(v) for switch, v in sorted(by.items()) if len(v) > 1 and sum(v) > 0}
+
+
 def _fault_row(series, fault, applied, origin, end, times, delivered, strikes):
     """One fault as it happened: when it began and ended (seconds after the origin), each change
     it made, the delivered traffic's dip and recovery after each time it struck, and for a link
@@ -637,8 +648,10 @@ def _fault_row(series, fault, applied, origin, end, times, delivered, strikes):
         since = hits[0] + (impacts[0].get("recovery_s") or 0.0)
         if since < end:
             loads = series.mean_mbps(since, end)
-            alive = [loads[c.name] for c in series.columns if c.kind == "up" and c.link not in dead]
+            up = [c for c in series.columns if c.kind == "up" and c.link not in dead]
+            alive = [loads[c.name] for c in up]
             if alive:
                 row["uplinks_after"] = {"max_mean_ratio": max_mean_ratio(alive),
-                                        "max_mbps": round(max(alive), 3), "min_mbps": round(min(alive), 3)}
+                                        "max_mbps": round(max(alive), 3), "min_mbps": round(min(alive), 3),
+                                        "by_switch": _balance_by_switch(up, loads)}
     return row

@@ -24,6 +24,7 @@ EXPERIMENTS = {
     "ecn-dcqcn": "fabriclab.workflows.experiments.ecn_dcqcn",
     "victim-noise": "fabriclab.workflows.experiments.victim",
     "routing-schemes": "fabriclab.workflows.experiments.routing",
+    "path-pinning": "fabriclab.workflows.experiments.path_pinning",
     "ecmp-balance": "fabriclab.workflows.experiments.ecmp_balance",
     "ecmp-tiers": "fabriclab.workflows.experiments.ecmp_tiers",
     "flowlet-interval": "fabriclab.workflows.experiments.flowlet_interval",

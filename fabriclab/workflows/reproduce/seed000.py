@@ -174,6 +174,48 @@ def te_failure(docs):
         invalid=invalid_reasons(doc, "TE", te_label, "E-ECMP + 4 QPs shared sport", eecmp_label))
 
 
+# -- path pinning -------------------------------------------------------------------------------------
+def pinning_fragmented(docs):
+    from fabriclab.workflows.experiments import path_pinning as pp
+
+    doc = docs["path-pinning"]
+    lost = {name: loss for name in ("pinning", "ECMP", "E-ECMP") if (loss := pp.fragmented_loss(doc, name)) is not None}
+    full = pp.leaf_max_mean(pp.find(doc, "pinning", "full racks"))
+    frag = pp.leaf_max_mean(pp.find(doc, "pinning", "fragmented"))
+    return Finding(
+        lab=f"the fragmented placement costs pinning {lost['pinning']:.0%} of its busbw ("
+            + ", ".join(f"{name} {v:.0%}" for name, v in lost.items() if name != "pinning")
+            + f"); {pp.LEAF}'s uplink max/mean under pinning {full:.2f} on full racks, "
+            f"{frag:.2f} fragmented",
+        lab_value=lost["pinning"],
+        effects=(Effect("busbw pinning loses to fragmentation", lost["pinning"], ">", 0.30),
+                 Effect(f"pinning's {pp.LEAF} uplink max/mean on full racks", full, "<", 1.2),
+                 Effect("busbw loss to fragmentation, pinning - ECMP", lost["pinning"] - lost["ECMP"], ">", 0.0)),
+        direction="pinning by destination slice balances full racks, and loses over 30% of its busbw (more "
+                  "than ECMP) when a job holds part of the racks",
+        bars=[("paper: pinning's loss", 0.30)] + [(f"lab: {name}'s loss", v) for name, v in lost.items()],
+        unit="busbw lost to fragmentation", invalid=invalid_reasons(doc, *[
+            r["label"] for r in doc["runs"] if not r["faults"]]))
+
+
+def pinning_failure(docs):
+    from fabriclab.workflows.experiments import path_pinning as pp
+
+    doc = docs["path-pinning"]
+    runs = runs_by_label(doc)
+    failed = runs[f"pinning, {pp.FAULT[0]}-{pp.FAULT[1]} fails"]
+    after, before = pp.after_failure(failed), pp.leaf_max_mean(pp.find(doc, "pinning", "full racks"))
+    return Finding(
+        lab=f"after {pp.FAULT[0]}-{pp.FAULT[1]} fails, {pp.LEAF}'s three uplinks left carry max/mean {after:.2f} "
+            f"under pinning (its four carried {before:.2f} on full racks)",
+        lab_value=after,
+        effects=(Effect(f"pinning's {pp.LEAF} uplink max/mean, after the failure - before it", after - before, ">", 0.0),),
+        direction="a failure hands the pinned flows to ECMP's hash, which spreads them unevenly over the "
+                  "uplinks left",
+        bars=[("lab: pinning, full racks", before), ("lab: pinning, after the failure", after)],
+        unit=f"{pp.LEAF} uplink max/mean", invalid=invalid_reasons(doc, failed["label"]))
+
+
 # -- flowlet switching ----------------------------------------------------------------------------------
 def flowlet_oos(docs):
     from fabriclab.workflows.experiments.flowlet_interval import oos_per_s
@@ -297,6 +339,20 @@ CLAIMS = (
     Claim("000-te-failure", "000", "4.4.1, 4.4.3", "TE is prone to lower performance under link failures, "
           "where E-ECMP can outperform it", "a direction", None,
           ("routing-schemes",), te_failure, LOSSLESS_1TO1 + "; l1-s1 fails 0.6 s into the ring"),
+    Claim("000-pinning-fragmented", "000", "4.1.2", "path pinning (by the destination's slice) works while "
+          "every rack is fully assigned to one job; a rack partly used by a job loads its switch's uplinks "
+          "unevenly and slows training by more than 30%", "more than 30%", 0.30,
+          ("path-pinning",), pinning_fragmented, LOSSLESS_1TO1 + "; an AlltoAll of 8 ranks on two full "
+          "racks, and on one full rack plus the hosts other jobs left (slice 0 of the other leaves)",
+          "the lab's fragmented placement is one pattern chosen to show the mechanism (three of a full "
+          "rack's four remote peers share slice 0), so the size of the loss is the pattern's, not a "
+          "distribution over placements"),
+    Claim("000-pinning-failure", "000", "4.1.2", "after an uplink failure, ECMP reassigns the pinned flows "
+          "unevenly to the other uplinks, where they collide", "a direction", None,
+          ("path-pinning",), pinning_failure, LOSSLESS_1TO1 + "; the AlltoAll on two full racks, l1-s1 fails "
+          "0.6 s in",
+          "the lab's job is 8 ranks on two racks, so the flows a failure hands over are four, over three "
+          "uplinks: never even (1.125 at best), however they hash"),
     Claim("000-flowlet-oos", "000", "4.5, Figure 11", "out-of-order packets fall non-linearly as the flowlet "
           "interval grows, to under 1 per second at about half the round trip", "a trend", None,
           ("flowlet-interval",), flowlet_oos, LOSSLESS_1TO1 + "; intervals in lab time",
