@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import shutil
 
 from fabriclab.system.doctor import cleanup_stale_probes
 from fabriclab.queues.datapath import pinned_runs, remove_pins
 from fabriclab.queues.model import WIRE_PRIO
-from fabriclab.lab.runstate import RUN_ROOT, RunState, is_lab_link_group
+from fabriclab.lab.runstate import FOLDER_MARK, RUN_ROOT, RunState, is_lab_link_group
 from fabriclab.lab.teardown import delete_bridges, delete_link_group, interfaces_in_group, tagged_bridges
 from fabriclab.system.procs import pid_alive, stop_recorded, with_argument_under
 from fabriclab.traffic import softroce
@@ -46,11 +47,28 @@ def remove_run(run):
     bridges = [b for b in run.data.get("bridges", []) if tagged.get(b, (None,))[0] == run.id]
     delete_bridges(bridges)
     remove_pins(run.id)
+    folders = remove_folders(run)
     run.remove()
     return (f"run {run.id}: stopped {stopped} processes, deleted {len(bridges)} bridges "
-            f"and {len(intfs)} interfaces"
+            f"and {len(intfs)} interfaces" + (f" and {folders} folders" if folders else "")
             + ("" if ours or group is None else f" (link group {group} is not the lab's: "
                                                 "its interfaces were left alone)"))
+
+
+def remove_folders(run):
+    """Delete the folders `run` made outside its run folder that still carry its mark (a folder
+    since reused, or never marked, is left alone); how many went."""
+    gone = 0
+    for path in run.data.get("folders", []):
+        try:
+            with open(os.path.join(path, FOLDER_MARK)) as f:
+                if f.read(80).strip() != run.id:
+                    continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        gone += 1
+    return gone
 
 
 def clean(all_runs=False):

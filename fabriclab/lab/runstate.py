@@ -26,6 +26,8 @@ LINK_GROUP_BASE = 0x4C000000     # interface groups fabriclab uses (Linux's defa
 LINK_GROUP_SPAN = 1 << 24
 
 
+FOLDER_MARK = ".fabriclab-run"       # in a folder a run made elsewhere: the run's id
+
 def is_lab_link_group(group):
     """Whether `group` is one of the link groups runs allocate: a record that says otherwise is
     corrupt, and `ip link del group 0` would delete every interface of the default group."""
@@ -127,6 +129,16 @@ class RunState:
     def add_process(self, pid, role, match):
         with self._lock:
             self.data["processes"].append({"pid": pid, "role": role, "match": match})
+            self.save()
+
+    def add_folder(self, path):
+        """A folder the run made outside its run folder (the full-kernel tier's): marked as the
+        run's (FOLDER_MARK holds its id), so `clean` deletes it after a kill, and only if marked."""
+        path = os.path.abspath(path)
+        with open(os.path.join(path, FOLDER_MARK), "w") as f:
+            f.write(self.id)
+        with self._lock:
+            self.data["folders"] = sorted(set(self.data.get("folders", [])) | {path})
             self.save()
 
     def remove(self):

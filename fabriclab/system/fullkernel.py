@@ -241,9 +241,10 @@ def run_tests(pytest_args, timeout_s=DEFAULT_TIMEOUT_S, kernel=None, force_guest
     code. Raises EnvironmentProblem when the tier is unavailable and LabError when the guest does not
     boot or the run outlives `timeout_s` (Terminated on SIGTERM, the guest stopped first).
 
-    `registry()`, where given, makes the run record a guest's processes go in (an object with
-    add_process(pid, role, match) and remove()), so that `clean` stops what a SIGKILL left; the
-    record is removed when the guest has stopped."""
+    `registry()`, where given, makes the run record a guest's processes and the tier's folder go
+    in (an object with add_process(pid, role, match), add_folder(path) and remove()), so that
+    `clean` stops and deletes what a SIGKILL left; the record is removed when the guest has
+    stopped."""
     if not timeout_s > 0:
         raise LabError(f"--timeout must be > 0 seconds, got {timeout_s}")
     tier = probe(kernel, force_guest, kvm=kvm)
@@ -265,6 +266,8 @@ def run_tests(pytest_args, timeout_s=DEFAULT_TIMEOUT_S, kernel=None, force_guest
         os.chmod(script, 0o755)
         env = dict(os.environ, PATH=os.pathsep.join([venv_bin(), os.environ.get("PATH", "")]))
         run = registry() if registry is not None else None
+        if run is not None:
+            run.add_folder(outdir)              # a SIGKILL leaves it: `clean` knows it by its mark
         try:
             # vng, virtme-run and qemu all carry the tier's own folder in an argument
             record = (lambda pid, arg: run.add_process(pid, "tier-guest", arg)) if run is not None else None

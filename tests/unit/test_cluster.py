@@ -120,6 +120,28 @@ def test_clean_takes_off_the_wire_filter_of_a_gone_run_by_its_link_group(monkeyp
     assert ran == []
 
 
+def test_clean_deletes_a_gone_runs_folders_only_while_they_carry_its_mark(monkeypatch, tmp_path):
+    """The full-kernel tier's folder outside the run folder: a SIGKILL leaves it, `clean` deletes it
+    by the record and the mark inside it; a folder that lost the mark (reused) stays."""
+    from fabriclab.lab import clean
+
+    for name in ("delete_link_group", "delete_bridges", "remove_pins"):
+        monkeypatch.setattr(clean, name, lambda *a, **kw: None)
+    monkeypatch.setattr(clean, "tagged_bridges", lambda: {})
+    monkeypatch.setattr(RunState, "save", lambda self: None)
+    monkeypatch.setattr(RunState, "remove", lambda self: None)
+    run = RunState("20261126-120000-abcdef")
+    kept, gone = tmp_path / "fabriclab-tier-a", tmp_path / "fabriclab-tier-b"
+    for folder in (kept, gone):
+        folder.mkdir()
+        run.add_folder(folder)
+        (folder / "guest.sh").write_text("#!/bin/sh\n")
+    assert run.data["folders"] == sorted([str(kept), str(gone)])
+    (kept / ".fabriclab-run").write_text("20261126-999999-other")        # another run's now
+    assert clean.remove_run(run).endswith("and 1 folders")
+    assert kept.is_dir() and not gone.exists()
+
+
 def test_the_member_refuses_what_is_not_a_run_of_the_lab(capsys):
     assert member.main(["--run-id", "../../etc", "--link-group", str(LINK_GROUP_BASE)]) == 2
     assert member.main(["--run-id", "20261126-120000-abcdef", "--link-group", "0"]) == 2
