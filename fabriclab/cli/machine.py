@@ -171,7 +171,9 @@ def run_guest_machine(args):
         raise LabError(f"--inventory {clip(args.inventory)}: cannot write a file there")
     doctor.require_environment()
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGINT too, set here: a shell starts a background job with SIGINT ignored, and Python then
+    # never raises KeyboardInterrupt, so `kill -INT` (Ctrl-C's signal) would not stop it
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with GuestMachine(args.kernel, kvm=args.kvm, count=args.guests) as machines:
             path = machines.inventory(args.inventory, project_dir=str(provision.PROJECT_DIR))
@@ -179,17 +181,15 @@ def run_guest_machine(args):
             print(f"guest machine: {machines.tier.kernel}: {where}, up in {machines.boot_s:.0f} s; "
                   f"inventory: {path}", flush=True)
             print(f"  e.g. sudo .venv/bin/fabriclab doctor --inventory {path}; Ctrl-C stops it", flush=True)
-            try:
-                while not stop.wait(1.0) and all(g.proc.poll() is None for g in machines.guests):
-                    pass
-            except KeyboardInterrupt:
+            while not stop.wait(1.0) and all(g.proc.poll() is None for g in machines.guests):
                 pass
             ended = [g for g in machines.guests if g.proc is not None and g.proc.poll() is not None]
             if ended:
                 print(f"guest machine: {ended[0].name}'s qemu exited ({ended[0].proc.returncode})", file=sys.stderr)
                 return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print("guest machine: stopped, its wire removed")
     return 0
 

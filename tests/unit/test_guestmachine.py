@@ -141,3 +141,48 @@ def test_a_guests_qemu_is_looked_for_until_qemu_itself_is_recorded(tmp_path, mon
     running[103] = "/usr/bin/qemu-system-x86_64 -name another"
     machine._record_qemus()
     assert [pid for pid, _role, _match in recorded] == [101, 102] and guest.qemu_recorded
+
+
+def test_a_guest_machine_started_in_the_background_stops_on_sigint(tmp_path, monkeypatch, capsys):
+    """A shell starts a background job with SIGINT ignored, so Python raises no KeyboardInterrupt:
+    `kill -INT` stopped nothing. The machine now stops on SIGINT (and SIGTERM) however it started."""
+    import os
+    import signal
+    import threading
+
+    from fabriclab.cli import machine as machine_cli
+
+    class Machines:
+        def __init__(self, *a, **kw):
+            self.guests = [types.SimpleNamespace(name="guest1", address="10.99.0.2",
+                                                 proc=types.SimpleNamespace(poll=lambda: None, returncode=None))]
+            self.tier = types.SimpleNamespace(kernel="6.1.0-test")
+            self.boot_s = 1.0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def inventory(self, path, project_dir):
+            return path
+
+    monkeypatch.setattr(guestmachine, "GuestMachine", Machines)
+    monkeypatch.setattr(machine_cli.doctor, "require_environment", lambda: None)
+    def still_running(*_):
+        raise AssertionError("SIGINT did not stop the guest machine within 10 s")
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)          # as a background job has it
+    alarm = signal.signal(signal.SIGALRM, still_running)
+    signal.alarm(10)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        args = types.SimpleNamespace(guests=1, inventory=str(tmp_path / "two.ini"), kernel=None, kvm=False)
+        assert machine_cli.run_guest_machine(args) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN                # put back as it was
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, alarm)
+        signal.signal(signal.SIGINT, before)
+    assert "stopped, its wire removed" in capsys.readouterr().out
