@@ -96,7 +96,8 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
             except (Terminated, EnvironmentProblem):
                 raise                     # stopped, or the machine cannot run any experiment
             except Exception as exc:      # noqa: BLE001 - one experiment's failure is its claims' verdict
-                failed[str(k)] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                # long enough for a stall's chain of waits (traffic/stall.py)
+                failed[str(k)] = f"{type(exc).__name__}: {str(exc)[:800]}"
                 doc, error = None, f"draw {k}: {failed[str(k)]}"
                 progress(f"  {name} failed: {error}")
                 errors.append(error)
