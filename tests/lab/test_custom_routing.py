@@ -23,7 +23,8 @@ def test_a_routing_file_carries_a_verified_ring_allreduce(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-2000:]       # 1: a CPU-saturated run
     doc = json.loads((out / "results.json").read_text())
     (run,) = doc["runs"]
-    assert run["routing"].startswith(CHOICE) and "seed=" in run["routing"]
+    # recorded by its canonical label: the file's absolute path, the class, the run's seed
+    assert run["routing"].startswith(f"{ROOT / CHOICE}:seed="), run["routing"]
     (job,) = run["jobs"].values()
     (size,) = job["sizes"]
     assert size["verify"]["ok"] and size["algorithm"] == "ring"
@@ -49,7 +50,8 @@ def test_an_osken_app_of_ones_own_is_the_whole_controller(tmp_path):
     folder = proc.stdout.split("results: ", 1)[1].split()[0]
     doc = json.loads((ROOT / folder / "results.json").read_text())
     (run,) = doc["runs"]
-    assert run["routing"] == app and run["routing_state"]["hash"] is None
+    assert run["routing"] == f"osken:{ROOT / 'examples/apps/learning_switch.py'}:LearningSwitch"
+    assert run["routing_state"]["hash"] is None
     (size,) = next(iter(run["jobs"].values()))["sizes"]
     assert size["verify"]["ok"] and size["algorithm"] == "ring"
 
