@@ -69,7 +69,7 @@ class QuickCatalogue:
 @pytest.fixture(scope="session")
 def quick_catalogue(tmp_path_factory):
     """The catalogue, run as a user runs `fabriclab reproduce --quick`: a process of its own, whose
-    twenty experiment draws leave nothing in the test process (its output: reproduce-quick.log
+    experiment draws (two of each) leave nothing in the test process (its output: reproduce-quick.log
     beside the folder). FABRICLAB_QUICK_CATALOGUE=FOLDER reads a catalogue run before instead (a
     CI run's, say): the tests' figures over many catalogues, without running one each time."""
     import pathlib
