@@ -17,8 +17,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import random
 import selectors
+import signal
 import socket
 import subprocess
 import time
@@ -850,6 +852,10 @@ class Launcher:
         for link in self.links.values():
             if link.proc.poll() is None:
                 link.proc.terminate()
+                try:                      # a stopped agent (SIGSTOP) acts on SIGTERM once it runs again
+                    os.kill(link.proc.pid, signal.SIGCONT)
+                except OSError:
+                    pass
         deadline = time.monotonic() + 3
         for link in self.links.values():
             try:
