@@ -17,7 +17,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
-from fabriclab.errors import LabError
+from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.lab.cluster import ClusterHost, VxlanLink, cluster_switch_class
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
 from fabriclab.system.shaping import as_script, queued_commands, rate_command, shaping_commands
@@ -79,7 +79,9 @@ def planned_resources(fabric):
 
 
 def check_free(fabric, run_records):
-    """Refuse to build over names that already exist, naming the run that owns them."""
+    """Refuse to build over names that already exist, naming the run that owns them. An
+    EnvironmentProblem: no fabric can come up until they are gone (`reproduce` stops at it
+    rather than fail every draw alike)."""
     existing = set(subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True,
                                   text=True).stdout.split())
     bridges, intfs = planned_resources(fabric)
@@ -90,8 +92,8 @@ def check_free(fabric, run_records):
     if taken:
         owners = [r.id for r in run_records if set(taken) & (set(r.data["bridges"]) | set(r.data["interfaces"]))]
         owner = f" (owned by run {', '.join(owners)})" if owners else ""
-        raise LabError(f"{len(taken)} names this fabric needs already exist, e.g. {taken[0]}{owner}; "
-                       f"stop that fabric or run `fabriclab clean`")
+        raise EnvironmentProblem(f"{len(taken)} names this fabric needs already exist, e.g. {taken[0]}{owner}; "
+                                 f"stop that fabric or run `fabriclab clean`")
 
 
 def controller_connections(bridges):

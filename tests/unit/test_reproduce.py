@@ -469,3 +469,38 @@ def test_a_draw_run_again_slower_records_the_scale_its_verdict_came_from(tmp_pat
                                                                                    "started": 1}}
     text = (tmp_path / "catalogue.md").read_text()
     assert "| ecmp-balance | 3 |" in text and "draw 2: 1/2 (CPU saturated at full)" in text
+
+
+def test_a_machine_that_cannot_bring_up_any_fabric_stops_the_run_at_once(tmp_path):
+    """A leftover fabric's names (or a missing binary) fail every draw alike: the first such error
+    ends the run, rather than ten draws failing in turn and every claim left out."""
+    from fabriclab.errors import EnvironmentProblem
+
+    calls = []
+
+    def taken(name, folder, quick, k):
+        calls.append(k)
+        raise EnvironmentProblem("38 names this fabric needs already exist, e.g. l1; run `fabriclab clean`")
+
+    with pytest.raises(EnvironmentProblem, match="already exist"):
+        catalogue.run((claim(None, ("ecmp-balance",)),), out=tmp_path, progress=lambda line: None, runner=taken)
+    assert calls == [1]
+
+
+def test_names_a_fabric_needs_that_exist_are_an_environment_problem(monkeypatch):
+    import subprocess
+    import types
+
+    from fabriclab.errors import EnvironmentProblem
+    from fabriclab.lab import network
+    from fabriclab.topologies.fabric import Fabric
+    from fabriclab.topologies.spec import load_spec
+
+    out = {"ovs-vsctl": "l1\nother\n", "ip": "7: l1-eth1@if8: <BROADCAST> mtu 1500\n"}
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: types.SimpleNamespace(stdout=out[argv[0]], returncode=0))
+    run = types.SimpleNamespace(id="20261129-120000-abcdef", data={"bridges": ["l1"], "interfaces": []})
+    with pytest.raises(EnvironmentProblem, match=r"2 names this fabric needs already exist, e\.g\. l1 \(owned by "
+                                                 r"run 20261129-120000-abcdef\); stop that fabric or run"):
+        network.check_free(Fabric(load_spec("tiny")), [run])
+    out.update({"ovs-vsctl": "other\n", "ip": ""})
+    network.check_free(Fabric(load_spec("tiny")), [run])                 # nothing taken: no error
