@@ -504,3 +504,19 @@ def test_names_a_fabric_needs_that_exist_are_an_environment_problem(monkeypatch)
         network.check_free(Fabric(load_spec("tiny")), [run])
     out.update({"ovs-vsctl": "other\n", "ip": ""})
     network.check_free(Fabric(load_spec("tiny")), [run])                 # nothing taken: no error
+
+
+def test_an_experiments_minutes_count_every_attempt_of_a_draw(tmp_path):
+    """A draw run again slower paid for the doomed attempt too: the catalogue's time is their sum."""
+    def slowed(name, folder, quick, k):
+        out = doc(("r", []))
+        out["elapsed_s"] = 40.0
+        if k == 1:
+            out["attempts"] = [{"derate": 0, "host_rate_mbps": 10.0, "time_scale": 4e4, "saturated": ["r"],
+                                "elapsed_s": 25.0}, {"derate": 1, "host_rate_mbps": 5.0, "time_scale": 8e4,
+                                                     "saturated": [], "elapsed_s": 40.0}]
+        return out
+
+    outcome = catalogue.run((claim(None, ("ecmp-balance",), draws=2),), out=tmp_path, progress=lambda line: None,
+                            runner=slowed)
+    assert outcome.experiments["ecmp-balance"]["seconds"] == 25.0 + 40.0 + 40.0

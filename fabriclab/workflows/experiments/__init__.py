@@ -159,7 +159,8 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
                                 plots=plots).doc
         saturated = saturated_runs(doc)
         attempts.append({"derate": options.derate, "host_rate_mbps": doc["scale"]["host_rate_mbps"],
-                         "time_scale": doc["scale"]["time_scale"], "saturated": saturated})
+                         "time_scale": doc["scale"]["time_scale"], "saturated": saturated,
+                         "elapsed_s": doc["elapsed_s"]})
         if not (derate and saturated and options.derate < MAX_DERATE):
             break
         aside = folder.with_name(f"{folder.name}.attempt-{len(attempts)}")

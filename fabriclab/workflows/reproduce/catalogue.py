@@ -106,8 +106,11 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
             if attempts:                  # run slower: the scale the verdict came from
                 derated[str(k)] = {"rate_divisor": 2 ** attempts[-1]["derate"], "attempts": len(attempts),
                                    "started": 2 ** attempts[0]["derate"]}
-            # the plan's own wall time where the document has it (also when read back), else ours
+            # the plan's own wall time where the document has it (also when read back), else ours;
+            # every attempt's where it was run again slower (a doomed attempt costs as much)
             elapsed = (doc or {}).get("elapsed_s")
+            if attempts and all(isinstance(a.get("elapsed_s"), (int, float)) for a in attempts):
+                elapsed = sum(a["elapsed_s"] for a in attempts)
             seconds += elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
         experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}", "draws": n,
                              "derated": derated, "error": "; ".join(errors) or None, "failed_draws": failed,
