@@ -73,17 +73,17 @@ def runs(fabric, options):
 
     fault = faults.Fault(0, "link_down", f"{FAULT[0]}-{FAULT[1]}", FAULT_AFTER_S, {})
     # --quick: what the seed 000 claims read (pinning against ECMP; the failure under pinning)
-    schemes = [(name, choice) for name, choice in SCHEMES if not (options.quick and name == "E-ECMP")]
+    schemes = [(name, Routing.parse(choice)) for name, choice in SCHEMES if not (options.quick and name == "E-ECMP")]
     placed = placements(fabric)
     out = []
     for place, hosts in placed.items():
-        for name, choice in schemes:
-            out.append(RunPlan(f"{name}, {place}", Routing.parse(choice), [Job("alltoall", workload(options, hosts))],
+        for name, routing in schemes:
+            out.append(RunPlan(f"{name}, {place}", routing, [Job("alltoall", workload(options, hosts))],
                                tags={"scheme": name, "placement": place}))
-    for name, choice in schemes:
+    for name, routing in schemes:
         if name == "pinning" or not options.quick:
             spec = workload(options, placed["full racks"], iterations=3 if options.quick else 6)
-            out.append(RunPlan(f"{name}, {FAULT[0]}-{FAULT[1]} fails", Routing.parse(choice),
+            out.append(RunPlan(f"{name}, {FAULT[0]}-{FAULT[1]} fails", routing,
                                [Job("alltoall", spec)], faults=[fault],
                                tags={"scheme": name, "placement": "full racks", "fault": f"{FAULT[0]}-{FAULT[1]}"}))
     return out
@@ -97,9 +97,9 @@ def leaf_uplinks(run, leaf=LEAF):
 
 
 def leaf_max_mean(run, leaf=LEAF):
-    loads = list(leaf_uplinks(run, leaf).values())
-    mean = sum(loads) / len(loads) if loads else 0
-    return round(max(loads) / mean, 4) if mean > 0 else None
+    from fabriclab.measure.telemetry import max_mean_ratio
+
+    return max_mean_ratio(leaf_uplinks(run, leaf).values())
 
 
 def after_failure(run, leaf=LEAF):
