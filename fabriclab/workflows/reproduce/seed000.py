@@ -213,7 +213,7 @@ def pinning_failure(docs):
         direction="a failure hands the pinned flows to ECMP's hash, which spreads them unevenly over the "
                   "uplinks left",
         bars=[("lab: pinning, full racks", before), ("lab: pinning, after the failure", after)],
-        unit=f"{pp.LEAF} uplink max/mean", invalid=invalid_reasons(doc, failed["label"]))
+        unit=f"{pp.LEAF} uplink max/mean", invalid=invalid_reasons(doc, failed["label"], "pinning, full racks"))
 
 
 # -- flowlet switching ----------------------------------------------------------------------------------
