@@ -22,6 +22,9 @@ def register(subparsers):
                    help="judge a draw whose run saturated the CPU as it is (not judged) instead of running it "
                         "again at half its link rates")
     p.add_argument("--out", help="results folder (default results/<time>-reproduce/)")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with a run that stopped part-way in --out: the draws it finished there are "
+                        "read back, the rest run")
     p.add_argument("--from", dest="source", metavar="DIR",
                    help="judge the claims again from a catalogue folder's experiments (no fabric, no root)")
     p.add_argument("--markdown", metavar="FILE", help="also write the catalogue to FILE (its plots in a "
@@ -40,6 +43,8 @@ def cmd_reproduce(args):
                              f"{c.draws_for(False)} ({c.draws_for(True)})", c.paper) for c in CLAIMS]))
         return running.EXIT_VALID
     claims = select(args.only)
+    if args.resume and (args.source or not args.out):
+        raise LabError("--resume goes on with the run in --out DIR; --from judges one again without running")
     runner, out, quick, origin, draws = None, args.out, args.quick, None, args.draws
     if args.source:
         if draws is not None:
@@ -51,7 +56,7 @@ def cmd_reproduce(args):
           f"them{' (quick forms)' if quick else ''}{' read from ' + args.source if args.source else ''}", flush=True)
     outcome = catalogue.run(claims, quick=quick, out=out, progress=lambda line: print(line, flush=True),
                             runner=runner, events=running.Progress(), origin=origin, draws=draws,
-                            derate=args.derate)
+                            derate=args.derate, resume=args.resume)
     print("\n" + catalogue.summary_table(outcome.rows))
     if args.markdown:
         write_markdown(outcome, pathlib.Path(args.markdown), quick)

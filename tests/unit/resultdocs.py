@@ -261,6 +261,7 @@ def saturating_run_plan(seen, below_mbps=2.5):
             runs[0]["valid"], runs[0]["invalid"] = False, ["ring: CPU saturated: the software switches ..."]
         got = doc("experiment", runs)
         got["scale"]["host_rate_mbps"], got["scale"]["time_scale"] = plan.spec.host_rate_mbps, plan.spec.time_scale
+        got["plan"]["source"] = plan.source
         document.write(got, out)
         return types.SimpleNamespace(doc=got)
     return run_plan

@@ -455,6 +455,66 @@ def test_a_draw_starts_at_the_rates_the_previous_draw_settled_on(tmp_path, monke
     assert seen == [10, 10]                        # --no-derate: every draw at the spec's rates
 
 
+def test_a_stopped_run_resumed_reads_the_draws_it_finished_and_runs_the_rest(tmp_path, monkeypatch):
+    """Draw 1 ran at full, half and a quarter rate, draw 2 at a quarter, then the run stopped in
+    draw 3: resumed, only draw 3 runs, and at the quarter rate draw 2 settled on."""
+    from fabriclab.errors import Terminated
+    from tests.unit import resultdocs as rd
+
+    seen = []
+    stand_in = rd.saturating_run_plan(seen)
+
+    def stopped_in_draw_3(plan, out, **kw):
+        if len(seen) == 4:
+            raise Terminated("stopped")
+        return stand_in(plan, out, **kw)
+
+    claims = (claim(None, ("pfc-incast",), draws=3),)
+    monkeypatch.setattr(pipeline, "run_plan", stopped_in_draw_3)
+    with pytest.raises(Terminated):
+        catalogue.run(claims, quick=True, out=tmp_path, progress=lambda line: None)
+    assert seen == [10, 5, 2.5, 2.5]
+    seen.clear()
+    monkeypatch.setattr(pipeline, "run_plan", stand_in)
+    outcome = catalogue.run(claims, quick=True, out=tmp_path, progress=lambda line: None, resume=True)
+    assert seen == [2.5] and outcome.ok
+    ran = outcome.experiments["pfc-incast"]
+    assert ran["resumed"] == [1, 2] and ran["derated"]["1"] == {"rate_divisor": 4, "attempts": 3, "started": 1}
+    assert "| pfc-incast | 3 (2 from an earlier run) |" in (tmp_path / "catalogue.md").read_text()
+
+
+def test_only_a_finished_draw_of_the_same_experiment_form_and_seed_is_read_back(tmp_path, monkeypatch):
+    from fabriclab.results import document
+    from tests.unit import resultdocs as rd
+
+    seen = []
+    monkeypatch.setattr(pipeline, "run_plan", rd.saturating_run_plan(seen, below_mbps=20))
+    catalogue.run((claim(None, ("pfc-incast",), draws=2),), quick=True, out=tmp_path, progress=lambda line: None)
+    first = tmp_path / catalogue.draw_folder("pfc-incast", 1)
+    assert catalogue.finished_draw("pfc-incast", first, True, 1)["plan"]["source"]["seed"] == 1
+    assert catalogue.finished_draw("pfc-incast", first, True, 2) is None           # another seed's
+    assert catalogue.finished_draw("pfc-incast", first, False, 1) is None          # the quick form's
+    assert catalogue.finished_draw("ecmp-balance", first, True, 1) is None         # another experiment's
+    got = document.load(first)
+    got["runs"][0]["label"] = "a case the experiment no longer has"
+    document.write(got, first)
+    assert catalogue.finished_draw("pfc-incast", first, True, 1) is None
+    got = document.load(tmp_path / catalogue.draw_folder("pfc-incast", 2))
+    got["runs"][0]["valid"], got["runs"][0]["invalid"] = False, ["ring: CPU saturated: ..."]
+    document.write(got, first.with_name("draw-3"))
+    got["plan"]["source"]["seed"] = 3
+    document.write(got, first.with_name("draw-3"))
+    # saturated at full rate and never run again slower: the stop came before its next attempt
+    assert catalogue.finished_draw("pfc-incast", first.with_name("draw-3"), True, 3) is None
+    assert catalogue.finished_draw("pfc-incast", first.with_name("draw-3"), True, 3, derate=False) is not None
+    (first.with_name("draw-2") / "results.json").write_text('{"schema_version": ')          # cut off mid-write
+    assert catalogue.finished_draw("pfc-incast", first.with_name("draw-2"), True, 2) is None
+    assert catalogue.finished_draw("pfc-incast", tmp_path / "nothing", True, 1) is None
+    with pytest.raises(LabError, match="resume reads the draws"):
+        catalogue.run((claim(None, ("pfc-incast",)),), out=tmp_path, progress=lambda line: None,
+                      runner=lambda *a: doc(("r", [])), resume=True)
+
+
 def test_a_draw_run_again_slower_records_the_scale_its_verdict_came_from(tmp_path):
     def runner(name, folder, quick, k):
         got = doc(("r", []))

@@ -66,22 +66,27 @@ def draw_folder(name, k):
 
 
 def run(claims, quick=False, out=None, progress=print, runner=None, events=None, origin=None, draws=None,
-        derate=True):
+        derate=True, resume=False):
     """Run the claims' experiments (quick forms with `quick`), each over its draws, into `out`, and
     write the catalogue. Draw k runs the experiment with seed k (its queue pairs, so its source
     ports: a new draw of the hash) and its cases in an order drawn from k. `runner(name, folder,
     quick, k)` runs draw k of one experiment and returns its results document (default: the
     packaged experiment through the pipeline, its progress events to `events`, run again at lower
     link rates when a run saturates the CPU unless `derate` is False). `origin`: the date and
-    machine the experiments ran on, when they were read rather than run."""
+    machine the experiments ran on, when they were read rather than run. With `resume`, a draw an
+    earlier run of the same claims finished in `out` is read back instead of run again (a run of
+    hours stopped part-way loses only the draw it was in)."""
     from fabriclab.results import document
 
     counts = draw_counts(claims, quick, draws)
     folder = pathlib.Path(out) if out else document.default_folder("reproduce")
     folder.mkdir(parents=True, exist_ok=True)
+    drawer = None
     if runner is None:
         check(counts, quick)
-        runner = _DrawRunner(events, derate)
+        runner = drawer = _DrawRunner(events, derate, folder if resume else None)
+    elif resume:
+        raise LabError("resume reads the draws an earlier run left in its folder; it runs them itself")
     docs, experiments = {}, {}
     total, step = sum(counts.values()), 0
     for name, n in counts.items():
@@ -113,7 +118,7 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
                 elapsed = sum(a["elapsed_s"] for a in attempts)
             seconds += elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
         experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}", "draws": n,
-                             "derated": derated, "error": "; ".join(errors) or None, "failed_draws": failed,
+                             "resumed": drawer.resumed.get(name, []) if drawer else [], "derated": derated, "error": "; ".join(errors) or None, "failed_draws": failed,
                              **_validity(docs[name])}
     rows = [_row(claim, docs, experiments, folder, quick) for claim in claims]
     outcome = Outcome(folder, rows, experiments)
@@ -143,15 +148,21 @@ class _DrawRunner:
     would too, and its doomed attempt costs as much as a measured one (multiplane-asymmetry's
     quick form, on 2 cores: about 60 s of its 190 s)."""
 
-    def __init__(self, events=None, derate=True):
-        self.events, self.derate = events, derate
+    def __init__(self, events=None, derate=True, resume_from=None):
+        self.events, self.derate, self.resume_from = events, derate, resume_from
         self.settled = {}                 # experiment -> halvings of the link rates its last draw ran at
+        self.resumed = {}                 # experiment -> the draws read back from an earlier run
 
     def __call__(self, name, folder, quick, k):
         import dataclasses
 
         from fabriclab.workflows.experiments import run_experiment
 
+        doc = finished_draw(name, folder, quick, k, self.derate) if self.resume_from else None
+        if doc is not None:
+            self.resumed.setdefault(name, []).append(k)
+            self.settled[name] = doc["plan"]["source"]["derate"]
+            return doc
         options = dataclasses.replace(draw_options(quick, k), derate=self.settled.get(name, 0) if self.derate else 0)
         # each run's own plots are left to `fabriclab report`: a second a run, dozens of runs a draw
         doc = run_experiment(name, out=folder, options=options, progress=self.events, run_plots=False,
@@ -160,6 +171,33 @@ class _DrawRunner:
         if attempts:
             self.settled[name] = attempts[-1]["derate"]
         return doc
+
+
+def finished_draw(name, folder, quick, k, derate=True):
+    """Draw k's document where an earlier run finished it in `folder`, else None: it must be this
+    experiment's draw k in this form with the cases the experiment has now, and not stopped
+    part-way through being run again slower (its attempts recorded, none left to run)."""
+    from fabriclab.results import document
+    from fabriclab.workflows.experiments import MAX_DERATE, build_plan, saturated_runs
+
+    try:
+        doc = document.load(folder)
+    except LabError:
+        return None                       # none there, or cut off mid-write: run it
+    source = doc["plan"]["source"]
+    ran_at = source.get("derate")
+    if (source.get("experiment"), source.get("quick"), source.get("seed"), source.get("shuffle")) != (
+            name, quick, k, True) or not isinstance(ran_at, int) or isinstance(ran_at, bool):
+        return None
+    attempts = doc.get("attempts") or []
+    if (attempts[-1]["derate"] if attempts else 0) != ran_at or (ran_at and not derate):
+        return None
+    if derate and ran_at < MAX_DERATE and saturated_runs(doc):
+        return None                       # it was to run again slower when it stopped
+    wanted = build_plan(name, options=dataclasses.replace(draw_options(quick, k), derate=ran_at))
+    if sorted(r.label for r in wanted.runs) != sorted(r["label"] for r in doc["runs"]):
+        return None                       # the experiment's cases changed since
+    return doc
 
 
 def _why_derated(d):
@@ -349,7 +387,9 @@ def markdown(data, plots_prefix=""):
             "yes" if e["valid"] else "no: " + ", ".join(e["invalid_runs"]))
         rates = "; ".join(f"draw {k}: 1/{d['rate_divisor']} ({_why_derated(d)})" for k, d in
                           sorted(e.get("derated", {}).items())) or "as specified"
-        out.append(f"| {name} | {e['draws']} | {e['seconds'] / 60:.1f} | {rates} | {valid} | "
+        resumed = e.get("resumed") or []
+        out.append(f"| {name} | {e['draws']}{' (%d from an earlier run)' % len(resumed) if resumed else ''} "
+                   f"| {e['seconds'] / 60:.1f} | {rates} | {valid} | "
                    f"{len(e['lossless_drops'])} |")
     for r in data["claims"]:
         out += ["", f"### {r['id']}", "", f"**Seed {r['seed']}, {r['section']}.** {r['statement']}.", "",
