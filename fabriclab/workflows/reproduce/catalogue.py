@@ -118,7 +118,8 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
                 elapsed = sum(a["elapsed_s"] for a in attempts)
             seconds += elapsed if isinstance(elapsed, (int, float)) else time.monotonic() - t0
         experiments[name] = {"seconds": round(seconds, 1), "folder": f"experiments/{name}", "draws": n,
-                             "resumed": drawer.resumed.get(name, []) if drawer else [], "derated": derated, "error": "; ".join(errors) or None, "failed_draws": failed,
+                             "resumed": drawer.resumed.get(name, []) if drawer else [], "derated": derated,
+                             "error": "; ".join(errors) or None, "failed_draws": failed,
                              **_validity(docs[name])}
     rows = [_row(claim, docs, experiments, folder, quick) for claim in claims]
     outcome = Outcome(folder, rows, experiments)
