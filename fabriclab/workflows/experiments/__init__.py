@@ -161,7 +161,7 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
         attempts.append({"derate": options.derate, "host_rate_mbps": doc["scale"]["host_rate_mbps"],
                          "time_scale": doc["scale"]["time_scale"], "saturated": saturated,
                          "elapsed_s": doc["elapsed_s"]})
-        if not (derate and saturated and options.derate < MAX_DERATE):
+        if not runs_again(saturated, options.derate, derate):
             break
         aside = folder.with_name(f"{folder.name}.attempt-{len(attempts)}")
         if aside.exists():
@@ -180,6 +180,12 @@ def run_experiment(name, spec=None, out=None, options=None, progress=None, verbo
 
 
 MAX_DERATE = 2                 # halvings of the link rates a saturated experiment is run again at
+
+
+def runs_again(saturated, halvings, derate=True):
+    """Whether an attempt run at `halvings` whose `saturated` runs (saturated_runs) are not empty
+    is followed by one at half its rates (with `derate`, at most MAX_DERATE halvings)."""
+    return bool(derate and saturated and halvings < MAX_DERATE)
 
 
 def saturated_runs(doc):

@@ -84,7 +84,7 @@ def run(claims, quick=False, out=None, progress=print, runner=None, events=None,
     drawer = None
     if runner is None:
         check(counts, quick)
-        runner = drawer = _DrawRunner(events, derate, folder if resume else None)
+        runner = drawer = _DrawRunner(events, derate, resume)
     elif resume:
         raise LabError("resume reads the draws an earlier run left in its folder; it runs them itself")
     docs, experiments = {}, {}
@@ -149,8 +149,8 @@ class _DrawRunner:
     would too, and its doomed attempt costs as much as a measured one (multiplane-asymmetry's
     quick form, on 2 cores: about 60 s of its 190 s)."""
 
-    def __init__(self, events=None, derate=True, resume_from=None):
-        self.events, self.derate, self.resume_from = events, derate, resume_from
+    def __init__(self, events=None, derate=True, resume=False):
+        self.events, self.derate, self.resume = events, derate, resume
         self.settled = {}                 # experiment -> halvings of the link rates its last draw ran at
         self.resumed = {}                 # experiment -> the draws read back from an earlier run
 
@@ -159,7 +159,7 @@ class _DrawRunner:
 
         from fabriclab.workflows.experiments import run_experiment
 
-        doc = finished_draw(name, folder, quick, k, self.derate) if self.resume_from else None
+        doc = finished_draw(name, folder, quick, k, self.derate) if self.resume else None
         if doc is not None:
             self.resumed.setdefault(name, []).append(k)
             self.settled[name] = doc["plan"]["source"]["derate"]
@@ -179,7 +179,7 @@ def finished_draw(name, folder, quick, k, derate=True):
     experiment's draw k in this form with the cases the experiment has now, and not stopped
     part-way through being run again slower (its attempts recorded, none left to run)."""
     from fabriclab.results import document
-    from fabriclab.workflows.experiments import MAX_DERATE, build_plan, saturated_runs
+    from fabriclab.workflows.experiments import build_plan, runs_again, saturated_runs
 
     try:
         doc = document.load(folder)
@@ -193,7 +193,7 @@ def finished_draw(name, folder, quick, k, derate=True):
     attempts = doc.get("attempts") or []
     if (attempts[-1]["derate"] if attempts else 0) != ran_at or (ran_at and not derate):
         return None
-    if derate and ran_at < MAX_DERATE and saturated_runs(doc):
+    if runs_again(saturated_runs(doc), ran_at, derate):
         return None                       # it was to run again slower when it stopped
     wanted = build_plan(name, options=dataclasses.replace(draw_options(quick, k), derate=ran_at))
     if sorted(r.label for r in wanted.runs) != sorted(r["label"] for r in doc["runs"]):
