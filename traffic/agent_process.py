@@ -13,7 +13,6 @@ import sys
 import time
 
 from fabriclab.errors import LabError
-from fabriclab.measure import remotecounters
 from fabriclab.loading import excerpt
 from fabriclab.traffic import start_gate
 
@@ -66,7 +65,7 @@ def clock_offset_s(lab, host):
     """`host`'s machine's wall clock minus this one's (0 here): a start time for its agent is
     given on its clock, and times it reports are set back onto this one."""
     away = _elsewhere(lab, host)
-    return 0.0 if away is None else remotecounters.clock_offset_s(*away)
+    return 0.0 if away is None else away[0].clock_offset_s(away[1])
 
 
 def read_output(lab, host, path, limit, binary=False):

@@ -143,7 +143,7 @@ def run_benchmark(args):
 def run_crossing(args):
     """`benchmark --inventory FILE`: one machine against the fabric split by leaf over the
     inventory's machines."""
-    from fabriclab.lab.cluster import machines_from_inventory
+    from fabriclab.cluster.machine import machines_from_inventory
 
     sizes = benchmark.parse_fabric_sizes(args.sizes) if args.sizes else []
     machines = machines_from_inventory(args.inventory)

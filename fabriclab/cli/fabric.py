@@ -179,14 +179,15 @@ def cmd_up(args):
 
 
 def cluster_args(args):
-    """Lab's split and machines from --split and --inventory (both or neither)."""
+    """Lab's split and cluster from --split and --inventory (both or neither)."""
     if args.split is None and args.inventory is None:
         return {}
     if args.split is None or args.inventory is None:
         raise LabError("--split and --inventory go together: how to spread the fabric, and over which machines")
-    from fabriclab.lab.cluster import machines_from_inventory
+    from fabriclab.cluster.cluster import Cluster
+    from fabriclab.cluster.machine import machines_from_inventory
 
-    return {"split": parse_split(args.split), "machines": machines_from_inventory(args.inventory)}
+    return {"split": parse_split(args.split), "cluster": Cluster(machines_from_inventory(args.inventory))}
 
 
 def allpairs_plan(args, kind="run"):

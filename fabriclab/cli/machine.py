@@ -162,7 +162,7 @@ def cmd_fullkernel(args):
 
 
 def run_guest_machine(args):
-    from fabriclab.lab.guestmachine import GuestMachine, check_count
+    from fabriclab.cluster.guestmachine import GuestMachine, check_count
 
     # before a half-minute boot, not after it
     check_count(args.guests, "--guests")

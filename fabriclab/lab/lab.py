@@ -21,7 +21,7 @@ import time
 from fabriclab.loading import excerpt
 from fabriclab.system import doctor
 
-from fabriclab.lab import linkloss, remotequeues
+from fabriclab.lab import linkloss
 from fabriclab.system.doctor import require_environment
 from fabriclab.apps import DEFAULT_ROUTING, control, select_stage
 from fabriclab.apps.paths import all_paths
@@ -33,7 +33,6 @@ from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
 from fabriclab.system.procs import stop_recorded
 from fabriclab.lab import network as mininet_net
-from fabriclab.lab.cluster import Cluster
 from fabriclab.topologies.fabric import MAX_LAB_NODES, Fabric, beyond_one_machine
 from fabriclab.topologies.split import Split
 from fabriclab.topologies.spec import FabricSpec
@@ -63,20 +62,21 @@ def _ovs_view(switches):
 
 
 class Lab:
-    def __init__(self, spec, routing=DEFAULT_ROUTING, verbose=False, datapath=None, split=None, machines=None):
-        """`split` (a SplitSpec) and `machines` (fabriclab.lab.cluster.Machine, this one first)
-        spread the fabric over several machines (Mininet's cluster edition)."""
+    def __init__(self, spec, routing=DEFAULT_ROUTING, verbose=False, datapath=None, split=None, cluster=None):
+        """`split` (a SplitSpec) and `cluster` (a fabriclab.system.spread.Spread, not yet connected:
+        fabriclab.cluster.cluster.Cluster(machines), this machine first) spread the fabric over
+        several machines (Mininet's cluster edition)."""
         if not isinstance(spec, FabricSpec):
             raise TypeError("Lab takes a FabricSpec (see fabriclab.topologies.spec.load_spec)")
         routing = check_app(routing)         # the edge: everything below gets the parsed Routing
-        if split is None and machines is None:
+        if split is None and cluster is None:
             too_big = beyond_one_machine(spec)     # from the spec's counts, before naming a port
             if too_big:
                 raise LabError(too_big)
         self.fabric = Fabric(spec)
-        self.split = self.machines = self.cluster = None
-        if split is not None or machines is not None:
-            self._plan_cluster(split, machines)
+        self.split = self.machines = self.cluster = self._spread = None
+        if split is not None or cluster is not None:
+            self._plan_cluster(split, cluster)
         self.jobs = {}               # announced to the controller (jobs.json): name -> placement
         self._jobs_lock = threading.Lock()   # concurrent launchers announce and retract jobs
         self._fault_lock = threading.RLock()  # one change to the fabric at a time (_one_at_a_time)
@@ -99,9 +99,10 @@ class Lab:
         self._reshaped = {}          # (link key, nodes) -> (Link, nodes, Mbit/s) shaped off the spec's rate
         self._old_sigterm = None
 
-    def _plan_cluster(self, split, machines):
+    def _plan_cluster(self, split, cluster):
         """Check a spread over machines before anything is built: one machine per part of the
         split, what runs across machines today, and each machine's share within one lab's bounds."""
+        machines = cluster.machines if cluster is not None else None
         if split is None or not machines:
             raise LabError("a fabric over several machines needs both a split and the machines (an inventory)")
         self.split = Split(self.fabric, split)
@@ -113,6 +114,7 @@ class Lab:
                 raise LabError(f"machine {row['machine']} of the split would hold {row['switches'] + row['hosts']} "
                                f"switches and hosts; one machine's lab builds at most {MAX_LAB_NODES}")
         self.machines = list(machines)
+        self._spread = cluster       # connected, and kept as self.cluster, when the lab starts
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, timeout=60.0):
@@ -129,8 +131,8 @@ class Lab:
             self.run = RunState.create(self.fabric.spec.name)
             self.run.plan(*mininet_net.planned_resources(self.fabric))
             if self.machines is not None:
-                self.cluster = Cluster(self.machines, self.run)
-                self.cluster.connect()
+                self.cluster = self._spread
+                self.cluster.connect(self.run)
                 self.cluster.check_mtu(spec.mtu)
             self.controller = Controller(self.routing, self.fabric, self.run)
             if self.controller.foreign and self.machines is not None:
@@ -165,8 +167,7 @@ class Lab:
                               record=self.record_pfc_agent).start()
         tunnels = {intf.name: link.vni for link in self.net.links if getattr(link, "tunnel", None)
                    for intf in (link.intf1, link.intf2)}
-        return remotequeues.model_across(self.fabric, self.net, self.run, self.cluster,
-                                         self.cluster.machine_of_name, self.ecn_mechanism, tunnels)
+        return self.cluster.queue_model(self.fabric, self.net, self.ecn_mechanism, tunnels)
 
     def _ensure_ovs_buffers(self):
         """Only the userspace datapath transmits through one shared packet socket: where a

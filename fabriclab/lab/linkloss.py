@@ -2,13 +2,12 @@
 
 A link loses in both directions: each sending end drops a share of what leaves it (portloss.py).
 An end on this machine is set here; one on another machine of a cluster is set there, by the
-run's loss stage on it (remoteloss.py), so a cable between two machines loses at both ends.
+run's loss stage on it (fabriclab/cluster/remoteloss.py), so a cable between two machines loses at both ends.
 """
 
 from __future__ import annotations
 
 from fabriclab.errors import LabError
-from fabriclab.lab import remoteloss
 from fabriclab.lab.portloss import PortLoss, threshold
 
 
@@ -29,7 +28,7 @@ def _ports_by_machine(lab, links):
 
 def _stage_of(lab, name, machine):
     if name is not None:
-        return remoteloss.stage_on(lab.cluster, machine, lab.run.id)
+        return lab.cluster.loss_stage(machine)
     if "_port_loss" not in lab.__dict__:
         lab.__dict__["_port_loss"] = PortLoss(lab.run.id)
     return lab.__dict__["_port_loss"]
@@ -67,7 +66,7 @@ def counters(lab):
     here = lab.__dict__.get("_port_loss")
     out = here.counters() if here is not None else {}
     if getattr(lab, "cluster", None) is not None:
-        out.update(remoteloss.counters(lab.cluster))
+        out.update(lab.cluster.loss_counters())
     return out
 
 

@@ -18,7 +18,6 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import EnvironmentProblem, LabError
-from fabriclab.lab.cluster import ClusterHost, VxlanLink, cluster_switch_class
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
 from fabriclab.system.shaping import as_script, queued_commands, rate_command, shaping_commands
 from fabriclab.lab.teardown import delete_bridges, delete_link_group
@@ -185,12 +184,12 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
 
     `datapath` is Mininet's OVS mode: 'user' (datapath_type=netdev) or 'kernel'. `delay`: put the
     spec's link delays on every port (netem; the caller checked the kernel has it). With `cluster`
-    (fabriclab.lab.cluster.Cluster, connected) and `placement` ({node: machine 1..N}, a Split's
+    (a fabriclab.system.spread.Spread, connected: fabriclab.cluster.cluster.Cluster) and `placement` ({node: machine 1..N}, a Split's
     machine_of) the nodes run on their machines and cables between machines are tunnels. The
     caller owns teardown (`stop(net)`, and the cluster's `close`), including when this raises.
     """
     machine_of = (lambda name: cluster.machines[placement[name] - 1]) if cluster else (lambda name: None)
-    remote_switch = cluster_switch_class(LabSwitch) if cluster else None
+    remote_switch = cluster.switch_class(LabSwitch) if cluster else None
     for controller in net.controllers:
         run.add_process(controller.pid, "controller-shell", f"mininet:{controller.name}")
     for host in fabric.hosts.values():
@@ -198,7 +197,7 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
         if machine is None or machine.local:
             node = net.addHost(host.name, cls=Host, ip=None)
         else:
-            node = net.addHost(host.name, cls=ClusterHost, machine=machine, ip=None)
+            node = net.addHost(host.name, cls=cluster.host_class, machine=machine, ip=None)
             cluster.record(machine, process={"pid": node.pid, "role": "host-shell", "match": f"mininet:{host.name}"})
         if cluster:
             cluster.place(host.name, machine)
@@ -215,7 +214,7 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
                            interfaces=sorted(fabric.switch_ports(switch.name).values()))
             params["datapath"] = machine.datapath
             node = net.addSwitch(switch.name, cls=remote_switch, machine=machine,
-                                 owner_pid=cluster.members[machine.name].pid, **params)
+                                 owner_pid=cluster.member_pid(machine), **params)
             cluster.record(machine, process={"pid": node.pid, "role": "switch-shell",
                                              "match": f"mininet:{switch.name}"})
         if cluster:
@@ -231,7 +230,7 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
             vni = None
             if placement[link.a] != placement[link.b]:
                 vni, crossing = vxlan_id(group, crossing), crossing + 1
-            net.addLink(link.a, link.b, cls=VxlanLink, group=group, vni=vni,
+            net.addLink(link.a, link.b, cls=cluster.link_class, group=group, vni=vni,
                         cluster=cluster, make_veth=make_veth, **params)
         else:
             net.addLink(link.a, link.b, cls=LabLink, group=group, **params)

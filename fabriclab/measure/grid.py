@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-# A port series's limits, here and on a cluster's other machines (remotesampler.py)
+# A port series's limits, here and on a cluster's other machines (fabriclab/cluster/remotesampler.py)
 MIN_INTERVAL_S = 0.001
 MAX_SAMPLES = 500_000
 
@@ -51,3 +51,14 @@ class SamplingThread:
             self._thread.join(5)
             self._thread = None
         return self.error
+
+
+def onto(times_here, wall0_here, remote_walls, remote_rows):
+    """A remote series' cumulative counters at this machine's sample times (series seconds from
+    `wall0_here`), interpolated by wall clock; held at its first and last values outside it."""
+    import numpy as np
+
+    walls = np.asarray(remote_walls, dtype=float)
+    data = np.asarray(remote_rows, dtype=float).reshape(len(walls), -1)
+    at = wall0_here + np.asarray(times_here, dtype=float)
+    return np.stack([np.interp(at, walls, data[:, i]) for i in range(data.shape[1])], axis=1).round().astype(np.int64)

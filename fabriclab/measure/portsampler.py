@@ -22,9 +22,7 @@ import time
 
 from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters
-from fabriclab.measure import remotecounters
-from fabriclab.measure.grid import MAX_SAMPLES, MIN_INTERVAL_S, SamplingThread
-from fabriclab.measure.remotesampler import RemoteSampler, onto
+from fabriclab.measure.grid import MAX_SAMPLES, MIN_INTERVAL_S, SamplingThread, onto
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +82,7 @@ class ColumnReader:
     """Every column's counter now, as {column name: value} (a missing port reads 0), for views that
     refresh every second or so: columns of switches here from files kept open, those of switches
     on other machines of `cluster` by the run's counter reader there, all machines at once
-    (remotecounters)."""
+    (the cluster's counter readers)."""
 
     def __init__(self, fabric, cols, cluster=None, sys_net=SYS_NET):
         self.cols, self.cluster = list(cols), cluster
@@ -97,7 +95,8 @@ class ColumnReader:
 
     def read(self):
         values = {c.name: value or 0 for c, value in zip(self.here, self.counters.read())}
-        for name, reading in remotecounters.read_all(self.cluster, self._wanted).items():
+        away = self.cluster.read_counters_all(self._wanted) if self._wanted else {}
+        for name, reading in away.items():
             for i, value in zip(self.away[name][1], reading.values):
                 values[self.cols[i].name] = value or 0
         return {c.name: values[c.name] for c in self.cols}
@@ -114,7 +113,7 @@ class ColumnReader:
 
 class PortSampler:
     """Samples every column's counter on a fixed grid. With a `cluster`, the ports of switches on
-    other machines are sampled there (measure/remotesampler.py) and set onto this grid."""
+    other machines are sampled there (cluster/remotesampler.py) and set onto this grid."""
 
     def __init__(self, fabric, interval_s=0.005, max_samples=MAX_SAMPLES, sys_net=SYS_NET, cluster=None):
         if not interval_s >= MIN_INTERVAL_S:
@@ -123,8 +122,8 @@ class PortSampler:
         self.sys_net = sys_net
         self.columns = columns(fabric)
         away = machines_of_columns(fabric, self.columns, cluster) if cluster is not None else {}
-        self.remote = [(RemoteSampler(machine, [(self.columns[i].intf, self.columns[i].counter) for i in idx],
-                                      interval_s, _recorder(cluster, machine)), idx)
+        self.remote = [(cluster.port_sampler(machine, [(self.columns[i].intf, self.columns[i].counter) for i in idx],
+                                             interval_s), idx)
                        for machine, idx in away.values()]
         remote_idx = {i for _s, idx in self.remote for i in idx}
         self.here = [i for i in range(len(self.columns)) if i not in remote_idx]
@@ -210,12 +209,6 @@ class PortSampler:
             self._counters = None
         for sampler, _idx in self.remote:
             sampler.close()
-
-
-def _recorder(cluster, machine):
-    """Tells `machine`'s run member of the sampler's process there, so it ends with the run."""
-    return lambda pid: cluster.record(machine, process={"pid": pid, "role": "port-sampler",
-                                                        "match": "fabriclab.measure.remotesampler"})
 
 
 class PortSeries:

@@ -10,7 +10,7 @@ import concurrent.futures
 import statistics
 import time
 
-from fabriclab.measure import cpuload, remotecounters
+from fabriclab.measure import cpuload
 from fabriclab.measure.counters import COUNTERS, SYS_NET, TC_QDISC_STATS, operstates, qdisc_drops, read_counters
 
 __all__ = ["COUNTERS", "balance", "buffer_drops", "fabric_directions", "lab_snapshot", "link_utilization",
@@ -32,13 +32,13 @@ def snapshot(fabric, sys_net=SYS_NET, tc=TC_QDISC_STATS, cluster=None):
     missing are left out).
 
     With a `cluster`, the ports of switches on other machines are read there, all at once
-    (measure/remotecounters.py): `times` dates their interfaces by when they were read (on this
+    (the cluster's counter reader there): `times` dates their interfaces by when they were read (on this
     machine's monotonic clock) and `error_s` is the largest error of that dating."""
     away = _away(fabric, cluster)
     remote = {intf for _m, pairs in away.values() for intf, _c in pairs}
     intfs = [intf for s in fabric.switches for intf in fabric.switch_ports(s).values() if intf not in remote]
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        elsewhere = pool.submit(remotecounters.read_all, cluster, away, True) if away else None
+        elsewhere = pool.submit(cluster.read_counters_all, away, True) if away else None
         snap = {"time": time.monotonic(), "counters": read_counters(intfs, sys_net=sys_net),
                 "drops": qdisc_drops(intfs, tc), "cpu": cpuload.sample()}
         readings = elsewhere.result() if elsewhere is not None else {}
@@ -64,7 +64,7 @@ def switch_ports_now(lab, switch):
     machine = cluster.machine_of_name(switch) if cluster is not None else None
     if machine is None or machine.local:
         return read_counters(intfs), qdisc_drops(intfs), operstates(intfs)
-    reading = remotecounters.read(cluster, machine, [(i, c) for i in intfs for c in COUNTERS], drops=True,
+    reading = cluster.read_counters(machine, [(i, c) for i in intfs for c in COUNTERS], drops=True,
                                   states=True)
     return reading.by_interface(), reading.drops, reading.states
 

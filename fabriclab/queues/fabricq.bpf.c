@@ -16,7 +16,7 @@
  *     the packet (its flow and IP id) is remembered so its departure can be charged back to this
  *     port: a flow whose packets take several paths (adaptive routing, a PLB's planes, a rehash)
  *     enters one switch by several ports at once, and each packet is released against its own.
- * wire (the egress of the interface a cable between machines is tunnelled over, fabriclab.lab.cluster):
+ * wire (the egress of the interface a cable between machines is tunnelled over, fabriclab.cluster.cluster):
  *   - a packet in a VXLAN tunnel of this run has left its port's queue (the tunnel's end, a port of
  *     this machine): the departure the far end's ingress would see, seen on this machine, whose
  *     maps hold that port's occupancy and its switch's accounts. The far end, on another machine

@@ -1,9 +1,9 @@
 """One machine's part of the queue model, behind one Protocol.
 
-A fabric split over machines runs a queue model on each (fabriclab.lab.cluster). The lab's model
+A fabric split over machines runs a queue model on each (fabriclab.cluster.cluster). The lab's model
 reads and changes all of them through the same calls: `LocalQueues` for this machine (its data
 path's maps, its PFC agent, its RED qdiscs, Open vSwitch's sockets), `RemoteQueues`
-(lab/remotequeues.py) for another one, over the lab's SSH connection, where the helper answers
+(cluster/remotequeues.py) for another one, over the lab's SSH connection, where the helper answers
 each call with that machine's own LocalQueues. tests/unit/test_remotequeues.py checks both
 against `MachineQueues`, so the twins cannot drift apart unseen.
 """

@@ -14,9 +14,9 @@ programs on clsact (egress and ingress) classify, account, mark and signal pause
 (a thread) closes and opens gates. With `ecn_mechanism="red"` (full kernels) the switch ports'
 lossless and lossy classes get RED qdiscs that mark instead of the program (queues/red.py).
 
-A fabric split over machines (fabriclab.lab.cluster) runs one model per machine, each for the
+A fabric split over machines (fabriclab.cluster.cluster) runs one model per machine, each for the
 ports of the nodes placed there (`placement`, `here`), with maps for every port: the lab's model
-holds the other machines' models as `peers` (lab/remotequeues.py) and reads and changes the fabric
+holds the other machines' models as `peers` (cluster/remotequeues.py) and reads and changes the fabric
 through all of them. A cable between machines is a VXLAN tunnel: the program on the interface the
 tunnels leave by sees a port's departures on its own machine (`wire`), and a pause for a port on
 another machine is relayed there, its time covered by that cable's headroom (`relay_ms`).
@@ -147,7 +147,7 @@ class QueueModel:
         self.underlays, self.wire_handle, self.relay = tuple(underlays), wire_handle, relay
         self.wired = []              # underlays the wire program is attached to
         self._clsact_added = set()   # ... of which the model added the clsact qdisc
-        self.peers = {}              # machine -> its model (lab/remotequeues.py), set by the lab
+        self.peers = {}              # machine -> its model (cluster/remotequeues.py), set by the lab
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
         self.mine = LocalQueues(self)    # this machine's part; `peers` the others' (one Protocol)
@@ -549,7 +549,7 @@ class QueueModel:
                           for m in sorted({self._machine(p) for p in self.ports}, key=str)},
                 "crossing_ports": sorted(p.name for p in crossing),
                 "relay_ms": max((p.relay_ms for p in crossing), default=0.0),
-                "pauses_across": "relayed through the lab's SSH connections (lab/remotequeues.py)"}
+                "pauses_across": "relayed through the lab's SSH connections (cluster/remotequeues.py)"}
 
 
 def _tc_lines(*argv):

@@ -12,7 +12,7 @@ Reading one port class is one bpf(2) lookup (a few microseconds from Python), so
 is read in well under a millisecond; the interval actually reached is measured and recorded
 (`timing()`), because a loaded 2-core machine can stretch it. On a fabric split over machines
 each other machine samples its own maps on its own grid (its queue-model helper runs a sampler
-there, lab/remotequeues.py) and sends its series back at the end; each of its samples is merged
+there, cluster/remotequeues.py) and sends its series back at the end; each of its samples is merged
 into the sample here nearest in time (by wall clock, its offset measured at start), so no sample
 waits for an SSH round trip.
 """

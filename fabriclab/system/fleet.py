@@ -38,7 +38,7 @@ def _describe(identity):
 
 
 # What a tunnel between lab machines adds to a frame: outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
-# (a cable of a fabric split over machines: fabriclab.lab.cluster).
+# (a cable of a fabric split over machines: fabriclab.cluster.cluster).
 VXLAN_OVERHEAD = 50
 
 

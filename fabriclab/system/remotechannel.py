@@ -2,8 +2,8 @@
 lab's SSH connection: `python -m MODULE ARGS` there, its input and output here. A helper on this
 machine (machine None: the PFC agent, queues/agentproc.py) is spoken to the same way over pipes.
 
-The helpers are the port sampler (measure/remotesampler.py), the counter reader
-(measure/remotecounters.py) and the loss stage (lab/remoteloss.py). Those that date what they read
+The helpers are the port sampler (cluster/remotesampler.py), the counter reader
+(cluster/remotecounters.py) and the loss stage (cluster/remoteloss.py). Those that date what they read
 answer "clock" with {"wall": time.time()} there, which measures the other clock's offset from this
 one: the exchange with the shortest round trip counts, its reading set at that trip's middle. The
 input ending is how a helper ends, with the run or with a dropped connection.

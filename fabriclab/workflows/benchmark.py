@@ -52,12 +52,13 @@ def bench_bringup(specs, routing=DEFAULT_ROUTING, machines=None):
     """Bring-up, programming and teardown times of each FabricSpec (`size_specs`, or any spec
     as written, queue model and all: `--specs meta_dc`); with `machines`, each split by leaf over
     them."""
+    from fabriclab.cluster.cluster import Cluster
     from fabriclab.lab.lab import Lab
     from fabriclab.topologies.split import SplitSpec
 
     rows = []
     for spec in specs:
-        spread = {"split": SplitSpec("leaf", len(machines)), "machines": machines} if machines else {}
+        spread = {"split": SplitSpec("leaf", len(machines)), "cluster": Cluster(machines)} if machines else {}
         lab = Lab(spec, routing=routing, **spread)
         with lab:
             summary = lab.fabric.summary()
@@ -264,12 +265,13 @@ def _ping(lab, pair, count):
 
 
 def bench_crossing(machines, split=None, pings=CROSSING_PINGS, size=CROSSING_SIZE):
-    """The same fabric on this machine alone, then split over `machines` (fabriclab.lab.cluster
+    """The same fabric on this machine alone, then split over `machines` (fabriclab.cluster.machine
     Machines, this one first; `split` a SplitSpec, default by leaf over all of them): a row per
     placement with bring-up and teardown, both pairs' round trips and a ring AllReduce's busbw
     (verified). Nothing is built when the inventory has fewer than 2 machines."""
     if len(machines) < 2:
         raise LabError(f"crossing machines needs an inventory of at least 2 machines; it has {len(machines)}")
+    from fabriclab.cluster.cluster import Cluster
     from fabriclab.lab.lab import Lab
     from fabriclab.topologies.fabric import Fabric
     from fabriclab.topologies.split import SplitSpec
@@ -280,7 +282,8 @@ def bench_crossing(machines, split=None, pings=CROSSING_PINGS, size=CROSSING_SIZ
     local, across = crossing_pairs(Fabric(spec), split)
     rows = []
     for where, kw in (("one machine", {}),
-                      (f"split by {split.by} over {split.machines} machines", {"split": split, "machines": machines})):
+                      (f"split by {split.by} over {split.machines} machines",
+                       {"split": split, "cluster": Cluster(machines)})):
         lab = Lab(spec, **kw)
         with lab:
             pair_rows = {"local": _ping(lab, local, pings), "across": _ping(lab, across, pings)}

@@ -19,8 +19,9 @@ import time
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab.cluster import machines_from_inventory
-from fabriclab.lab.guestmachine import WIRE_GUEST, GuestMachine
+from fabriclab.cluster.cluster import Cluster
+from fabriclab.cluster.machine import machines_from_inventory
+from fabriclab.cluster.guestmachine import WIRE_GUEST, GuestMachine
 from fabriclab.lab import linkloss
 from fabriclab.lab.lab import Lab
 from fabriclab.lab.runstate import RUN_ROOT
@@ -141,7 +142,7 @@ def in_guest(guest, group):
 def test_one_fabric_over_two_kernels_routes_around_a_failed_cable_between_them(guest, tmp_path):
     before = labutil.resources()
     inventory = guest.inventory(tmp_path / "two.ini", project_dir=str(REPO))
-    lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), machines=machines_from_inventory(inventory))
+    lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), cluster=Cluster(machines_from_inventory(inventory)))
     try:
         lab.start(timeout=240)
         group = lab.run.data["link_group"]
@@ -269,7 +270,7 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
                       queues=QueueSpec(pfc=PfcSettings(watchdog_ms=10_000, restore_ms=500, reaction_ms=40)))
     # the spines here, leaf 2 (with h3 and h4) in the guest: both of its uplinks cross
     split = split_from_doc({"machines": 2, "place": {1: ["l1", "s1", "s2"], 2: ["l2"]}})
-    lab = Lab(spec, split=split, machines=machines_from_inventory(inventory))
+    lab = Lab(spec, split=split, cluster=Cluster(machines_from_inventory(inventory)))
     try:
         lab.start(timeout=240)
         group = lab.run.data["link_group"]
@@ -343,7 +344,7 @@ def test_pfc_pauses_cross_and_switchml_aggregates_over_two_kernels(guest, tmp_pa
     assert in_guest(guest, group) == [[], [], []]
     assert wire_filters() == 0 and wire_filters(guest) == 0
     assert not wire_clsact() and not wire_clsact(guest)          # the model added them, and took them
-    assert guest.ssh("pgrep -f fabriclab.lab.remotequeues").returncode == 1
+    assert guest.ssh("pgrep -f fabriclab.cluster.remotequeues").returncode == 1
     assert labutil.leaked(before, labutil.resources()) == {}
 
 

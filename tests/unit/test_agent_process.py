@@ -10,7 +10,7 @@ import types
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab.cluster import Cluster
+from fabriclab.cluster.cluster import Cluster
 from fabriclab.traffic import agent_process, generator
 from fabriclab.traffic.launcher import TrafficRun
 

@@ -6,9 +6,10 @@ import json
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab import member
+from fabriclab.cluster import member
 from fabriclab.queues.model import WIRE_PRIO
-from fabriclab.lab.cluster import Cluster, Machine
+from fabriclab.cluster.cluster import Cluster
+from fabriclab.cluster.machine import Machine
 from fabriclab.lab.lab import Lab
 from fabriclab.lab.network import MAX_CROSSING, vxlan_id
 from fabriclab.lab.runstate import LINK_GROUP_BASE, RunState
@@ -60,8 +61,8 @@ def test_a_cluster_runs_from_its_one_local_machine():
     here, guest = machines()
     for order in ([guest, here], [guest], [here, here]):
         with pytest.raises(LabError, match="exactly one machine with ansible_connection=local"):
-            Cluster(order, run=None)
-    assert Cluster([here, guest], run=None).machines == [here, guest]
+            Cluster(order)
+    assert Cluster([here, guest]).machines == [here, guest]
 
 
 def test_a_lab_over_machines_checks_its_plan_before_building():
@@ -69,10 +70,10 @@ def test_a_lab_over_machines_checks_its_plan_before_building():
     with pytest.raises(LabError, match="both a split and the machines"):
         Lab(load_spec("tiny"), split=parse_split("leaf:2"))
     with pytest.raises(LabError, match="the split has 3 machines and the inventory 2"):
-        Lab(load_spec("default"), split=parse_split("leaf:3"), machines=[here, guest])
-    # the queue model runs across machines (a model per machine, lab/remotequeues.py)
-    assert Lab(load_spec("multiplane_pfc"), split=parse_split("plane:2"), machines=[here, guest]).split
-    lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), machines=[here, guest])
+        Lab(load_spec("default"), split=parse_split("leaf:3"), cluster=Cluster([here, guest]))
+    # the queue model runs across machines (a model per machine, cluster/remotequeues.py)
+    assert Lab(load_spec("multiplane_pfc"), split=parse_split("plane:2"), cluster=Cluster([here, guest])).split
+    lab = Lab(load_spec("tiny"), split=parse_split("leaf:2"), cluster=Cluster([here, guest]))
     assert lab.split.machine_of == {"l1": 1, "s1": 1, "h1": 1, "l2": 2, "s2": 2, "h2": 2}
     assert sorted(link.label for link in lab.split.boundary) == ["l1-s2", "l2-s1"]
 
@@ -149,7 +150,7 @@ def test_the_member_refuses_what_is_not_a_run_of_the_lab(capsys):
 
 def bare_cluster():
     """A Cluster with no connections: what its helpers and start costs keep."""
-    return Cluster([Machine("here", "10.0.0.1", local=True)], run=None)
+    return Cluster([Machine("here", "10.0.0.1", local=True)])
 
 
 def test_a_helper_is_started_once_per_machine_and_closed_with_the_cluster():

@@ -245,7 +245,7 @@ def test_a_column_reader_maps_columns_and_zeroes_missing(tmp_path):
 def test_top_reads_the_ports_of_a_switch_on_another_machine_there(tmp_path):
     """l2 and s2 run on machine m2, whose counter reader reads the test's statistics tree: h2's
     NIC (read at l2's port) moves in the view, read there, and nothing of l1 is asked there."""
-    from fabriclab.measure import remotecounters
+    from fabriclab.cluster import remotecounters
 
     fabric = tiny_sysfs(tmp_path)
     asked = []
@@ -260,6 +260,8 @@ def test_top_reads_the_ports_of_a_switch_on_another_machine_there(tmp_path):
     here = types.SimpleNamespace(name="here", local=True)
     cluster = types.SimpleNamespace(machine_of_name=lambda name: m2 if name in ("l2", "s2") else here,
                                     helper=lambda machine, key, start: Reader())
+    # what Cluster.read_counters_all does: each machine's reader, all at once
+    cluster.read_counters_all = lambda by_machine, drops=False: remotecounters.read_all(cluster, by_machine, drops)
     sent = {"l2-eth1": 0}
 
     def injected():

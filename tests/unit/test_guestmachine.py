@@ -1,5 +1,5 @@
 """The guest machine's files, without booting it: the inventory ansible reads, the guest's script
-and sshd set-up (fabriclab/lab/guestmachine.py; the boot itself: tests/lab/test_two_kernels.py)."""
+and sshd set-up (fabriclab/cluster/guestmachine.py; the boot itself: tests/lab/test_two_kernels.py)."""
 
 import ipaddress
 import pathlib
@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from fabriclab.lab import guestmachine
-from fabriclab.lab.guestmachine import GUEST_DIR, WIRE_GUEST, WIRE_HOST, GuestMachine
+from fabriclab.cluster import guestmachine
+from fabriclab.cluster.guestmachine import GUEST_DIR, WIRE_GUEST, WIRE_HOST, GuestMachine
 from fabriclab.lab.runstate import RUN_ROOT
 from fabriclab.system.inventory import machines
 

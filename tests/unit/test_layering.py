@@ -12,7 +12,7 @@ ROOTS = {"fabriclab": "fabriclab", "traffic": "fabriclab.traffic", "apps": "fabr
          "topologies": "fabriclab.topologies"}
 # Top to bottom: a layer imports only from the layers after it. "front" is the Python API and the
 # pytest plugin, "base" the top-level helpers every folder uses (errors, loading, units, table).
-LAYERS = ("cli", "front", "workflows", "model", "export", "view", "results", "jobs", "switchml", "lab", "traffic",
+LAYERS = ("cli", "front", "workflows", "model", "export", "view", "results", "jobs", "switchml", "cluster", "lab", "traffic",
           "apps", "topologies", "queues", "measure", "system", "base")
 FRONT = {"fabriclab.api", "fabriclab.pytest_plugin"}
 # (importing module, imported module): an upward import kept on purpose, with its reason. None today.

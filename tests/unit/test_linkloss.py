@@ -8,8 +8,9 @@ import types
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab import linkloss, remoteloss
-from fabriclab.lab.cluster import Machine
+from fabriclab.cluster import remoteloss
+from fabriclab.lab import linkloss
+from fabriclab.cluster.machine import Machine
 from fabriclab.lab.portloss import threshold, valid_port
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
@@ -35,10 +36,10 @@ def split_lab(monkeypatch, remote):
     lab = types.SimpleNamespace(
         fabric=fabric, run=types.SimpleNamespace(id="20261126-120000-abcdef"),
         net=types.SimpleNamespace(get=lambda name: types.SimpleNamespace(pid=pids[name])),
-        cluster=types.SimpleNamespace(machine_of_name=lambda name: GUEST if name in ("l2", "h2") else HERE))
+        cluster=types.SimpleNamespace(machine_of_name=lambda name: GUEST if name in ("l2", "h2") else HERE,
+                                      loss_stage=lambda machine: remote))
     here = FakeStage()
     monkeypatch.setattr(linkloss, "PortLoss", lambda run_id: here)
-    monkeypatch.setattr(remoteloss, "stage_on", lambda cluster, machine, run_id: remote)
     return lab, here
 
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab import remotequeues
-from fabriclab.lab.remotequeues import RemoteQueues, Sampling
+from fabriclab.cluster import remotequeues
+from fabriclab.cluster.remotequeues import RemoteQueues, Sampling
 from fabriclab.queues.datapath import NCLASS, QStat
 from fabriclab.queues.sampler import FIELDS, QueueSampler, nearest
 

@@ -13,7 +13,8 @@ import types
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.measure import remotecounters, telemetry
+from fabriclab.cluster import remotecounters
+from fabriclab.measure import telemetry
 from fabriclab.measure.counters import PortCounters
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
@@ -146,6 +147,9 @@ class SplitCluster:
     def helper(self, machine, key, start):
         assert machine is self.m2 and key == remotecounters.MODULE
         return self.reader
+
+    def read_counters_all(self, by_machine, drops=False):
+        return remotecounters.read_all(self, by_machine, drops)
 
 
 def test_a_snapshot_reads_the_other_machines_ports_there_and_dates_them(tmp_path):

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.lab import remotequeues
-from fabriclab.lab.remotequeues import RemoteQueues, relay_allowance_ms, start_config
+from fabriclab.cluster import remotequeues
+from fabriclab.cluster.remotequeues import RemoteQueues, relay_allowance_ms, start_config
 from fabriclab.lab.runstate import LINK_GROUP_BASE
 from fabriclab.queues.config import PfcSettings, QueueSpec
 from fabriclab.queues.datapath import EV_XOFF, EV_XON, NCLASS, Event, QStat

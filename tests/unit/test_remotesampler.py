@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fabriclab.errors import LabError
-from fabriclab.measure import remotesampler
+from fabriclab.cluster import remotesampler
+from fabriclab.measure import grid
 from fabriclab.measure.portsampler import columns, machines_of_columns
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
@@ -75,7 +76,7 @@ def test_a_sampler_that_cannot_start_is_one_line():
 
 def test_a_remote_series_is_interpolated_onto_the_local_times_by_wall_clock():
     # remote counters at walls 100.0, 100.1, 100.2 (bytes 0, 1000, 3000); local series from wall 100.05
-    got = remotesampler.onto([0.0, 0.05, 0.1, 0.2], 100.05, [100.0, 100.1, 100.2], [[0], [1000], [3000]])
+    got = grid.onto([0.0, 0.05, 0.1, 0.2], 100.05, [100.0, 100.1, 100.2], [[0], [1000], [3000]])
     assert got.dtype == np.int64 and got[:, 0].tolist() == [500, 1000, 2000, 3000]
 
 

@@ -6,7 +6,7 @@ file of that machine's /sys, so the lab keeps one reader there for the run, star
 over its SSH connection (recorded with the run's member, so it ends with the run or a dropped
 connection):
 
-    python -m fabriclab.measure.remotecounters
+    python -m fabriclab.cluster.remotecounters
 
 One JSON object per line each way:
 
@@ -34,7 +34,7 @@ from fabriclab.errors import LabError
 from fabriclab.measure.counters import SYS_NET, PortCounters, operstates, qdisc_drops
 from fabriclab.system.remotechannel import Channel, pairs_of, say
 
-MODULE = "fabriclab.measure.remotecounters"
+MODULE = "fabriclab.cluster.remotecounters"
 MAX_PAIRS = 1 << 16
 MAX_REPLY = 1 << 24
 # Clocks drift apart (an emulated guest's by tenths of a second a minute): an offset older than

@@ -1,5 +1,5 @@
-"""A run's member on another machine of a cluster: `python -m fabriclab.lab.member --run-id ID
---link-group N`, started by the lab over its SSH connection (fabriclab.lab.cluster.Member).
+"""A run's member on another machine of a cluster: `python -m fabriclab.cluster.member --run-id ID
+--link-group N`, started by the lab over its SSH connection (`Member`, below).
 
 It writes a run record here under the run's id, owned by itself, so this machine's `clean` knows
 the run is live and, once the member is gone, what to remove. The lab sends it one JSON object per
@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
+import subprocess
 import sys
 
+from fabriclab.errors import LabError
 from fabriclab.lab.runstate import RunState, is_lab_link_group
 from fabriclab.system.procs import stop_recorded, with_argument_under
 from fabriclab.system.remotechannel import safe_name
 
+MODULE = "fabriclab.cluster.member"
 MAX_LINE = 1 << 16
 MAX_ITEMS = 1 << 16
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="fabriclab.lab.member")
+    parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--link-group", type=int, required=True)
     args = parser.parse_args(argv)
@@ -85,6 +89,43 @@ def _record(run, line):
     proc = msg.get("process")
     if isinstance(proc, dict) and isinstance(proc.get("pid"), int) and isinstance(proc.get("match"), str):
         run.add_process(proc["pid"], str(proc.get("role", "")), proc["match"])
+
+
+class Member:
+    """This run's member on another machine: started over the lab's SSH connection, it records what
+    the run makes there and removes it when its input ends (the run stopped, or was killed and its
+    connection dropped)."""
+
+    def __init__(self, machine, run):
+        self.machine = machine
+        command = shlex.join([machine.python, "-m", MODULE, "--run-id", run.id,
+                              "--link-group", str(run.data["link_group"])])
+        self.proc = subprocess.Popen([*machine.ssh_argv(), command], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        first = self.proc.stdout.readline().split()
+        if first[:1] != ["ready"]:
+            err = self.proc.stderr.read().strip().splitlines() if self.proc.poll() is not None else []
+            raise LabError(f"machine {machine.name}: the lab's member did not start: "
+                           f"{(err or first or ['no answer'])[-1][:200]}")
+        self.pid = int(first[1])
+
+    def send(self, what):
+        self.proc.stdin.write(json.dumps(what) + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout=60.0):
+        """Close its input and wait for its report of what it removed."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.stdout.read().strip()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ first use over its SSH connection (recorded with the run's member, so it ends wi
 dropped connection; its pinned programs are in the run's BPF folder there, which the member
 removes):
 
-    python -m fabriclab.lab.remoteloss --run-id ID
+    python -m fabriclab.cluster.remoteloss --run-id ID
 
 One JSON object per line each way:
 
@@ -29,7 +29,7 @@ from fabriclab.lab.portloss import PortLoss, valid_port
 from fabriclab.lab.runstate import RunState
 from fabriclab.system.remotechannel import Channel, say
 
-MODULE = "fabriclab.lab.remoteloss"
+MODULE = "fabriclab.cluster.remoteloss"
 MAX_PORTS = 1 << 12
 MAX_LINE = 1 << 20
 

@@ -1,7 +1,7 @@
 """The queue model on another machine of a cluster: the data path, gates and PFC agent of the ports
 placed there, run by a helper of the lab over its SSH connection (system/remotechannel.py):
 
-    python -m fabriclab.lab.remotequeues --run-id ID
+    python -m fabriclab.cluster.remotequeues --run-id ID
 
 The lab's own model (queues/model.py) holds one `RemoteQueues` per other machine as a peer, reads
 every machine's maps through them and changes the fabric through all of them. One JSON object per
@@ -53,7 +53,7 @@ from fabriclab.system.remotechannel import Channel, Conversation, safe_name, say
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import validate
 
-MODULE = "fabriclab.lab.remotequeues"
+MODULE = "fabriclab.cluster.remotequeues"
 MAX_LINE = 1 << 22
 MAX_NODES = 1 << 12
 ANSWER_TIMEOUT_S = 60.0

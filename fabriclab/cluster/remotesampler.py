@@ -5,7 +5,7 @@ The ports of a switch on another machine are files of that machine's /sys, too m
 read (every few ms) to fetch one by one over SSH. So the lab starts this module there, on its SSH
 connection, and it samples them with the same counters and clock as the port sampler here:
 
-    python -m fabriclab.measure.remotesampler --interval S
+    python -m fabriclab.cluster.remotesampler --interval S
 
 One JSON object per line each way:
 
@@ -29,7 +29,7 @@ import time
 from fabriclab.errors import LabError
 from fabriclab.system.remotechannel import MAX_LINE, Channel, pairs_of, say
 
-MODULE = "fabriclab.measure.remotesampler"
+MODULE = "fabriclab.cluster.remotesampler"
 MAX_PAIRS = 1 << 14
 MAX_RESULT = 1 << 30              # bytes of the series coming back: MAX_SAMPLES rows at most
 
@@ -136,17 +136,6 @@ class RemoteSampler:
         """End its input (so it exits) and wait for it; safe to call more than once."""
         if self.channel is not None:
             self.channel.close()
-
-
-def onto(times_here, wall0_here, remote_walls, remote_rows):
-    """A remote series' cumulative counters at this machine's sample times (series seconds from
-    `wall0_here`), interpolated by wall clock; held at its first and last values outside it."""
-    import numpy as np
-
-    walls = np.asarray(remote_walls, dtype=float)
-    data = np.asarray(remote_rows, dtype=float).reshape(len(walls), -1)
-    at = wall0_here + np.asarray(times_here, dtype=float)
-    return np.stack([np.interp(at, walls, data[:, i]) for i in range(data.shape[1])], axis=1).round().astype(np.int64)
 
 
 if __name__ == "__main__":
