@@ -5,13 +5,14 @@ the claims' (000-incast-pauses, 000-pfc-spreading, 000-dcqcn), judged over the d
 pfc-incast: streaming 16:1 incast pauses the spines, receiver-driven admission pauses nothing.
 victim-noise: the incast's pauses spread to the hops the victim crosses; CTS pauses no one; the
   lossy class drops and retransmits instead.
-ecn-dcqcn: CNPs only with DCQCN.
+ecn-dcqcn: CNPs only with DCQCN, only the spines' thresholds change.
+dcqcn-tuning: each case runs its own DCQCN settings under the same relaxed thresholds.
 """
 
 import pytest
 
 from fabriclab.results import document
-from fabriclab.workflows.experiments import ecn_dcqcn, incast, victim
+from fabriclab.workflows.experiments import dcqcn_tuning, ecn_dcqcn, incast, victim
 
 pytestmark = pytest.mark.lab
 
@@ -113,10 +114,31 @@ def test_ecn_dcqcn(quick_catalogue):
         check_folder(doc, quick_catalogue.folder_of("ecn-dcqcn", k), "ecn_dcqcn.png")
         cases = by_name(doc)
         for name, run in cases.items():
-            cnps = size(run, "allreduce")["counters"]["cnp_sent"]
-            assert (cnps > 0) == name.startswith("DCQCN"), (k, name)
-            assert totals(run)["marks"] > 0, (k, name)
+            counters = size(run, "allreduce")["counters"]
+            if name.startswith("PFC only"):
+                # marks or not, nobody answers them without DCQCN
+                assert counters["cnp_sent"] == 0 and counters["cnp_handled"] == 0, (k, name)
             assert run["ecn"]["leaf"]["mode"] == "red"
-            # the senders' DCQCN handled the CNPs; without DCQCN none came
-            assert (size(run, "allreduce")["counters"]["cnp_handled"] > 0) == name.startswith("DCQCN"), (k, name)
+            # the paper changed the CTSWs' thresholds only: the leaves keep the relaxed profile
+            assert run["ecn"]["leaf"] == cases["PFC only, relaxed ECN"]["ecn"]["leaf"], (k, name)
+        # On the 1:1 fabric a quick draw's relaxed thresholds may mark nothing (4 marks in the one of
+        # 2026-12-02); the tight ones marked 26-30 with and without DCQCN, and only DCQCN answered
+        # with CNPs (10), which its senders handled.
+        tight = size(cases["DCQCN, tight ECN"], "allreduce")["counters"]
+        assert totals(cases["DCQCN, tight ECN"])["marks"] > 0 and totals(cases["PFC only, tight ECN"])["marks"] > 0, k
+        assert tight["cnp_sent"] > 0 and tight["cnp_handled"] > 0, (k, tight)
         assert "DCQCN, tight ECN" in ecn_dcqcn.table(doc)
+
+
+def test_dcqcn_tuning(quick_catalogue):
+    """Each case ran with its own DCQCN settings under the same relaxed thresholds, losslessly;
+    what the settings gain and cost is claim 000-dcqcn-tuning's, judged over the draws."""
+    for k, doc in quick_catalogue.docs("dcqcn-tuning"):
+        check_folder(doc, quick_catalogue.folder_of("dcqcn-tuning", k), "dcqcn_tuning.png")
+        cases = by_name(doc)
+        assert set(cases) == set(dcqcn_tuning.SETTINGS), k
+        for name, run in cases.items():
+            assert run["jobs"]["alltoall"]["workload"]["dcqcn"] == dcqcn_tuning.SETTINGS[name], (k, name)
+            assert run["ecn"] == cases[dcqcn_tuning.DEFAULTS]["ecn"], (k, name)
+            assert totals(run).get("lossless_drops", 0) == 0, (k, name)
+        assert "faster recovery" in dcqcn_tuning.table(doc)

@@ -80,13 +80,17 @@ def test_incast_needs_sixteen_senders_and_pfc():
         incast.prepare(no_pfc, Options())
 
 
-def test_ecn_profiles_follow_each_roles_buffer():
-    spec = ecn_dcqcn.prepare(load_spec("oversubscribed"), Options())
-    assert spec.queues is not None and spec.queues.pfc.enabled
+def test_ecn_profiles_change_the_spines_thresholds_only():
+    spec = ecn_dcqcn.prepare(load_spec(ecn_dcqcn.DEFAULT_SPEC), Options())
+    assert spec.name == "routing" and spec.queues.pfc.enabled
+    assert spec.queues.ecn.mode == "red"             # the spec's is off: each run sets thresholds
     assert spec.queues.pfc.watchdog_ms == 0          # added by the experiment: see prepare
+    assert ecn_dcqcn.prepare(load_spec("oversubscribed"), Options()).queues.pfc.watchdog_ms == 0
     fab = Fabric(spec)
     tight, relaxed = ecn_dcqcn.thresholds(fab, "tight"), ecn_dcqcn.thresholds(fab, "relaxed")
-    assert tight["leaf"] == {"mode": "red", "kmin": 4096, "kmax": 16384, "pmax": 0.2}
+    # the paper changed the CTSWs' thresholds (spines, 256 KiB); the RTSWs (leaves, 64 KiB) stay relaxed
+    assert tight["leaf"] == relaxed["leaf"] == {"mode": "red", "kmin": 32 * 1024, "kmax": 64 * 1024, "pmax": 0.2}
+    assert tight["spine"] == {"mode": "red", "kmin": 16 * 1024, "kmax": 64 * 1024, "pmax": 0.2}
     assert relaxed["spine"]["kmin"] == 128 * 1024 and relaxed["spine"]["kmax"] == 256 * 1024
     runs = ecn_dcqcn.runs(fab, Options(routing="ecmp"))
     assert [r.jobs[0].workload.dcqcn is not None for r in runs] == [False, False, True, True]

@@ -267,8 +267,8 @@ def test_only_the_lossless_class_waits_four_drains_before_it_times_out():
     from fabriclab.traffic.collective import default_ack_timeout, path_drain_s
 
     fabric = Fabric(load_spec("incast"))          # PFC on, DSCP 26 lossless
-    drain = path_drain_s(fabric)                   # (64 + 2 x 96 + 192) KiB at 10 Mbit/s
-    assert drain == pytest.approx(448 * 1024 * 8 / 10e6)
+    drain = path_drain_s(fabric)                   # (64 + 2 x 96 + 1536) KiB at 10 Mbit/s
+    assert drain == pytest.approx(1792 * 1024 * 8 / 10e6)
     assert default_ack_timeout(fabric) == round(8 * drain + 0.05, 3)
     assert default_ack_timeout(fabric, dscp=26) == default_ack_timeout(fabric)
     # a job in the lossy class is tail-dropped: it recovers like one on a fabric without PFC

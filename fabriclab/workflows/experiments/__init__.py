@@ -22,6 +22,7 @@ from fabriclab.errors import LabError
 EXPERIMENTS = {
     "pfc-incast": "fabriclab.workflows.experiments.incast",
     "ecn-dcqcn": "fabriclab.workflows.experiments.ecn_dcqcn",
+    "dcqcn-tuning": "fabriclab.workflows.experiments.dcqcn_tuning",
     "victim-noise": "fabriclab.workflows.experiments.victim",
     "routing-schemes": "fabriclab.workflows.experiments.routing",
     "path-pinning": "fabriclab.workflows.experiments.path_pinning",

@@ -1,9 +1,12 @@
-"""AllReduce completion time with tight vs relaxed ECN thresholds, DCQCN off and on (seed 000
-section 5.2.1, Figure 12).
+"""AllReduce completion time with tight vs relaxed ECN thresholds at the spines (the CTSWs),
+DCQCN off and on (seed 000 section 5.2.1, Figure 12).
 
-A ring AllReduce over every host with ranks placed at random, so most ring hops cross leaves and
-collide on the oversubscribed uplinks: the queues that ECN and PFC act on. Four cases on one
-fabric, the thresholds changed on the running switches between them:
+The paper's setting: a 32-GPU AllReduce in one 1:1 AI zone, DCQCN on, the CTSWs' ECN thresholds
+tight (300 KB..600 KB) against relaxed (5 MB). Here: the `routing` spec (an AI zone's racks at
+1:1, 16 hosts; spine buffers four times the leaves'), ECN on, a ring AllReduce over every host
+with ranks placed at random, so most ring hops cross leaves and meet on uplinks that ECMP
+chose alike: the queues ECN and PFC act on. Four cases on one fabric, the spines' thresholds
+changed on the running switches between them (the leaves keep relaxed ones throughout):
 
 - PFC only: DCQCN off, ECN relaxed, then tight: switches mark, nobody slows down, so both should
   take the same time; PFC alone keeps the fabric lossless.
@@ -24,8 +27,8 @@ from fabriclab.workflows.experiments import first_size, hops, label, queue_total
 from fabriclab.workflows.plan import Job, RunPlan
 
 NAME = "ecn-dcqcn"
-SUMMARY = "AllReduce CCT with tight vs relaxed ECN thresholds, DCQCN off/on (seed 000 5.2.1)"
-DEFAULT_SPEC = "oversubscribed"
+SUMMARY = "AllReduce CCT with tight vs relaxed spine ECN thresholds, DCQCN off/on (seed 000 5.2.1, Figure 12)"
+DEFAULT_SPEC = "routing"
 REFERENCE = {
     "source": "seed 000 (RoCE at Meta), section 5.2.1 and Figure 12: 32-GPU AllReduce",
     "finding": "tight ECN thresholds with DCQCN avoided PFC but lengthened completion time "
@@ -38,25 +41,30 @@ PROFILES = {"tight": (1 / 16, 1 / 4), "relaxed": (1 / 2, 1.0)}
 
 
 def prepare(spec, options):
-    """The spec as given, or with the queue model's defaults (RED ECN, PFC) when it has none; the
-    watchdog then off: a switch's ~100 ms detection time is over an hour of lab time at x40000,
-    and a 500 ms lab watchdog would turn long but healthy pauses into drops."""
-    from fabriclab.queues.config import PfcSettings, QueueSpec
+    """The spec with the queue model's defaults (RED ECN, PFC) where it has none, ECN marking on
+    where it is off (each run sets its thresholds), and the PFC watchdog off: a switch's ~100 ms
+    detection time is over an hour of lab time at x40000, and a 500 ms lab watchdog would turn
+    long but healthy pauses into drops."""
+    from fabriclab.queues.config import EcnProfile, PfcSettings, QueueSpec
     from fabriclab.topologies.spec import validate
 
-    if spec.queues is None:
-        spec = dataclasses.replace(spec, queues=QueueSpec(pfc=PfcSettings(watchdog_ms=0)))
-        validate(spec)
-    if not spec.queues.pfc.enabled:
+    queues = spec.queues or QueueSpec(pfc=PfcSettings(watchdog_ms=0))
+    if not queues.pfc.enabled:
         raise LabError(f"ecn-dcqcn compares against PFC-only runs, but spec {spec.name!r} turns PFC off")
+    ecn = queues.ecn if queues.ecn.mode != "off" else EcnProfile()
+    queues = dataclasses.replace(queues, ecn=ecn, pfc=dataclasses.replace(queues.pfc, watchdog_ms=0))
+    if queues != spec.queues:
+        spec = dataclasses.replace(spec, queues=queues)
+        validate(spec)
     return spec
 
 
 def thresholds(fabric, profile):
-    """{role: set_ecn arguments} for a profile name, from each role's buffer."""
-    low, high = PROFILES[profile]
+    """{role: set_ecn arguments} for a profile name of the spines' thresholds, from each role's
+    buffer; the leaves keep the relaxed profile, as the paper changed the CTSWs' only."""
     out = {}
-    for role in ("leaf", "spine"):
+    for role, name in (("leaf", "relaxed"), ("spine", profile)):
+        low, high = PROFILES[name]
         buffer = getattr(fabric.spec.buffers, role)
         out[role] = {"mode": "red", "kmin": int(buffer * low), "kmax": int(buffer * high), "pmax": 0.2}
     return out
@@ -104,7 +112,7 @@ def table(doc):
     scale = doc["scale"]
     job = first_size(doc["runs"][0], "allreduce")
     title = (f"ring AllReduce {human_size(job['size'])} over {job['ranks']} ranks on {doc['fabric']['name']} "
-             f"(oversubscription {doc['fabric']['oversubscription']}), links {scale['host_rate_mbps']:g} "
+             f"(oversubscription {doc['fabric']['oversubscription']}, spine thresholds as labelled), links {scale['host_rate_mbps']:g} "
              f"Mbit/s (time scale x{scale['time_scale'] or 1:.0f})")
     header = ("case", "CCT mean ms", "p50", "p99", "busbw Mbit/s", "CE marks", "CNPs", "PFC pauses",
               "NIC paused %", "uplink q max KiB", "retrans")
