@@ -580,3 +580,28 @@ def test_an_experiments_minutes_count_every_attempt_of_a_draw(tmp_path):
     outcome = catalogue.run((claim(None, ("ecmp-balance",), draws=2),), out=tmp_path, progress=lambda line: None,
                             runner=slowed)
     assert outcome.experiments["ecmp-balance"]["seconds"] == 25.0 + 40.0 + 40.0
+
+
+def tuning_doc(cct, paused):
+    """dcqcn-tuning's four cases: CCT p50 (ms) and the sender NICs' paused share of each."""
+    from fabriclab.workflows.experiments.dcqcn_tuning import SETTINGS
+
+    return {"runs": [{"label": label, "invalid": [], "jobs": {"alltoall": {"sizes": [{"cct_ms": {"p50": ms}}]}},
+                      "queues": {"hops": {"leaf->NIC": {"paused_share": share}}}}
+                     for label, ms, share in zip(SETTINGS, cct, paused)]}
+
+
+def test_the_dcqcn_tuning_claim_reads_the_best_relaxed_case_and_the_paused_share():
+    from fabriclab.workflows.reproduce.seed000 import dcqcn_tuning
+
+    # 2026-12-02's full run: defaults 4159 ms, relaxed 1794 / 4578 / 1904; NICs paused 9.1% / 16.1, 7.5, 14.2%
+    found = dcqcn_tuning({"dcqcn-tuning": tuning_doc((4159, 1794, 4578, 1904), (0.091, 0.161, 0.075, 0.142))})
+    gain, growth = (e.value for e in found.effects)
+    assert gain == pytest.approx(1794 / 4159) and "gentler cuts" in found.lab
+    assert growth == pytest.approx((0.126 + 0.001) / (0.091 + 0.001))
+    assert [e.holds for e in found.effects] == [False, True]
+    claim = next(c for c in CLAIMS if c.id == "000-dcqcn-tuning")
+    assert not claim.reproduced             # the lab's stretched DCQCN gains far more than 3%
+    # defaults that never paused still give a finite growth
+    quiet = dcqcn_tuning({"dcqcn-tuning": tuning_doc((100, 99, 98, 97), (0.0, 0.0, 0.0, 0.0))})
+    assert quiet.effects[1].value == pytest.approx(1.0)

@@ -315,28 +315,29 @@ def dcqcn_cost(docs):
 
 
 def dcqcn_tuning(docs):
-    """Figure 13: the relaxed DCQCN settings' best AlltoAll against the NIC defaults', and their
-    PFC pauses against the defaults'."""
-    from fabriclab.workflows.experiments.dcqcn_tuning import DEFAULTS, pauses
+    """Figure 13: the relaxed DCQCN settings' best AlltoAll against the NIC defaults', and how long
+    the sender NICs were held paused under them against the defaults (the paper's "PFC became
+    worse": a pause's duration, which a count of XOFF transitions does not measure)."""
+    from fabriclab.workflows.experiments.dcqcn_tuning import DEFAULTS
 
     doc = docs["dcqcn-tuning"]
     runs = runs_by_label(doc)
     cct = {label: first_size(run, "alltoall")["cct_ms"]["p50"] for label, run in runs.items()}
+    paused = {label: hops(run).get("leaf->NIC", {}).get("paused_share", 0.0) for label, run in runs.items()}
     relaxed = [label for label in runs if label != DEFAULTS]
     best = min(relaxed, key=lambda label: cct[label])
     gain = ratio(cct[best], cct[DEFAULTS])
-    base = pauses(runs[DEFAULTS])
-    # pauses grow: the relaxed cases' mean against the defaults' (one more on each side, so that
-    # a default run with no pause gives a finite ratio)
-    growth = ratio(sum(pauses(runs[label]) for label in relaxed) / len(relaxed) + 1, base + 1)
+    # a tenth of a percent on each side, so that defaults that never paused give a finite ratio
+    growth = (sum(paused[label] for label in relaxed) / len(relaxed) + 0.001) / (paused[DEFAULTS] + 0.001)
     return Finding(
-        lab=f"best relaxed ({best}) CCT x{gain:.3f} the defaults'; pauses x{growth:.2f} ({base} with the defaults)",
+        lab=f"best relaxed ({best}) CCT x{gain:.2f} the defaults'; sender NICs paused x{growth:.2f} as long "
+            f"({paused[DEFAULTS]:.1%} of the time with the defaults)",
         lab_value=gain,
         effects=(Effect("best relaxed CCT / defaults CCT", gain, ">", 0.9),
-                 Effect("relaxed pauses / defaults pauses", growth, ">", 1.0)),
-        direction="relaxed DCQCN settings gain little completion time and pause more",
+                 Effect("relaxed NIC paused share / defaults'", growth, ">", 1.0)),
+        direction="relaxed DCQCN settings gain little completion time and hold the NICs paused longer",
         bars=[("paper: CCT relaxed / default", 0.97), ("lab: CCT relaxed / default", gain),
-              ("paper: pauses relaxed / default", 2.5), ("lab: pauses relaxed / default", growth)],
+              ("paper: PFC relaxed / default", 2.5), ("lab: NIC paused relaxed / default", growth)],
         unit="ratio", invalid=invalid_reasons(doc))
 
 
@@ -430,8 +431,11 @@ CLAIMS = (
           "paper: 128-GPU AlltoAll, CTSW ECN at 5 MB, DCQCN settings swept (not listed); lab: the "
           "`oversubscribed` spec (2:1 uplinks), AlltoAll over 16 ranks, relaxed ECN, the NIC defaults against "
           "three relaxed combinations (gentler cuts, faster recovery, fewer CNPs)",
-          "the paper's AlltoAll congested a 1:1 zone; the lab's, a permutation per step, ran at line rate "
-          "there with no pause, so the lab congests it with 2:1 uplinks. DCQCN's timers stretch with the "
-          "time scale, so the defaults' slow recovery costs the lab more than the hardware and relaxed "
-          "settings can gain more than the paper's 3%"),
+          "DCQCN's timers stretch with the time scale (the 300 us increase timer is 12 s at x40000) while "
+          "a collective's bursts do not, so the defaults' deep cuts and slow recovery cost the lab far more "
+          "than the hardware: on 2026-12-02 gentler cuts took 0.43 of the defaults' time and fewer CNPs "
+          "0.46, where the paper gained 3%. The NICs' paused share grew (9.1% to 14-16%) as the paper's "
+          "PFC did. The paper's AlltoAll congested a 1:1 zone; the lab's, a permutation per step, ran at "
+          "line rate there with no pause, so the lab congests it with 2:1 uplinks",
+          reproduced=False),
 )
