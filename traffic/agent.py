@@ -54,6 +54,12 @@ __all__ = ("UdpRnic", "main")
 
 RTT_QP = 0xFF
 """An RTT probe's context index for a QP's own reaction point (plane indexes name the planes')."""
+RTT_PROBE_PACKETS = 8
+"""SPX: a context probes its RTT once per this many full data packets it sent, at most. Probing
+once per round trip, as a 400G NIC can for a few bytes in 250 KB, sent 11 probes per data packet
+at the lab's rates, where a round trip (tens of ms, mostly the agents' own latency) is shorter than
+a packet's time on a slow plane: Open vSwitch's thread saturated the CPU (2026-12-02,
+multiplane-asymmetry --quick --cc spx: 88755 probes beside 8127 data packets)."""
 
 TIMER_PERIOD_S = 0.02
 """How often ACK timeouts and DCQCN timers are checked: well inside the shortest sensible ACK
@@ -163,7 +169,7 @@ class QueuePair:
                           else Responder(spec["recv_psn"]))
         self.rp = cc.reaction_point(rp_params) if rp_params else None
         # SPX: the QP's own RTT probe (multipath QPs' probes belong to their contexts)
-        self.rtt_probe = (spxcc.RttProbe(rnic.plb.get("probe_interval_s", 0.05))
+        self.rtt_probe = (spxcc.RttProbe(rnic.plb.get("probe_interval_s", 0.05), rnic.rtt_probe_bytes)
                           if rp_params and cc.of_params(rp_params).uses_rtt else None)
         # The notification point spaces CNPs per QP, and per plane where the sender keeps a CC
         # context per plane: each context then hears of its plane's marks as often as a
@@ -237,6 +243,8 @@ class QueuePair:
             self.rp.on_sent(wire, now)
             self.pace.set_rate(self.rp.rate_mbps)
             self.pace.charge(wire, now)
+            if self.rtt_probe is not None:
+                self.rtt_probe.on_data(wire)
         elif self.dest.contexts is not None:
             self.dest.contexts[plane.index].sent(wire, now)
         if self.esr_plane is not None:
@@ -337,6 +345,7 @@ class UdpRnic:
         # SPX's RTT probes measure the data class's queues: its DSCP, never marked
         self.rtt_probe_ip = {"dscp": self.transport["dscp"], "ecn": roce.ECN_NOT_ECT}
         self.cc_kind = cc.kind(self.transport.get("cc_kind", cc.DEFAULT))
+        self.rtt_probe_bytes = RTT_PROBE_PACKETS * self.transport["payload_bytes"]
 
     def open(self):
         transport, config = self.transport, self.config
@@ -376,7 +385,8 @@ class UdpRnic:
                     peer, self.mode, len(self.planes), plane_params, nic_params,
                     self.plb.get("probe_interval_s", 0.05),
                     self.plb.get("probe_timeouts", plb.PROBE_TIMEOUTS),
-                    seed=(config.get("data_seed", 1) << 16) ^ (self.driver.rank << 8) ^ peer)
+                    seed=(config.get("data_seed", 1) << 16) ^ (self.driver.rank << 8) ^ peer,
+                    probe_every_bytes=self.rtt_probe_bytes)
             qp = QueuePair(spec, self, dest, rp_params, np_params, self.driver.describe(peer))
             dest.qps.append(qp)
             self.qps[qp.qpn] = qp

@@ -163,7 +163,7 @@ class CcContext:
 
     __slots__ = ("params", "rp", "pace", "min_rate", "cnps", "resets", "probe", "rtt_timeout_s")
 
-    def __init__(self, params, rtt_timeout_s=0.05):
+    def __init__(self, params, rtt_timeout_s=0.05, probe_every_bytes=0):
         self.params = params
         self.rp = cc.reaction_point(params)
         self.pace = Pace(params.line_rate_mbps)
@@ -171,7 +171,8 @@ class CcContext:
         self.cnps = 0
         self.resets = 0
         self.rtt_timeout_s = rtt_timeout_s
-        self.probe = spxcc.RttProbe(rtt_timeout_s) if cc.of_params(params).uses_rtt else None
+        self.probe = (spxcc.RttProbe(rtt_timeout_s, probe_every_bytes)
+                      if cc.of_params(params).uses_rtt else None)
 
     def reset(self):
         """Forget what was learnt (the NIC released the context of an idle destination): line
@@ -185,6 +186,8 @@ class CcContext:
         return self.pace.due <= now + SEND_AHEAD_S
 
     def sent(self, wire, now):
+        if self.probe is not None:
+            self.probe.on_data(wire)
         rp = self.rp
         if rp.throttled:                 # unthrottled DCQCN has nothing to count or time
             rp.on_sent(wire, now)
@@ -269,15 +272,16 @@ class Destination:
     own DCQCN), one `PlaneLiveness` per plane, and ESR's entropies."""
 
     def __init__(self, peer, mode, planes, plane_params=None, nic_params=None,
-                 probe_interval_s=0.05, probe_timeouts=PROBE_TIMEOUTS, seed=0):
+                 probe_interval_s=0.05, probe_timeouts=PROBE_TIMEOUTS, seed=0, probe_every_bytes=0):
         self.peer = peer
         self.mode = check_mode(mode)
         self.planes = planes
         if mode == "per-plane":
-            self.contexts = [CcContext(plane_params, probe_interval_s) for _ in range(planes)]
+            self.contexts = [CcContext(plane_params, probe_interval_s, probe_every_bytes)
+                             for _ in range(planes)]
         elif mode in ("global", "esr"):
             # one context, seen from each plane
-            self.contexts = [CcContext(nic_params, probe_interval_s)] * planes
+            self.contexts = [CcContext(nic_params, probe_interval_s, probe_every_bytes)] * planes
         else:
             self.contexts = None
         self.liveness = [PlaneLiveness(probe_interval_s, probe_timeouts) for _ in range(planes)]

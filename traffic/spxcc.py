@@ -273,13 +273,19 @@ class ReactionPoint:
 class RttProbe:
     """RTT samples from probes: one probe in flight at a time, identified by a sequence number;
     its echo gives a sample (now - send time). A probe not echoed within `timeout_s` is given up
-    (a later echo of it is ignored) so that the next one can go."""
+    (a later echo of it is ignored) so that the next one can go. With `every_bytes`, a probe
+    goes only once the context has sent that many data bytes since the last one (`on_data`):
+    probes then stay a small share of its packets however long the round trip."""
 
-    def __init__(self, timeout_s):
+    def __init__(self, timeout_s, every_bytes=0):
         if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                 or not math.isfinite(timeout_s) or timeout_s <= 0):
             raise ValueError(f"RTT probe timeout must be a number > 0 s, got {excerpt(timeout_s)}")
+        if isinstance(every_bytes, bool) or not isinstance(every_bytes, int) or every_bytes < 0:
+            raise ValueError(f"RTT probe spacing must be a whole number of bytes >= 0, got {excerpt(every_bytes)}")
         self.timeout_s = timeout_s
+        self.every_bytes = every_bytes
+        self.data_bytes = 0              # sent by the context since the last probe
         self.outstanding = None
         self.sent_at = None
         self.next_seq = 1
@@ -287,12 +293,17 @@ class RttProbe:
         self.rtt_min = self.rtt_max = None
         self.rtt_sum = 0.0
 
+    def on_data(self, nbytes):
+        """The context sent `nbytes` of data."""
+        self.data_bytes += nbytes
+
     def wants_probe(self, now):
-        """Whether a probe should go now: none in flight, or the one in flight timed out."""
+        """Whether a probe should go now: none in flight (or the one in flight timed out) and
+        `every_bytes` of data sent since the last one."""
         if self.outstanding is not None and now - self.sent_at >= self.timeout_s:
             self.outstanding = None
             self.lost += 1
-        return self.outstanding is None
+        return self.outstanding is None and self.data_bytes >= self.every_bytes
 
     def probe_sent(self, now):
         """A probe left at `now`: its sequence number (the echo carries it back)."""
@@ -301,6 +312,7 @@ class RttProbe:
         self.outstanding = seq
         self.sent_at = now
         self.sent += 1
+        self.data_bytes = 0
         return seq
 
     def on_echo(self, seq, now):

@@ -258,9 +258,10 @@ def test_spx_per_plane_contexts_probe_rtt_and_only_the_marked_plane_slows(lab):
         wire.marked[1] = 8
         reports, _start = run(wire, clock, drivers)
         assert all(r["verify"]["ok"] for r in reports)
-        dest = drivers[0].final()["plb"]["destinations"][0]
-        out[mode] = (shares(reports[0]), max(cct(r) for r in reports), dest)
-    share, per_plane_cct, dest = out["per-plane"]
+        final = drivers[0].final()["plb"]
+        out[mode] = (shares(reports[0]), max(cct(r) for r in reports), final["destinations"][0],
+                     final["planes"])
+    share, per_plane_cct, dest, sent = out["per-plane"]
     rates = [p["cc"]["min_rate_mbps"] for p in dest["planes"]]
     assert rates[1] < RATE and rates[0] == rates[2] == rates[3] == RATE
     assert share[1] < 0.2 < min(share[0], share[2], share[3])
@@ -268,7 +269,10 @@ def test_spx_per_plane_contexts_probe_rtt_and_only_the_marked_plane_slows(lab):
         probes = p["cc"]["rtt_probes"]
         assert probes["echoes"] > 0 and p["cc"]["rtt_samples"] == probes["echoes"]
         assert probes["rtt_ms"]["min"] >= 2.0            # 1 ms each way on the wire
-    _share, global_cct, dest = out["global"]
+    # at most one probe per agent.RTT_PROBE_PACKETS data packets of the context's plane
+    for p, row in zip(dest["planes"], sent):
+        assert p["cc"]["rtt_probes"]["probes_sent"] <= row["data_tx_packets"] / agent.RTT_PROBE_PACKETS + 1
+    _share, global_cct, dest, _sent = out["global"]
     assert dest["cc"]["cnps"] > 0 and dest["cc"]["min_rate_mbps"] < PLANES * RATE
     assert dest["cc"]["rtt_probes"]["echoes"] >= PLANES
     assert per_plane_cct < global_cct

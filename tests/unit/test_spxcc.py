@@ -182,6 +182,23 @@ def test_a_probe_not_echoed_in_time_is_lost_and_its_late_echo_ignored():
     assert probe.on_echo(seq2, 1.5) == pytest.approx(0.3)
 
 
+def test_with_every_bytes_a_probe_waits_for_that_much_data():
+    probe = RttProbe(timeout_s=1.0, every_bytes=8192)
+    assert not probe.wants_probe(0.0)             # nothing sent yet
+    probe.on_data(4096)
+    assert not probe.wants_probe(0.1)
+    probe.on_data(4096)
+    assert probe.wants_probe(0.2)
+    seq = probe.probe_sent(0.2)
+    assert probe.on_echo(seq, 0.3) == pytest.approx(0.1)
+    assert not probe.wants_probe(0.4)             # the count starts again at the probe
+    probe.on_data(9000)
+    assert probe.wants_probe(0.5)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="spacing"):
+            RttProbe(1.0, bad)
+
+
 def test_a_probe_timeout_must_be_positive():
     for bad in (0, -1.0, math.nan, None):
         with pytest.raises(ValueError, match="timeout"):
