@@ -401,11 +401,6 @@ class QueueModel:
             table.update(ArKey(node, net), ArGroup(len(idxs), (ctypes.c_uint32 * AR_MAX_MEMBERS)(*idxs)))
         return len(wanted)
 
-    def uses_ar(self):
-        """Whether a switch port marks by the "ar" mode (spec or a change made while running)."""
-        return (any(self.spec.ecn_for(role).mode == "ar" for role in config.SWITCH_ROLES)
-                or any(p.mode == "ar" for p in self.ecn_override.values()))
-
     def cables_down(self, intfs, down):
         """The ports `intfs` lost (down=True) or got back their cable: while it is down, the leak
         repair holds no bytes waiting in their queues (queues/leaks.py)."""

@@ -145,10 +145,3 @@ def test_a_member_of_another_switch_is_refused():
         model.set_ar_groups({(switch, net): members[:1] + [stranger]})
     with pytest.raises(LabError, match=f"{AR_MAX_MEMBERS + 1} members"):
         model.set_ar_groups({(switch, net): members[:1] * (AR_MAX_MEMBERS + 1)})
-
-
-def test_uses_ar_follows_the_spec_and_changes_made_while_running():
-    _fabric_, model = _model()
-    assert not model.uses_ar()
-    model.ecn_override[0] = EcnProfile("ar")
-    assert model.uses_ar()
