@@ -145,3 +145,11 @@ def test_a_member_of_another_switch_is_refused():
         model.set_ar_groups({(switch, net): members[:1] + [stranger]})
     with pytest.raises(LabError, match=f"{AR_MAX_MEMBERS + 1} members"):
         model.set_ar_groups({(switch, net): members[:1] * (AR_MAX_MEMBERS + 1)})
+
+
+def test_a_red_qdisc_on_an_ar_port_marks_nothing():
+    """Where the kernel's RED marks, an ar port's RED is put out of reach: the program marks."""
+    from fabriclab.queues.red import red_params
+
+    assert red_params(EcnProfile("ar", kmin=20_000), 100_000, 100_000) == \
+        red_params(EcnProfile("off"), 100_000, 100_000)
