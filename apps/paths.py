@@ -92,3 +92,27 @@ def path_nodes(path, start):
     for link in path:
         nodes.append(link.b if link.a == nodes[-1] else link.a)
     return nodes
+
+
+def ar_groups(fabric, down_intfs=frozenset()):
+    """{(switch, destination /24 network): sorted member interfaces} for every destination a
+    switch reaches over two or more shortest-path next hops: the ports adaptive routing could
+    choose among for a packet there (the members the routing apps' select groups hold), leaving
+    out the interfaces in `down_intfs` (cables that are down: adaptive routing excludes a failed
+    link). The network is the destination leaf's /24 (every host port under a leaf is in it), an
+    integer in host order. The queue model's "ar" ECN mode marks by these groups."""
+    nets = {}
+    for host in fabric.hosts.values():
+        for port in host.ports:
+            a, b, c, _d = (int(x) for x in port.ip.split("."))
+            nets.setdefault(port.leaf, set()).add((a << 24) | (b << 16) | (c << 8))
+    out = {}
+    for switch, by_leaf in next_hops(fabric).items():
+        names = fabric.switch_ports(switch)
+        for leaf, ports in by_leaf.items():
+            members = sorted(names[port] for port in ports if names[port] not in down_intfs)
+            if len(members) < 2:
+                continue
+            for net in sorted(nets.get(leaf, ())):
+                out[(switch, net)] = members
+    return out

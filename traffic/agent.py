@@ -15,7 +15,8 @@ with immediate (the transfer's tag). ACKs, NAKs, CNPs, CTS grants and plane prob
 turn, charged to the port's pace, on the plane the packet they answer came in by.
 
 Planes (`plb` in the transport config, see `plb`): a QP of a plane-bound mode (static, software)
-has a lane on its plane and is limited by its own DCQCN, if any; a multipath QP (per-plane,
+has a lane on its plane and is limited by its own congestion control (DCQCN or SPX, the
+transport's `cc_kind`: `traffic/cc.py`), if any; a multipath QP (per-plane,
 global, esr) has a lane on every plane, each limited by its destination's CC context for that
 plane, so the packet goes to a plane whose allowance lasts, taken by the first port with room in
 its egress queue (the JSQ of seed 002 Figure 4, done by pulling: each port takes the next packet
@@ -23,6 +24,12 @@ when its own queue has room); ESR's lane is the one its next entropy names. A pl
 locally when a send on its port is refused as unreachable or its interface loses its carrier
 (netlink), remotely after `probe_timeouts` probe timeouts towards a destination; a multipath QP
 then resends what it had on that plane on the others.
+
+SPX CC (`cc_kind` spx) takes RTT samples: every context (a QP's own, or a destination's per plane
+or global) with data in flight keeps one RTT probe outstanding, a UC SEND in the data class (so
+it queues behind the data it measures, not ECN-capable), echoed at once by the peer on the plane
+it came by; the echo's sample goes to the context's reaction point (`spxcc`). A global context
+sends its probes on the usable planes in turn, so its one rate hears every plane's delay.
 
 Errors: as `rank_driver` says; a send the stack refuses follows `send_policy`.
 """
@@ -35,7 +42,7 @@ import sys
 import time
 
 from fabriclab.errors import LabError
-from fabriclab.traffic import dcqcn, plb, rank_driver, roce, send_policy, sockets
+from fabriclab.traffic import cc, dcqcn, plb, rank_driver, roce, send_policy, sockets, spxcc
 from fabriclab.traffic.engine import REGION_IDS, Memory, remote_address, split_address
 from fabriclab.traffic.pacer import SEND_AHEAD_S, Pace, Pacer
 from fabriclab.traffic.ports import IpIds, RawPort
@@ -44,6 +51,15 @@ from fabriclab.traffic.transport import (PlacingResponder, Requester, Responder,
                                          WriteRequest)
 
 __all__ = ("UdpRnic", "main")
+
+RTT_QP = 0xFF
+"""An RTT probe's context index for a QP's own reaction point (plane indexes name the planes')."""
+RTT_PROBE_PACKETS = 8
+"""SPX: a context probes its RTT once per this many full data packets it sent, at most. Probing
+once per round trip, as a 400G NIC can for a few bytes in 250 KB, sent 11 probes per data packet
+at the lab's rates, where a round trip (tens of ms, mostly the agents' own latency) is shorter than
+a packet's time on a slow plane: Open vSwitch's thread saturated the CPU (2026-12-02,
+multiplane-asymmetry --quick --cc spx: 88755 probes beside 8127 data packets)."""
 
 TIMER_PERIOD_S = 0.02
 """How often ACK timeouts and DCQCN timers are checked: well inside the shortest sensible ACK
@@ -151,7 +167,10 @@ class QueuePair:
         self.responder = (PlacingResponder(spec["recv_psn"], plb.REORDER_WINDOW,
                                            transport.get("reorder_timeout_s")) if self.placing
                           else Responder(spec["recv_psn"]))
-        self.rp = dcqcn.ReactionPoint(rp_params) if rp_params else None
+        self.rp = cc.reaction_point(rp_params) if rp_params else None
+        # SPX: the QP's own RTT probe (multipath QPs' probes belong to their contexts)
+        self.rtt_probe = (spxcc.RttProbe(rnic.plb.get("probe_interval_s", 0.05), rnic.rtt_probe_bytes)
+                          if rp_params and cc.of_params(rp_params).uses_rtt else None)
         # The notification point spaces CNPs per QP, and per plane where the sender keeps a CC
         # context per plane: each context then hears of its plane's marks as often as a
         # one-plane QP would, where one NP for all would make each plane's context hear a
@@ -224,6 +243,8 @@ class QueuePair:
             self.rp.on_sent(wire, now)
             self.pace.set_rate(self.rp.rate_mbps)
             self.pace.charge(wire, now)
+            if self.rtt_probe is not None:
+                self.rtt_probe.on_data(wire)
         elif self.dest.contexts is not None:
             self.dest.contexts[plane.index].sent(wire, now)
         if self.esr_plane is not None:
@@ -257,7 +278,8 @@ class QueuePair:
                  "retransmitted_packets": r.counters.retransmitted_packets,
                  "held_lanes": sum(1 for lane in self.lanes if lane is not None and lane.held is not None)}
         if self.rp is not None:
-            state["dcqcn_rate_mbps"] = round(self.rp.rate_mbps, 6)
+            state["cc"] = self.rnic.cc_kind.name
+            state["cc_rate_mbps"] = round(self.rp.rate_mbps, 6)
         return state
 
     def counters(self):
@@ -278,8 +300,10 @@ class QueuePair:
         if self.mode == "software" and self.current != self.home:
             out["moved_to_plane"] = self.current + 1
         if self.rp is not None:
-            out["dcqcn"] = {**self.rp.counters, "rate_mbps": round(self.rp.rate_mbps, 6),
-                            "min_rate_mbps": round(self.min_rate, 6)}
+            out[self.rnic.cc_kind.name] = {**self.rp.counters, "rate_mbps": round(self.rp.rate_mbps, 6),
+                                           "min_rate_mbps": round(self.min_rate, 6)}
+            if self.rtt_probe is not None:
+                out[self.rnic.cc_kind.name]["rtt_probes"] = self.rtt_probe.summary()
         return out
 
 
@@ -318,6 +342,10 @@ class UdpRnic:
         self.cc_idle_s = self.plb.get("cc_idle_s")
         self.control_ip = {"dscp": self.transport["control_dscp"], "ecn": roce.ECN_NOT_ECT}
         self.probe_ip = {"dscp": self.transport["cnp_dscp"], "ecn": roce.ECN_NOT_ECT}
+        # SPX's RTT probes measure the data class's queues: its DSCP, never marked
+        self.rtt_probe_ip = {"dscp": self.transport["dscp"], "ecn": roce.ECN_NOT_ECT}
+        self.cc_kind = cc.kind(self.transport.get("cc_kind", cc.DEFAULT))
+        self.rtt_probe_bytes = RTT_PROBE_PACKETS * self.transport["payload_bytes"]
 
     def open(self):
         transport, config = self.transport, self.config
@@ -339,14 +367,15 @@ class UdpRnic:
             for plane in self.planes:
                 if plane.intf:
                     self.by_ifindex[socket.if_nametoindex(plane.intf)] = plane
-        params = dcqcn.DcqcnParams(**transport["dcqcn"]) if transport.get("dcqcn") else None
+        kind = self.cc_kind
+        params = kind.from_dict(transport["qp_cc"]) if transport.get("qp_cc") else None
         rp_params = np_params = params
         plane_params = nic_params = None
         if self.mode in plb.MULTIPATH:
-            cc = self.plb["cc"]
-            plane_params = dcqcn.DcqcnParams(**cc)
-            nic_params = dcqcn.DcqcnParams(**{**cc, "line_rate_mbps":
-                                              cc["line_rate_mbps"] * len(self.planes)})
+            values = self.plb["cc"]
+            plane_params = kind.from_dict(values)
+            nic_params = kind.from_dict({**values, "line_rate_mbps":
+                                         values["line_rate_mbps"] * len(self.planes)})
             rp_params, np_params = None, plane_params
         for spec in config["qps"]:
             peer = spec["peer"]
@@ -356,7 +385,8 @@ class UdpRnic:
                     peer, self.mode, len(self.planes), plane_params, nic_params,
                     self.plb.get("probe_interval_s", 0.05),
                     self.plb.get("probe_timeouts", plb.PROBE_TIMEOUTS),
-                    seed=(config.get("data_seed", 1) << 16) ^ (self.driver.rank << 8) ^ peer)
+                    seed=(config.get("data_seed", 1) << 16) ^ (self.driver.rank << 8) ^ peer,
+                    probe_every_bytes=self.rtt_probe_bytes)
             qp = QueuePair(spec, self, dest, rp_params, np_params, self.driver.describe(peer))
             dest.qps.append(qp)
             self.qps[qp.qpn] = qp
@@ -490,6 +520,8 @@ class UdpRnic:
                     self.send_ack(self.control_plane(qp), qp, nak, now)
         for ctx in self.contexts:
             ctx.advance(now)
+        if self.cc_kind.uses_rtt:
+            self.rtt_probes(now)
         if self.mode != "static":
             self.probe(now)
         self.timeline.sample(now, self.acked_bytes,
@@ -561,6 +593,39 @@ class UdpRnic:
                     self.reroute(dest.qps, p, now)
                 if not plane.up or live.wants_probe(now):
                     self.send_probe(dest, plane, live, now)
+
+    def rtt_probes(self, now):
+        """SPX: one RTT probe in flight per context with data in flight (a QP's own, or its
+        destination's per plane or global)."""
+        for qp in self.qps.values():
+            probe = qp.rtt_probe
+            if probe is not None and not qp.requester.idle and probe.wants_probe(now):
+                self.send_rtt_probe(qp, self.planes[qp.current], probe, RTT_QP, now)
+        for dest in self.destinations.values():
+            if not dest.contexts or all(qp.requester.idle for qp in dest.qps):
+                continue
+            if dest.mode == "per-plane":
+                for index, ctx in enumerate(dest.contexts):
+                    if dest.usable[index] and ctx.probe.wants_probe(now):
+                        self.send_rtt_probe(dest.qps[0], self.planes[index], ctx.probe, index, now)
+            else:
+                ctx = dest.contexts[0]
+                usable = [p for p in range(len(self.planes)) if dest.usable[p]]
+                if usable and ctx.probe.wants_probe(now):
+                    index = usable[ctx.probe.sent % len(usable)]
+                    self.send_rtt_probe(dest.qps[0], self.planes[index], ctx.probe, index, now)
+
+    def send_rtt_probe(self, qp, plane, probe, index, now):
+        """An RTT probe to `qp`'s peer on `plane`; `index` names the context (a plane, or
+        RTT_QP for the QP's own) in the echo."""
+        dst = qp.peer_addresses[plane.index]
+        packet = roce.build_ipv4_udp_roce_packet(
+            plane.port.address, dst, qp.sport, roce.OP_UC_SEND_ONLY, qp.peer_qpn, 0,
+            roce.build_rtt_probe_payload(probe.next_seq, index), ip_id=plane.ip_ids.take(),
+            **self.rtt_probe_ip)
+        if plane.port.transmit(packet, dst) is None:
+            plane.port.pace.charge_out_of_turn(len(packet) + roce.ETH_HEADER_LEN, now)
+            probe.probe_sent(now)
 
     def send_probe(self, dest, plane, live, now):
         qp = dest.qps[0]
@@ -718,6 +783,7 @@ class UdpRnic:
             return
         probe = roce.parse_probe_payload(data)
         if probe is None:
+            self.rtt_message(qp, data, plane, now)
             return
         is_echo, seq, index = probe
         if not is_echo:
@@ -740,6 +806,34 @@ class UdpRnic:
         elif was_removed:
             self.log(index, dest.peer, "returned", "echo", now)
             self.refresh(dest)
+            for other in dest.qps:
+                self.activate(other, now)
+
+    def rtt_message(self, qp, data, plane, now):
+        """SPX: an RTT probe (echo it at once, in the control class, on the plane it came by)
+        or an echo (its sample goes to the context it names)."""
+        probe = roce.parse_rtt_probe_payload(data)
+        if probe is None:
+            return
+        is_echo, seq, index = probe
+        if not is_echo:
+            peer = qp.peer_addresses[plane.index]
+            self.send_control(plane, qp, roce.build_ipv4_udp_roce_packet(
+                plane.port.address, peer, qp.sport, roce.OP_UC_SEND_ONLY, qp.peer_qpn, 0,
+                roce.build_rtt_probe_payload(seq, index, echo=True), ip_id=plane.ip_ids.take(),
+                **self.control_ip), peer, now)
+            return
+        if index == RTT_QP:
+            if qp.rtt_probe is not None:
+                rtt = qp.rtt_probe.on_echo(seq, now)
+                if rtt is not None:
+                    qp.rp.on_rtt(rtt, now)
+                    qp.pace.set_rate(qp.rp.rate_mbps)
+                    qp.min_rate = min(qp.min_rate, qp.rp.rate_mbps)
+                    self.activate(qp, now)
+            return
+        dest = qp.dest
+        if dest.contexts and index < len(dest.contexts) and dest.contexts[index].on_echo(seq, now):
             for other in dest.qps:
                 self.activate(other, now)
 

@@ -32,6 +32,7 @@ from fabriclab.measure import cpuload, telemetry, zones
 from fabriclab.system import patience
 from fabriclab.units import human_size
 from fabriclab.traffic import agent_process, rank_channel, roce, schedules, softroce
+from fabriclab.traffic import cc as cc_kinds
 from fabriclab.traffic import plb as lb
 from fabriclab.traffic.rank_driver import QP_METHODS
 from fabriclab.traffic.stall import explain_stall
@@ -102,6 +103,10 @@ class CollectiveSpec:
     cts: bool = False
     cts_buffers: int = 2                # channel buffers per connection the receiver grants
     dcqcn: dict | None = None           # None: off; {} NIC defaults; or NIC parameter overrides
+    # The congestion-control kind (traffic/cc.py): dcqcn, or spx (SPX CC: on at the senders
+    # whenever chosen, with `spx` overriding its real-unit constants, traffic/spxcc.py).
+    cc: str = "dcqcn"
+    spx: dict | None = None
     seed: int = 1
     timeout_factor: float = 20.0        # an iteration may take this x its ideal time (+ slack)
     # udp (the emulated RNIC) | rxe (soft-RoCE verbs) | auto (doctor's choice). Python callers get
@@ -174,14 +179,22 @@ class CollectiveSpec:
             boolean(getattr(self, name), f"collective: {name}")
         if self.pxn is not None:
             boolean(self.pxn, "collective: pxn")
-        if self.dcqcn is not None:
-            if not isinstance(self.dcqcn, dict) or not all(isinstance(k, str) for k in self.dcqcn):
-                bad("dcqcn", "must be null or a mapping of DCQCN NIC parameters")
-            from fabriclab.traffic.dcqcn import DcqcnParams
+        if self.cc not in cc_kinds.KINDS:
+            bad("cc", f"must be one of {', '.join(cc_kinds.KINDS)}")
+        if self.cc != "dcqcn" and self.dcqcn is not None:
+            bad("dcqcn", f"is for cc dcqcn, not {self.cc} (use {self.cc}'s own parameters)")
+        if self.cc != "spx" and self.spx is not None:
+            bad("spx", f"is for cc spx, not {self.cc}")
+        for name in cc_kinds.KINDS:
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
+                bad(name, f"must be null or a mapping of {name} parameters")
             try:                # the NIC units are checked here; the line rate with the fabric
-                DcqcnParams.scaled(1e6, 1.0, **self.dcqcn)
-            except ValueError as exc:
-                raise LabError(f"collective: dcqcn: {exc}") from None
+                cc_kinds.kind(name).scaled(1e6, 1.0, values)
+            except (TypeError, ValueError) as exc:
+                raise LabError(f"collective: {name}: {exc}") from None
         if self.backend not in softroce.BACKENDS:
             bad("backend", f"must be one of {', '.join(softroce.BACKENDS)}")
         if self.plb not in lb.MODES:
@@ -213,6 +226,13 @@ class CollectiveSpec:
         if self.program is not None:
             return [tuple(step) for step in self.program]
         return [(self.collective, size, None) for size in self.sizes]
+
+    def cc_params(self):
+        """The chosen kind's parameter overrides, or None when the senders run no per-QP CC
+        (dcqcn without `dcqcn`; spx is always on)."""
+        if self.cc == "spx":
+            return dict(self.spx or {})
+        return None if self.dcqcn is None else dict(self.dcqcn)
 
     def reorder_mode(self):
         """The receiver's way with out-of-order packets: `reorder`, or the plb mode's default."""
@@ -467,6 +487,7 @@ class CollectiveRun:
     reorder_timeout_s: float | None = None           # place: a hole's wait before its NAK
     pxn: bool = False                                # cross-rail transfers relayed in the host
     scale_up_rate_mbps: float | None = None          # same-host hops' pace (None: the NIC's)
+    cc: dict | None = None                           # the senders' congestion control as run
 
 
 class _AgentLink:
@@ -608,23 +629,19 @@ class Launcher:
     # -- agents -----------------------------------------------------------------------------------
 
     def _configs(self):
-        spec, fabric = self.spec, self.lab.fabric
+        spec = self.spec
         qps = plan_qps(self.ranks, self.schedules, spec, random.Random(spec.seed))
-        dcqcn = cc = None
+        qp_cc = cc = None
         multipath = spec.plb in lb.MULTIPATH
-        if spec.dcqcn is not None or multipath:
-            from fabriclab.traffic.dcqcn import DcqcnParams
-            scale = fabric.spec.time_scale or 1.0
-            try:
-                params = DcqcnParams.scaled(self.rate_mbps, scale, **(spec.dcqcn or {})).to_dict()
-            except (TypeError, ValueError) as exc:
-                raise LabError(f"collective: dcqcn: {exc}") from None
+        overrides = spec.cc_params()
+        if overrides is not None or multipath:
+            params = self.cc_params_scaled()
             # A multipath NIC's CC lives in its per-destination contexts (always on: it is half
-            # of the plane choice); --dcqcn's parameters then set those, not a per-QP DCQCN.
+            # of the plane choice); the kind's parameters then set those, not a per-QP CC.
             if multipath:
                 cc = params
             else:
-                dcqcn = params
+                qp_cc = params
         rank_table = [{"rank": r.rank, "host": r.host, "nic": r.nic,
                        "addresses": [p.ip for p in r.ports]} for r in self.ranks]
         transport = {"payload_bytes": self.payload_bytes, "chunk_bytes": spec.chunk_bytes,
@@ -634,7 +651,7 @@ class Launcher:
                      "cnp_dscp": spec.cnp_dscp, "ecn": spec.ecn,
                      "cts": {"enabled": spec.cts, "buffers": spec.cts_buffers,
                              "refresh_s": max(0.01, self.ack_timeout / 4)},
-                     "dcqcn": dcqcn, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric,
+                     "cc_kind": spec.cc, "qp_cc": qp_cc, "nic_queue_bytes": nic_queue_bytes(self.lab.fabric,
                                                         lab_delay_ms(self.lab, "host")),
                      "plb": {**self.plb, "cc": cc}, "reorder": spec.reorder_mode(),
                      "reorder_timeout_s": self.reorder_timeout,
@@ -657,6 +674,29 @@ class Launcher:
                 config["rdma"] = {"devices": self.softroce.devices(r.rank),
                                   "regions": registered_regions([s for _i, s in self.cases], r.rank)}
             yield r, config
+
+    def cc_params_scaled(self):
+        """The chosen congestion control's parameters on this fabric's links and time scale
+        (a dict, as the agents and the results get them)."""
+        spec = self.spec
+        try:
+            return cc_kinds.kind(spec.cc).scaled(self.rate_mbps, self.lab.fabric.spec.time_scale or 1.0,
+                                                 spec.cc_params() or {}).to_dict()
+        except (TypeError, ValueError) as exc:
+            raise LabError(f"collective: {spec.cc}: {exc}") from None
+
+    def cc_record(self):
+        """The congestion control the senders run, for the results: its kind, where it lives
+        (per QP, or the plane load balancer's contexts) and every parameter in lab units after
+        the time scale (None where nothing runs one: no per-QP CC asked for on a plane-bound
+        mode, or the rxe backend)."""
+        spec = self.spec
+        multipath = spec.plb in lb.MULTIPATH
+        if self.backend != softroce.UDP or (spec.cc_params() is None and not multipath):
+            return None
+        return {"kind": spec.cc, "where": "plb contexts" if multipath else "qp",
+                "time_scale": self.lab.fabric.spec.time_scale or 1.0,
+                "overrides": spec.cc_params() or {}, "params": self.cc_params_scaled()}
 
     def start_agents(self):
         self.folder = self.lab.run.path(self.name)
@@ -891,7 +931,7 @@ class Launcher:
         result = CollectiveRun(spec, self.ranks, self.payload_bytes, self.ack_timeout, self.rate_mbps,
                                backend=self.backend, plb=self.plb, reorder=spec.reorder_mode(),
                                reorder_timeout_s=self.reorder_timeout, pxn=self.pxn,
-                               scale_up_rate_mbps=self.scale_up_rate)
+                               scale_up_rate_mbps=self.scale_up_rate, cc=self.cc_record())
         t0 = time.monotonic()
         total_steps = len(self.cases) * (spec.iterations + spec.warmup)
         done_steps = 0

@@ -21,7 +21,8 @@ decides which one is the `--plb` mode:
 
 This module holds the decisions, with no sockets and no clock of its own (every call takes
 `now`): `PlaneLiveness` (probes, timeouts, removal and return of one plane towards one
-destination), `CcContext` (a DCQCN rate allowance), `EntropySet` (ESR's entropies) and
+destination), `CcContext` (a rate allowance of one congestion-control kind, `traffic/cc.py`),
+`EntropySet` (ESR's entropies) and
 `Destination` (one peer's contexts, liveness and entropies). The agent (`agent.UdpRnic`) moves
 the packets and applies the decisions.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import random
 
-from fabriclab.traffic import dcqcn, roce
+from fabriclab.traffic import cc, roce, spxcc
 from fabriclab.traffic.pacer import SEND_AHEAD_S, Pace
 from fabriclab.loading import excerpt
 
@@ -155,23 +156,28 @@ class PlaneLiveness:
 
 
 class CcContext:
-    """One congestion-control context: DCQCN's rate (a `dcqcn.ReactionPoint`) as an allowance
-    (a `Pace` at that rate). A plane whose context is not due is excluded from the choice."""
+    """One congestion-control context: a reaction point's rate (DCQCN's or SPX's, by the kind
+    of `params`: `traffic/cc.py`) as an allowance (a `Pace` at that rate). A plane whose context
+    is not due is excluded from the choice. A kind that takes RTT samples (SPX) gets an
+    `spxcc.RttProbe` (`probe`) whose probes time out after `rtt_timeout_s`."""
 
-    __slots__ = ("params", "rp", "pace", "min_rate", "cnps", "resets")
+    __slots__ = ("params", "rp", "pace", "min_rate", "cnps", "resets", "probe", "rtt_timeout_s")
 
-    def __init__(self, params):
+    def __init__(self, params, rtt_timeout_s=0.05, probe_every_bytes=0):
         self.params = params
-        self.rp = dcqcn.ReactionPoint(params)
+        self.rp = cc.reaction_point(params)
         self.pace = Pace(params.line_rate_mbps)
         self.min_rate = params.line_rate_mbps
         self.cnps = 0
         self.resets = 0
+        self.rtt_timeout_s = rtt_timeout_s
+        self.probe = (spxcc.RttProbe(rtt_timeout_s, probe_every_bytes)
+                      if cc.of_params(params).uses_rtt else None)
 
     def reset(self):
         """Forget what was learnt (the NIC released the context of an idle destination): line
         rate again. The Pace object stays, because the lanes hold it."""
-        self.rp = dcqcn.ReactionPoint(self.params)
+        self.rp = cc.reaction_point(self.params)
         self.pace.set_rate(self.params.line_rate_mbps)
         self.resets += 1
 
@@ -180,6 +186,8 @@ class CcContext:
         return self.pace.due <= now + SEND_AHEAD_S
 
     def sent(self, wire, now):
+        if self.probe is not None:
+            self.probe.on_data(wire)
         rp = self.rp
         if rp.throttled:                 # unthrottled DCQCN has nothing to count or time
             rp.on_sent(wire, now)
@@ -197,9 +205,23 @@ class CcContext:
         self.pace.set_rate(self.rp.rate_mbps)
         self.min_rate = min(self.min_rate, self.rp.rate_mbps)
 
+    def on_echo(self, seq, now):
+        """An RTT probe's echo: the sample moves the rate (SPX). True if it was a sample."""
+        rtt = self.probe.on_echo(seq, now) if self.probe is not None else None
+        if rtt is None:
+            return False
+        self.rp.on_rtt(rtt, now)
+        self.pace.set_rate(self.rp.rate_mbps)
+        self.min_rate = min(self.min_rate, self.rp.rate_mbps)
+        return True
+
     def summary(self):
-        return {"rate_mbps": round(self.rp.rate_mbps, 6), "min_rate_mbps": round(self.min_rate, 6),
-                "cnps": self.cnps, "resets": self.resets, **{k: v for k, v in self.rp.counters.items() if k != "cnps"}}
+        out = {"rate_mbps": round(self.rp.rate_mbps, 6), "min_rate_mbps": round(self.min_rate, 6),
+               "cnps": self.cnps, "resets": self.resets,
+               **{k: v for k, v in self.rp.counters.items() if k != "cnps"}}
+        if self.probe is not None:
+            out["rtt_probes"] = self.probe.summary()
+        return out
 
 
 class EntropySet:
@@ -250,14 +272,16 @@ class Destination:
     own DCQCN), one `PlaneLiveness` per plane, and ESR's entropies."""
 
     def __init__(self, peer, mode, planes, plane_params=None, nic_params=None,
-                 probe_interval_s=0.05, probe_timeouts=PROBE_TIMEOUTS, seed=0):
+                 probe_interval_s=0.05, probe_timeouts=PROBE_TIMEOUTS, seed=0, probe_every_bytes=0):
         self.peer = peer
         self.mode = check_mode(mode)
         self.planes = planes
         if mode == "per-plane":
-            self.contexts = [CcContext(plane_params) for _ in range(planes)]
+            self.contexts = [CcContext(plane_params, probe_interval_s, probe_every_bytes)
+                             for _ in range(planes)]
         elif mode in ("global", "esr"):
-            self.contexts = [CcContext(nic_params)] * planes    # one context, seen from each plane
+            # one context, seen from each plane
+            self.contexts = [CcContext(nic_params, probe_interval_s, probe_every_bytes)] * planes
         else:
             self.contexts = None
         self.liveness = [PlaneLiveness(probe_interval_s, probe_timeouts) for _ in range(planes)]

@@ -506,6 +506,29 @@ def parse_probe_payload(data, offset=BTH_LEN):
     return magic == ECHO_MAGIC, seq, plane
 
 
+RTT_PROBE_MAGIC = b"RTT1"
+RTT_ECHO_MAGIC = b"RTE1"
+
+
+def build_rtt_probe_payload(seq, context, echo=False):
+    """SPX CC's RTT probe (or its echo): the same layout as a plane probe under its own magic,
+    `context` naming the sender's CC context (a plane index, or the QP's own)."""
+    _check_range("seq", seq, 0, 0xFFFFFFFF)
+    _check_range("context", context, 0, 0xFF)
+    return (RTT_ECHO_MAGIC if echo else RTT_PROBE_MAGIC) + _PROBE.pack(seq, context)
+
+
+def parse_rtt_probe_payload(data, offset=BTH_LEN):
+    """(is_echo, seq, context) of an RTT probe or its echo, or None if the SEND is neither."""
+    if len(data) < offset + PROBE_PAYLOAD_LEN:
+        return None
+    magic = bytes(data[offset:offset + 4])
+    if magic != RTT_PROBE_MAGIC and magic != RTT_ECHO_MAGIC:
+        return None
+    seq, context = _PROBE.unpack_from(data, offset + 4)
+    return magic == RTT_ECHO_MAGIC, seq, context
+
+
 def build_ack_packet(src, dst, sport, dest_qp, psn, syndrome=AETH_ACK, msn=0, **ip):
     """An RC ACKNOWLEDGE (BTH + AETH): `psn` is the last PSN received in order (for a NAK, the
     PSN the requester must resend from)."""

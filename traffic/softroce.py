@@ -84,6 +84,8 @@ def udp_only_features(spec):
         out.append(("cts", "clear-to-send admission rides on the lab's own packets"))
     if spec.dcqcn is not None:
         out.append(("dcqcn", "rdma_rxe has no DCQCN"))
+    if spec.cc != "dcqcn":
+        out.append(("cc", f"rdma_rxe cannot run {spec.cc} congestion control (only its own DCQCN)"))
     if spec.spray != 1:
         out.append(("spray", "rdma_rxe derives one UDP source port per QP"))
     if spec.sport_mode != "qp":

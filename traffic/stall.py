@@ -66,8 +66,8 @@ def _describe_send(state):
         what.append(f"{state['retries']} timeouts in a row")
     if state.get("retransmitted_packets"):
         what.append(f"{state['retransmitted_packets']} packets resent")
-    if state.get("dcqcn_rate_mbps") is not None:
-        what.append(f"DCQCN rate {state['dcqcn_rate_mbps']:g} Mbit/s")
+    if state.get("cc_rate_mbps") is not None:
+        what.append(f"{state.get('cc', 'dcqcn').upper()} rate {state['cc_rate_mbps']:g} Mbit/s")
     if state.get("held_lanes"):
         what.append("a packet refused by a full queue")
     return ", ".join(what)

@@ -28,6 +28,7 @@ def add_collective_args(p):
     from fabriclab.traffic.rank_driver import QP_METHODS
     from fabriclab.traffic.collective import PLACEMENTS
     from fabriclab.traffic.plb import MODES as PLB_MODES, PROBE_TIMEOUTS
+    from fabriclab.traffic.cc import DEFAULT as CC_DEFAULT, KINDS as CC_KINDS
     from fabriclab.traffic.softroce import BACKENDS
 
     p.add_argument("--collective", "-c", default="allreduce", choices=schedules.COLLECTIVES)
@@ -69,6 +70,13 @@ def add_collective_args(p):
     p.add_argument("--dcqcn", action="store_true", help="DCQCN at the senders (off by default)")
     p.add_argument("--dcqcn-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a DCQCN NIC parameter, e.g. rpg_ai_rate=10 (repeatable)")
+    p.add_argument("--cc", choices=tuple(CC_KINDS), default=CC_DEFAULT,
+                   help="the senders' congestion control: " + "; ".join(
+                       f"{k.name}: {k.summary}" for k in CC_KINDS.values())
+                   + f" (default {CC_DEFAULT}; spx is always on, dcqcn with --dcqcn)")
+    p.add_argument("--spx-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="an SPX CC constant in real units, e.g. cnp_cut=0.5 (repeatable; needs "
+                        "--cc spx)")
     p.add_argument("--ack-timeout", type=float, help="local ACK timeout, s (default from buffers)")
     p.add_argument("--seed", type=int, default=1, help="seeds the QPs (their source ports) and the switches' hash bases (default 1)")
     p.add_argument("--plb", choices=PLB_MODES, default="static",
@@ -99,21 +107,32 @@ def add_collective_args(p):
                         "rdma_rxe and the options need nothing udp-only)")
 
 
+def _nic_params(flag, items):
+    """NAME=VALUE items into {name: number} (a value with a point or exponent is a float)."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise LabError(f"{flag} {excerpt(item)}: expected NAME=VALUE")
+        try:
+            out[name.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise LabError(f"{flag} {excerpt(item)}: {excerpt(value)} is not a number") from None
+    return out
+
+
 def spec_from_args(args):
     from fabriclab.traffic.collective import CollectiveSpec
     from fabriclab.units import parse_size
 
     dcqcn = None
     if args.dcqcn or args.dcqcn_param:
-        dcqcn = {}
-        for item in args.dcqcn_param:
-            name, sep, value = item.partition("=")
-            if not sep:
-                raise LabError(f"--dcqcn-param {excerpt(item)}: expected NAME=VALUE")
-            try:
-                dcqcn[name.strip()] = float(value) if "." in value else int(value)
-            except ValueError:
-                raise LabError(f"--dcqcn-param {excerpt(item)}: {excerpt(value)} is not a number") from None
+        dcqcn = _nic_params("--dcqcn-param", args.dcqcn_param)
+    spx = None
+    if args.spx_param:
+        if args.cc != "spx":
+            raise LabError("--spx-param needs --cc spx")
+        spx = _nic_params("--spx-param", args.spx_param)
     spec = CollectiveSpec(
         collective=args.collective, sizes=tuple(parse_sizes(args.sizes)), algorithm=args.algorithm,
         hosts=tuple(h for h in args.hosts.split(",") if h) if args.hosts else None, nics=args.nics,
@@ -121,7 +140,8 @@ def spec_from_args(args):
         chunk_bytes=parse_size(args.chunk), iterations=args.iterations, warmup=args.warmup,
         verify=args.verify, in_place=args.in_place, sport_mode=args.sport_mode, spray=args.spray,
         imbalance=args.imbalance, root=args.root,
-        cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, ack_timeout_s=args.ack_timeout,
+        cts=args.cts, cts_buffers=args.cts_buffers, dcqcn=dcqcn, cc=args.cc, spx=spx,
+        ack_timeout_s=args.ack_timeout,
         seed=args.seed, backend=args.backend, plb=args.plb, probe_interval_s=args.probe_interval,
         probe_timeouts=args.probe_timeouts, sw_timeout_s=args.sw_timeout, reorder=args.reorder,
         reorder_timeout_s=args.reorder_timeout, cc_idle_s=args.cc_idle, pxn=args.pxn)

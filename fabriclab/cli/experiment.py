@@ -28,6 +28,11 @@ def register(subparsers):
     p.add_argument("--lossy", action="store_true",
                    help="run without the lossless class (PFC) where the experiment allows it "
                         "(routing-schemes); results say so")
+    from fabriclab.traffic.cc import DEFAULT as CC_DEFAULT, KINDS as CC_KINDS
+    p.add_argument("--cc", choices=tuple(CC_KINDS), default=CC_DEFAULT,
+                   help=f"the NICs' congestion control where the experiment allows it (multiplane-asymmetry, "
+                        f"plane-convergence): {', '.join(CC_KINDS)} (default {CC_DEFAULT}; spx also marks "
+                        f"ECN in the switches' ar mode); results say so")
     running.add_output_args(p)
     p.set_defaults(func=cmd_experiment)
 
@@ -40,7 +45,7 @@ def cmd_experiment(args):
         print(format_table(("experiment", "default spec", "what it shows"), rows))
         return 0
     options = Options(quick=args.quick, sample_s=args.sample_ms / 1e3, routing=args.routing, seed=args.seed,
-                      lossy=args.lossy)
+                      lossy=args.lossy, cc=args.cc)
     plan = build_plan(args.name, args.spec, options)          # every case checked before anything runs
 
     def runner(progress):

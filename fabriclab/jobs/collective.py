@@ -14,7 +14,8 @@ from fabriclab.units import human_size
 NAME = "collective"
 SUMMARY = "a collective or a program of them (AllReduce, AlltoAll, ...) over RoCEv2 agents, one per rank"
 # fields that are text by nature: a type error is blamed on another one
-TEXT_FIELDS = ("collective", "algorithm", "placement", "qp_method", "sport_mode", "backend", "plb", "reorder")
+TEXT_FIELDS = ("collective", "algorithm", "placement", "qp_method", "sport_mode", "backend", "plb", "reorder",
+               "cc")
 
 
 def spec_class():
@@ -123,6 +124,9 @@ def record(run, role="measured"):
         "abandoned_last_iteration": getattr(run, "abandoned", False),
         "valid": not invalid, "invalid": invalid,
         **({"plb": plb_record(run)} if run.plb is not None else {}),
+        # the senders' congestion control (traffic/cc.py): kind, overrides in real units, and
+        # every parameter as run (lab units, after the time scale)
+        **({"cc": run.cc} if getattr(run, "cc", None) is not None else {}),
     }
 
 

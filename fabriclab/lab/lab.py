@@ -24,11 +24,12 @@ from fabriclab.system import doctor
 from fabriclab.lab import linkloss
 from fabriclab.system.doctor import require_environment
 from fabriclab.apps import DEFAULT_ROUTING, control, select_stage
-from fabriclab.apps.paths import all_paths
+from fabriclab.apps.paths import all_paths, ar_groups
 from fabriclab.lab.controller import Controller, check_app, retarget
 from fabriclab.errors import LabError, Terminated
 from fabriclab.queues.agentproc import MODULE as PFC_AGENT_MODULE
 from fabriclab.queues.datapath import remove_pins
+from fabriclab.queues.config import SWITCH_ROLES
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
 from fabriclab.system.procs import stop_recorded
@@ -124,6 +125,10 @@ class Lab:
         spec = self.fabric.spec
         if spec.queues is not None or spec.has_delay:
             self._choose_kernel_mechanisms(doctor.mechanisms(doctor.probe()))
+        if (self.machines is not None and spec.queues is not None
+                and any(spec.queues.ecn_for(role).mode == "ar" for role in SWITCH_ROLES)):
+            raise LabError("queues.ecn mode ar compares the queues of a switch's ports in one data "
+                           "path: it runs on one machine's fabric only (no split)")
         mininet_net.check_free(self.fabric, RunState.all())
         self._old_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
         t0 = time.monotonic()
@@ -148,6 +153,7 @@ class Lab:
                                  placement=self.split.machine_of if self.split else None)
             if self.fabric.spec.queues is not None:
                 self.queues = self._start_queues()
+                self._write_ar_groups()
             self.timings["build_s"] = time.monotonic() - t0
             self.controller.wait_programmed(timeout=timeout, explain=self._explain)
             if self.queues is not None:
@@ -168,6 +174,13 @@ class Lab:
         tunnels = {intf.name: link.vni for link in self.net.links if getattr(link, "tunnel", None)
                    for intf in (link.intf1, link.intf2)}
         return self.cluster.queue_model(self.fabric, self.net, self.ecn_mechanism, tunnels)
+
+    def _write_ar_groups(self):
+        """The queue model's "ar" ECN mode marks a packet only when every port adaptive routing
+        could have chosen for it is deep: its groups, from the routes, less the cables that are down."""
+        if isinstance(self.queues, QueueModel):
+            down = {intf for link in self._down.values() for intf in (link.a_intf, link.b_intf)}
+            self.queues.set_ar_groups(ar_groups(self.fabric, down))
 
     def _ensure_ovs_buffers(self):
         """Only the userspace datapath transmits through one shared packet socket: where a
@@ -362,6 +375,8 @@ class Lab:
                 self._down.pop(link.key, None)
             else:
                 self._down[link.key] = link
+        if changed and self.queues is not None:
+            self._write_ar_groups()
         self._log(*(event or ("link_up" if up else "link_down", ", ".join(link.label for link in links))))
         keys = {link.key for link in changed if link.kind == "fabric"}
         if not (wait and keys) or self.controller.foreign:       # an os-ken app of one's own says nothing

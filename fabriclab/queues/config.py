@@ -26,7 +26,10 @@ CLASSES = ("lossless", "control", "lossy")
 LOSSLESS, CONTROL, LOSSY = range(3)
 ETH_HEADER = 14
 
-ECN_MODES = ("red", "step", "off")
+ECN_MODES = ("red", "step", "off", "ar")
+# The data path's ecn_mode numbers: red 1, step 2, ar 4 (3 is ECN_QDISC); off 0.
+ECN_MODE_IDS = {"off": 0, "red": 1, "step": 2, "ar": 4}
+ECN_AR = ECN_MODE_IDS["ar"]
 # Who marks: the kernel's RED qdisc where it exists ("auto" picks it), or the eBPF program.
 ECN_MARKERS = ("auto", "red", "bpf")
 # The data path's ecn_mode for a class whose RED qdisc marks: the program only counts the marks.
@@ -48,7 +51,10 @@ PROB_ONE = 1 << 20
 class EcnProfile:
     """RED-style marking between kmin and kmax of egress occupancy (bytes), up to pmax, and every
     ECN-capable packet at or above kmax (DCQCN's switch profile); `step` marks at or above kmin only
-    (DCTCP's K). None for a threshold means: derived from the port's buffer."""
+    (DCTCP's K); `ar` marks at or above kmin only when every other eligible member of the packet's
+    adaptive-routing group is at or above its kmin too (`ar_mark`: SPX's switches mark only when
+    adaptive routing's capacity is exhausted, seed 002 4.2). None for a threshold means: derived
+    from the port's buffer."""
 
     mode: str = "red"
     kmin: int | None = None
@@ -157,7 +163,7 @@ def ecn_thresholds(buffer_bytes, profile):
     """(kmin, kmax) for a port: by default a fifth and three fifths of its buffer."""
     kmin = profile.kmin if profile.kmin is not None else buffer_bytes // 5
     kmax = profile.kmax if profile.kmax is not None else (buffer_bytes * 3) // 5
-    if profile.mode == "step":
+    if profile.mode in ("step", "ar"):
         kmax = kmin
     return kmin, kmax
 
@@ -168,7 +174,7 @@ def thresholds(spec, role, cls, buffer_bytes, rate_mbps, mtu, ecn=None, delay_ms
     running fabric)."""
     profile = ecn or spec.ecn_for(role)
     kmin, kmax = ecn_thresholds(buffer_bytes, profile)
-    mode = ECN_MODES.index(profile.mode) + 1 if profile.mode != "off" else 0
+    mode = ECN_MODE_IDS[profile.mode]
     lossless = cls == LOSSLESS and spec.pfc.enabled
     xoff, xon, headroom = pfc_thresholds(buffer_bytes, rate_mbps, mtu, spec.pfc, delay_ms)
     return Thresholds(
@@ -184,7 +190,7 @@ def mark_probability(occupancy, kmin, kmax, pmax, mode="red"):
     """Probability (0..1) that an ECN-capable packet arriving to `occupancy` bytes is marked CE."""
     if mode == "off":
         return 0.0
-    if mode == "step" or kmax <= kmin:
+    if mode in ("step", "ar") or kmax <= kmin:
         return 1.0 if occupancy >= kmin else 0.0
     if occupancy < kmin:
         return 0.0
@@ -200,6 +206,15 @@ def mark_threshold(occupancy, kmin, kmax, pmax_fixed):
     if occupancy >= kmax or kmax <= kmin:
         return PROB_ONE
     return pmax_fixed * (occupancy - kmin) // (kmax - kmin)
+
+
+def ar_mark(occupancy, kmin, others):
+    """Whether the "ar" ECN mode marks an ECN-capable packet that finds its egress queue at
+    `occupancy` bytes (threshold `kmin`): only when that queue is at or above kmin and so is every
+    other eligible member of the packet's adaptive-routing group, `others` [(occupancy, kmin)]
+    (the uplinks the switch could have chosen for it; empty where the port is the only way).
+    While one member has room, adaptive routing can still move the burst there: no mark."""
+    return occupancy >= kmin and all(occ >= k for occ, k in others)
 
 
 class PauseState:

@@ -57,6 +57,17 @@ class Ctl(ctypes.Structure):
     _fields_ = [("wd_drop_until", ctypes.c_uint64)]
 
 
+AR_MAX_MEMBERS = 16          # fabricq.bpf.c's AR_MAX_MEMBERS (config.AR_MAX_MEMBERS)
+
+
+class ArKey(ctypes.Structure):
+    _fields_ = [("node", ctypes.c_uint32), ("net", ctypes.c_uint32)]
+
+
+class ArGroup(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_uint32), ("idx", ctypes.c_uint32 * AR_MAX_MEMBERS)]
+
+
 class Event(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_uint32), ("port", ctypes.c_uint32), ("target", ctypes.c_uint32),
                 ("cls", ctypes.c_uint32), ("ts", ctypes.c_uint64), ("held", ctypes.c_int64)]
@@ -309,6 +320,7 @@ class DataPath:
         self.bias = Map(self._fd("bias"), ctypes.c_uint32, ctypes.c_int64)    # see queues/leaks.py
         self.dscp_class = Map(self._fd("dscp_class"), ctypes.c_uint32, ctypes.c_uint32)
         self.wire = Map(self._fd("wire"), ctypes.c_uint32, ctypes.c_uint32)  # VXLAN id -> port
+        self.ar_groups = Map(self._fd("ar_groups"), ArKey, ArGroup)        # ECN_AR's groups
         return self
 
     def program_pin(self, prog):

@@ -8,6 +8,8 @@
  *     drop lossless traffic only when its ingress port overran XOFF + headroom;
  *   - at switch ports, mark CE on ECN-capable packets by the RED or step profile; or, where the
  *     port's RED qdisc marks instead (ecn_mode ECN_QDISC), note packets that enter already CE;
+ *     or (ECN_AR) only when the egress queue and every other member of the packet's adaptive-
+ *     routing group (`ar_groups`, by switch and destination /24) are at or above their kmin;
  * ingress (a packet arrived from the other end of the cable):
  *   - the packet has left the peer port's queue: the peer's egress occupancy falls, and so do the
  *     bytes the peer's switch holds for the port that packet had entered by (XON when low enough);
@@ -43,6 +45,8 @@
 #define HTB_MAJOR 0x00010000u
 
 #define ECN_QDISC 3           /* the port's RED qdisc marks; this program only counts */
+#define ECN_AR 4              /* step at kmin, only when every member of the AR group is there too */
+#define AR_MAX_MEMBERS 16
 
 #define VXLAN_PORT 4789
 /* What a tunnelled frame carries before it: Ethernet, IPv4 without options, UDP, VXLAN. */
@@ -195,6 +199,25 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18);
 } events SEC(".maps");
+
+/* ECN_AR: the ports adaptive routing could choose among for a packet, by its switch and its
+ * destination's /24 (host order); written by user space (queues/model.py set_ar_groups). */
+struct ar_key {
+	__u32 node;
+	__u32 net;
+};
+
+struct ar_group {
+	__u32 n;
+	__u32 idx[AR_MAX_MEMBERS];   /* member ports' row bases */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct ar_key);
+	__type(value, struct ar_group);
+} ar_groups SEC(".maps");
 
 struct pkt {
 	__u32 saddr;
@@ -355,12 +378,37 @@ static __always_inline void admit(struct port *pt, __u32 cls, __u32 len, __u64 n
 
 static __always_inline int should_mark(struct qcfg *cf, __s64 occ)
 {
-	if (!cf->ecn_mode || cf->ecn_mode == ECN_QDISC || occ < (__s64)cf->kmin)
+	if (!cf->ecn_mode || cf->ecn_mode == ECN_QDISC || cf->ecn_mode == ECN_AR || occ < (__s64)cf->kmin)
 		return 0;
 	if (cf->ecn_mode == 2 || occ >= (__s64)cf->kmax || cf->kmax <= cf->kmin)
 		return 1;
 	__u64 threshold = (__u64)cf->pmax * (__u64)(occ - cf->kmin) / (cf->kmax - cf->kmin);
 	return (bpf_get_prandom_u32() & ((1u << PROB_BITS) - 1)) < threshold;
+}
+
+/* ECN_AR (config.ar_mark): mark when this queue is at or above kmin and so is every other member
+ * of the packet's AR group; a destination with no group (one way there) has only this port. */
+static __always_inline int ar_should_mark(struct port *pt, struct pkt *p, __u32 cls, struct qcfg *cf,
+					  __s64 occ)
+{
+	if (occ < (__s64)cf->kmin)
+		return 0;
+	struct ar_key k = {.node = pt->node, .net = bpf_ntohl(p->daddr) & 0xffffff00};
+	struct ar_group *g = bpf_map_lookup_elem(&ar_groups, &k);
+	if (!g)
+		return 1;
+	for (__u32 i = 0; i < AR_MAX_MEMBERS; i++) {
+		if (i >= g->n)
+			break;
+		__u32 row = g->idx[i] * NCLASS + cls;
+		if (g->idx[i] == pt->idx)
+			continue;
+		struct qstat *mst = bpf_map_lookup_elem(&stats, &row);
+		struct qcfg *mcf = bpf_map_lookup_elem(&qcfg, &row);
+		if (mst && mcf && mst->occ < (__s64)mcf->kmin)
+			return 0;    /* a member with room: adaptive routing can still move the burst */
+	}
+	return 1;
 }
 
 /* Set ECN to CE (11) in the IPv4 header and patch its checksum. The RoCE ICRC masks these bits. */
@@ -455,7 +503,8 @@ int fq_egress(struct __sk_buff *skb)
 	occ = __sync_fetch_and_add(&st->occ, (__s64)len) + len;
 	hwm(&st->occ_hwm, occ);
 	__u32 ecn = p.tos & 3;
-	if (pt->is_switch && ecn && ecn != 3 && should_mark(cf, occ - len)) {
+	if (pt->is_switch && ecn && ecn != 3 &&
+	    (cf->ecn_mode == ECN_AR ? ar_should_mark(pt, &p, cls, cf, occ - len) : should_mark(cf, occ - len))) {
 		__sync_fetch_and_add(&st->marks, 1);
 		mark_ce(skb, p.tos);
 	}

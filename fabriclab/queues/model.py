@@ -34,7 +34,7 @@ import time
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
 from fabriclab.queues import config
-from fabriclab.queues.datapath import NCLASS, STAT_FIELDS, DataPath, Port, QCfg, QStat
+from fabriclab.queues.datapath import AR_MAX_MEMBERS, NCLASS, STAT_FIELDS, ArGroup, ArKey, DataPath, Port, QCfg, QStat
 from fabriclab.queues.agentproc import AgentProcess
 from fabriclab.queues.leaks import accounts_of
 from fabriclab.queues.pfc import SWITCH_INTERVAL_S
@@ -263,7 +263,9 @@ class QueueModel:
 
     # -- RED (ecn_mechanism "red") ---------------------------------------------------------------
     def _red_marks(self, p):
-        return self.ecn_mechanism == "red" and p.role != "host"
+        """RED qdiscs mark this port (the "ar" mode needs the group's depths: the program marks)."""
+        profile = self.ecn_override.get(p.idx) or self.spec.ecn_for(p.role)
+        return self.ecn_mechanism == "red" and p.role != "host" and profile.mode != "ar"
 
     def _red_ports(self):
         return [p for p in self.local if self._red_marks(p)]
@@ -375,6 +377,29 @@ class QueueModel:
             if self.red is not None:
                 self._set_red(p)
         return [p.name for p in ports]
+
+    def set_ar_groups(self, groups):
+        """The "ar" ECN mode's groups, {(switch, destination /24 as an integer): [member
+        interfaces]} (apps/paths.ar_groups: the lab rewrites them when cables go down or come
+        back), into this machine's data path; entries no longer given are removed. A member that
+        is not a port of the model is an error. Returns the number of groups written."""
+        wanted = {}
+        for (switch, net), members in groups.items():
+            if switch not in self.node_ids or switch in self.fabric.hosts:
+                raise LabError(f"ar group: no switch {excerpt(switch)} in the queue model")
+            ports = [self.by_name.get(name) for name in members]
+            if any(p is None or p.node != switch for p in ports):
+                raise LabError(f"ar group of {switch}: {excerpt(members)} are not all its ports")
+            if not 1 <= len(ports) <= AR_MAX_MEMBERS:
+                raise LabError(f"ar group of {switch}: {len(ports)} members (1 to {AR_MAX_MEMBERS} fit)")
+            wanted[(self.node_ids[switch], net)] = [p.idx for p in ports]
+        table = self.datapath.ar_groups
+        for key in table.keys():
+            if (key.node, key.net) not in wanted:
+                table.delete(key)
+        for (node, net), idxs in wanted.items():
+            table.update(ArKey(node, net), ArGroup(len(idxs), (ctypes.c_uint32 * AR_MAX_MEMBERS)(*idxs)))
+        return len(wanted)
 
     def cables_down(self, intfs, down):
         """The ports `intfs` lost (down=True) or got back their cable: while it is down, the leak
@@ -521,7 +546,8 @@ class QueueModel:
             if p.role in per_role:
                 continue
             t = self._thresholds(p, config.LOSSLESS)
-            ecn = {"mode": ("off", "red", "step")[t.ecn_mode] if p.role != "host" else "off",
+            mode = next(m for m, i in config.ECN_MODE_IDS.items() if i == t.ecn_mode)
+            ecn = {"mode": mode if p.role != "host" else "off",
                    "kmin": t.kmin, "kmax": t.kmax, "pmax": t.pmax / config.PROB_ONE}
             if self._red_marks(p):
                 ecn["red"] = {cls: red_params(self.spec.ecn_for(p.role), p.buffer,

@@ -93,7 +93,7 @@ def class_limit(cls, buffer_bytes, mtu):
 
 def red_params(profile, buffer_bytes, limit):
     """RedParams for one port's ECN profile (an EcnProfile) on a buffer of `buffer_bytes`."""
-    if profile.mode == "off":
+    if profile.mode in ("off", "ar"):       # ar: the eBPF program marks (it sees the group)
         qmin = qmax = OFF_BYTES
         max_p = MAX_P_ONE
     else:

@@ -174,3 +174,25 @@ def test_a_saturated_experiment_runs_again_slower_at_most_twice_and_keeps_every_
     assert saturated_runs(lossless) == ["c"]                                   # no slower rate mends a drop
     with pytest.raises(LabError, match="derate must be 0-2"):
         build_plan("pfc-incast", options=Options(derate=3))
+
+
+# -- --cc spx: SPX CC in the NICs, ar ECN marking in the switches ----------------------------------------
+@pytest.mark.parametrize("name", ["multiplane-asymmetry", "plane-convergence"])
+def test_cc_spx_runs_every_nic_with_spx_and_the_switches_with_ar_marking(name):
+    plan = build_plan(name, options=Options(quick=True, cc="spx"))
+    queues = plan.spec.queues
+    assert queues.ecn.mode == "ar" and all(p.mode == "ar" for _r, p in queues.ecn_by_role)
+    assert plan.source["cc"] == "spx"
+    for run in plan.runs:
+        assert run.tags["cc"] == "spx"
+        assert all(job.workload.cc == "spx" for job in run.jobs)
+    default = build_plan(name, options=Options(quick=True))
+    assert default.spec.queues.ecn.mode != "ar" and default.source["cc"] == "dcqcn"
+    assert all(job.workload.cc == "dcqcn" for run in default.runs for job in run.jobs)
+
+
+def test_cc_is_refused_where_the_experiment_does_not_take_it():
+    with pytest.raises(LabError, match="experiment pfc-incast takes no --cc"):
+        build_plan("pfc-incast", options=Options(cc="spx"))
+    with pytest.raises(LabError, match="--cc must be one of dcqcn, spx"):
+        build_plan("multiplane-asymmetry", options=Options(cc="reno"))

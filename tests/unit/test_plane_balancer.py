@@ -14,8 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabriclab.traffic import agent, collective, rank_driver, roce, schedules, sockets
-from fabriclab.traffic.dcqcn import DcqcnParams
+from fabriclab.traffic import agent, cc, collective, rank_driver, roce, schedules, sockets
 from fabriclab.traffic.rank_driver import PeerError
 from tests.unit.fakesockets import Listener, RawSocket, rank_drivers
 
@@ -80,7 +79,8 @@ class Clock:
         return self.now
 
 
-def configs(mode, size, rates=(RATE,) * PLANES, collective_="allreduce", **plb_options):
+def configs(mode, size, rates=(RATE,) * PLANES, collective_="allreduce", cc_kind="dcqcn",
+            **plb_options):
     schedule = schedules.build(collective_, 2, size)
     ranks = [collective.Rank(r, f"h{r + 1}", 0,
                              [SimpleNamespace(ip=address(r, p), intf=None) for p in range(PLANES)])
@@ -90,10 +90,10 @@ def configs(mode, size, rates=(RATE,) * PLANES, collective_="allreduce", **plb_o
     transport = {"payload_bytes": PAYLOAD, "chunk_bytes": 16384, "qp_method": "round-robin",
                  "ack_every": 4, "spray": 1, "ack_timeout_s": 0.05, "retry_limit": 7,
                  "dscp": 26, "control_dscp": 46, "cnp_dscp": 48, "ecn": roce.ECN_ECT0,
-                 "cts": {"enabled": False}, "dcqcn": None, "nic_queue_bytes": None,
+                 "cts": {"enabled": False}, "cc_kind": cc_kind, "qp_cc": None, "nic_queue_bytes": None,
                  "plb": {"mode": mode, "probe_interval_s": 0.01, "probe_timeouts": 3,
                          "sw_timeout_s": 0.1, "egress_room_bytes": 5000,
-                         "cc": DcqcnParams.scaled(RATE, 1000.0).to_dict(), **plb_options}}
+                         "cc": cc.kind(cc_kind).scaled(RATE, 1000.0, {}).to_dict(), **plb_options}}
     table = [{"rank": r.rank, "host": r.host, "addresses": [p.ip for p in r.ports]} for r in ranks]
     coll = {"collective": collective_, "algorithm": schedule.algorithm, "channels": 1,
             "piece_bytes": 65536, "imbalance": 4.0, "seed": 1, "root": 0}
@@ -244,6 +244,37 @@ def test_per_plane_cc_steers_away_from_a_congested_plane_global_cc_slows_them_al
     assert share[1] < 0.2 < min(share[0], share[2], share[3])
     _share, global_cct, dest = out["global"]
     assert dest["cc"]["cnps"] > 0 and dest["cc"]["min_rate_mbps"] < PLANES * RATE
+    assert per_plane_cct < global_cct
+
+
+def test_spx_per_plane_contexts_probe_rtt_and_only_the_marked_plane_slows(lab):
+    """SPX CC in the plane load balancer: every context sends RTT probes on its plane and takes
+    the echoes' samples; plane 2's marks cut only its context. The global context's one rate is
+    cut for all (and probes the planes in turn)."""
+    out = {}
+    for mode in ("per-plane", "global"):
+        wire, clock, drivers = lab(mode, size=4 << 20, cc_kind="spx")
+        wire.delay = [0.001, 0.001, 0.001, 0.001]
+        wire.marked[1] = 8
+        reports, _start = run(wire, clock, drivers)
+        assert all(r["verify"]["ok"] for r in reports)
+        final = drivers[0].final()["plb"]
+        out[mode] = (shares(reports[0]), max(cct(r) for r in reports), final["destinations"][0],
+                     final["planes"])
+    share, per_plane_cct, dest, sent = out["per-plane"]
+    rates = [p["cc"]["min_rate_mbps"] for p in dest["planes"]]
+    assert rates[1] < RATE and rates[0] == rates[2] == rates[3] == RATE
+    assert share[1] < 0.2 < min(share[0], share[2], share[3])
+    for p in dest["planes"]:
+        probes = p["cc"]["rtt_probes"]
+        assert probes["echoes"] > 0 and p["cc"]["rtt_samples"] == probes["echoes"]
+        assert probes["rtt_ms"]["min"] >= 2.0            # 1 ms each way on the wire
+    # at most one probe per agent.RTT_PROBE_PACKETS data packets of the context's plane
+    for p, row in zip(dest["planes"], sent):
+        assert p["cc"]["rtt_probes"]["probes_sent"] <= row["data_tx_packets"] / agent.RTT_PROBE_PACKETS + 1
+    _share, global_cct, dest, _sent = out["global"]
+    assert dest["cc"]["cnps"] > 0 and dest["cc"]["min_rate_mbps"] < PLANES * RATE
+    assert dest["cc"]["rtt_probes"]["echoes"] >= PLANES
     assert per_plane_cct < global_cct
 
 

@@ -123,7 +123,7 @@ def test_queues_section_parses_with_role_overrides():
 
 @pytest.mark.parametrize("section, message", [
     ({"ecn": {"kmin": "50KiB", "kmax": "10KiB"}}, "kmax (10240) must be >= kmin"),
-    ({"ecn": {"mode": "wred"}}, "mode: must be one of red, step, off"),
+    ({"ecn": {"mode": "wred"}}, "mode: must be one of red, step, off, ar"),
     ({"ecn": {"pmax": 0}}, "pmax: must be > 0"),
     ({"pfc": {"xoff": 1000, "xon": 2000}}, "xon (2000) must be below xoff (1000)"),
     ({"pfc": {"watchdog_action": "reboot"}}, "watchdog_action: must be one of drop, forward"),

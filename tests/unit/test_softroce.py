@@ -55,7 +55,7 @@ def test_auto_follows_doctor_and_python_defaults_to_udp():
 @pytest.mark.parametrize("extra, field", [
     (dict(cts=True), "cts"), (dict(dcqcn={}), "dcqcn"), (dict(spray=2), "spray"),
     (dict(sport_mode="shared"), "sport_mode"), (dict(plb="per-plane"), "plb"),
-    (dict(reorder="place"), "reorder")])
+    (dict(reorder="place"), "reorder"), (dict(cc="spx"), "cc")])
 def test_udp_only_options_pick_udp_under_auto_and_refuse_rxe(extra, field):
     assert softroce.select_backend(CollectiveSpec(backend="auto", **extra), RXE_HERE) == "udp"
     with pytest.raises(LabError, match=f"collective: {field} needs the udp backend") as err:

@@ -14,7 +14,7 @@ def waits(peer, nbytes=65536):
 def test_the_chain_ends_at_the_sender_that_still_holds_the_bytes():
     statuses = {0: waits(15), 15: waits(14), 14: {"waiting_for": [], "held_ports": [1], "sending": [
         {"peer": 15, "queued_bytes": 0, "unacked_packets": 16, "retries": 2,
-         "retransmitted_packets": 32, "dcqcn_rate_mbps": 0.0125, "held_lanes": 0}]}}
+         "retransmitted_packets": 32, "cc": "dcqcn", "cc_rate_mbps": 0.0125, "held_lanes": 0}]}}
     text = explain_stall(0, statuses, name)
     assert text == ("rank 0 waits for 65536 bytes from rank 15; rank 15 waits for 65536 bytes from rank 14; "
                     "rank 14 still has 0 bytes queued, 16 packets unacknowledged, 2 timeouts in a row, "

@@ -69,7 +69,7 @@ def _configs(collective="allreduce", size=64 * 1024, in_place=False, **transport
     transport = {"payload_bytes": 1024, "chunk_bytes": 16384, "qp_method": "round-robin",
                  "ack_every": 4, "spray": 1, "ack_timeout_s": 0.02, "retry_limit": 7,
                  "dscp": 26, "control_dscp": 46, "cnp_dscp": 48, "ecn": roce.ECN_ECT0,
-                 "cts": {"enabled": False}, "dcqcn": None, "nic_queue_bytes": None, **transport}
+                 "cts": {"enabled": False}, "cc_kind": "dcqcn", "qp_cc": None, "nic_queue_bytes": None, **transport}
     ranks = [{"rank": r, "host": f"h{r + 1}", "addresses": [ADDRESSES[r]]} for r in range(2)]
     coll = {"collective": collective, "algorithm": schedule.algorithm, "channels": 1,
             "piece_bytes": 65536, "imbalance": 4.0, "seed": 1, "root": 0}
@@ -206,7 +206,7 @@ def test_ce_marks_are_answered_with_cnps_that_slow_the_sender(pair):
     from fabriclab.traffic.dcqcn import DcqcnParams
 
     params = DcqcnParams.scaled(2000, 1.0).to_dict()
-    _schedule, drivers = pair(Wire(mark=lambda n: n % 8 == 0), dcqcn=params)
+    _schedule, drivers = pair(Wire(mark=lambda n: n % 8 == 0), qp_cc=params)
     reports = _iterate(drivers)
     assert all(r["verify"]["ok"] for r in reports)
     counters = [r["counters"] for r in reports]
@@ -214,6 +214,31 @@ def test_ce_marks_are_answered_with_cnps_that_slow_the_sender(pair):
     assert sum(c["cnp_sent"] for c in counters) == sum(c["cnp_handled"] for c in counters) > 0
     qp = drivers[0].final()["qps"][0]
     assert qp["dcqcn"]["min_rate_mbps"] < 2000
+
+
+def test_spx_cuts_on_cnps_and_takes_rtt_samples_from_its_probes(pair):
+    from fabriclab.traffic.spxcc import SpxParams
+
+    # initial_rtt 1 ms: a cut per millisecond at most, so the marks of one burst cut once or
+    # a few times. Probes time out after the probe interval: 1 s, so that a loaded machine's
+    # slow turn of the loop loses none (at 5 ms, one run beside the lab's experiments did).
+    params = SpxParams.scaled(2000, 1.0, initial_rtt=1000.0).to_dict()
+    _schedule, drivers = pair(Wire(mark=lambda n: n % 8 == 0), cc_kind="spx", qp_cc=params,
+                              plb={"mode": "static", "probe_interval_s": 1.0})
+    for driver in drivers:
+        driver.rnic.timer_period = 0.001      # RTT probes go from the timer
+    reports = _iterate(drivers, seconds=10.0)
+    assert all(r["verify"]["ok"] for r in reports)
+    for _ in range(50):                       # CNPs and echoes still on the wire arrive
+        _step(drivers)
+    counters = [d.final()["totals"] for d in drivers]
+    assert sum(c["cnp_sent"] for c in counters) == sum(c["cnp_handled"] for c in counters) > 0
+    qp = drivers[0].final()["qps"][0]
+    assert "dcqcn" not in qp
+    spx = qp["spx"]
+    assert spx["cnps"] > 0 and spx["rate_decreases"] > 0 and spx["min_rate_mbps"] < 2000
+    # its probes were echoed by the peer and gave samples
+    assert spx["rtt_probes"]["echoes"] > 0 and spx["rtt_samples"] == spx["rtt_probes"]["echoes"]
 
 
 def test_a_fatal_send_error_names_the_port_and_the_peer(pair):

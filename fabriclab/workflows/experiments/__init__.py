@@ -49,13 +49,15 @@ class Options:
     lossy: bool = False              # drop the lossless class (experiments with LOSSY_OPTION only)
     shuffle: bool = False            # run the cases in an order drawn from the seed (reproduce's draws)
     derate: int = 0                  # the spec's links 2**derate times slower (a saturated run's rerun)
+    cc: str = "dcqcn"                # the NICs' congestion control (experiments with CC_OPTION only)
 
 
 class Experiment(Protocol):
     """What an experiment's module defines (module-level names; incast.py is a short example).
     Optional: DEFAULT_ROUTING, the app its runs use unless --routing says otherwise (None: it
-    compares routing schemes itself and takes no --routing; absent: ecmp), and LOSSY_OPTION (True:
-    it runs lossless by default and `--lossy` runs it without PFC)."""
+    compares routing schemes itself and takes no --routing; absent: ecmp), LOSSY_OPTION (True:
+    it runs lossless by default and `--lossy` runs it without PFC) and CC_OPTION (True: `--cc`
+    chooses its NICs' congestion control, traffic/cc.py)."""
 
     NAME: str               # what `fabriclab experiment NAME` calls it, and its key in EXPERIMENTS
     SUMMARY: str            # one line for `experiment list`
@@ -121,6 +123,11 @@ def build_plan(name, spec=None, options=None):
     options = dataclasses.replace(options, routing=routing)
     if options.lossy and not getattr(mod, "LOSSY_OPTION", False):
         raise LabError(f"experiment {name} takes no --lossy: it runs under its spec's own queue settings")
+    from fabriclab.traffic.cc import DEFAULT as CC_DEFAULT, KINDS as CC_KINDS
+    if options.cc not in CC_KINDS:
+        raise LabError(f"--cc must be one of {', '.join(CC_KINDS)}, got {str(options.cc)[:20]}")
+    if options.cc != CC_DEFAULT and not getattr(mod, "CC_OPTION", False):
+        raise LabError(f"experiment {name} takes no --cc: its NICs run {CC_DEFAULT}")
     if isinstance(options.derate, bool) or not isinstance(options.derate, int) or not 0 <= options.derate <= MAX_DERATE:
         raise LabError(f"derate must be 0-{MAX_DERATE} halvings of the link rates, got {str(options.derate)[:20]}")
     fabric_spec = mod.prepare(load_spec(spec or mod.DEFAULT_SPEC), options)

@@ -18,6 +18,10 @@ ends before the NIC has learnt where the capacity is: sizes from 1 MiB, where th
 dominates, to 4 MiB, where it has converged (plane-convergence sweeps them). The noise is a
 stream: its contexts are never released.
 
+`--cc spx` runs every NIC with SPX CC (traffic/spxcc.py) and the switches with the queue model's
+"ar" ECN mode (a packet is marked only when every uplink adaptive routing could have chosen for it
+is deep): seed 002's own congestion control, where the default is DCQCN under RED marking.
+
 The noise hosts' NICs run per-plane in every case: only the main workload's NICs change. Both
 modes spread every QP over the planes packet by packet; what differs is the CC state. With a
 context per plane, marks on a degraded plane cut only that plane's allowance towards that
@@ -46,6 +50,7 @@ REFERENCE = {
                 "asymmetric, per-plane keeps 93.7 of 94.5 GB/s one-to-many and 89.0 of 92.2 GB/s "
                 "AlltoAll (under 3%), Global CC falls to 47.3 (over 50% lost) and 55.9 GB/s (over 40%)."),
 }
+CC_OPTION = True
 MODES = ("per-plane", "global")
 CONDITIONS = ("symmetric", "asymmetric")
 # workload -> (main hosts per leaf, noise hosts per leaf)
@@ -61,7 +66,23 @@ QUICK_RATE_DIVISOR = 2
 
 
 def prepare(spec, options):
+    spec = ar_marking(spec) if options.cc == "spx" else spec
     return spec.derated(QUICK_RATE_DIVISOR) if options.quick else spec
+
+
+def ar_marking(spec):
+    """`spec` with its switches marking ECN in the queue model's "ar" mode (SPX's switches mark
+    only when adaptive routing's capacity is exhausted, seed 002 4.2), thresholds unchanged."""
+    import dataclasses
+
+    from fabriclab.errors import LabError
+
+    queues = spec.queues
+    if queues is None:
+        raise LabError(f"--cc spx marks ECN in the queue model's ar mode: spec {spec.name!r} has no queues")
+    return dataclasses.replace(spec, queues=dataclasses.replace(
+        queues, ecn=dataclasses.replace(queues.ecn, mode="ar"),
+        ecn_by_role=tuple((role, dataclasses.replace(p, mode="ar")) for role, p in queues.ecn_by_role)))
 
 
 def main_job(fabric, workload, sizes, mode, options):
@@ -76,7 +97,7 @@ def main_job(fabric, workload, sizes, mode, options):
     # A global context can starve for a while (DCQCN's recovery timer is 20 s of lab time at
     # x66667): an iteration may take far longer than its ideal time, and still counts.
     common = dict(sizes=sizes, plb=mode, iterations=iterations, warmup=warmup, seed=options.seed,
-                  timeout_factor=100.0)
+                  timeout_factor=100.0, cc=options.cc)
     if workload == "one-to-many":
         hosts, root = mp.one_to_many(main)
         return CollectiveSpec("scatter", hosts=hosts, root=root, **common)
@@ -91,7 +112,8 @@ def noise_job(fabric, workload, options):
     _main, noise = mp.roles(fabric, *WORKLOADS[workload])
     # cc_idle_s 0: a stream keeps its contexts, and its iterations follow each other at once
     return CollectiveSpec("alltoall", sizes=(NOISE_SIZE,), hosts=mp.flat(noise), plb="per-plane",
-                          iterations=mp.NOISE_ITERATIONS, warmup=1, seed=options.seed, cc_idle_s=0.0)
+                          iterations=mp.NOISE_ITERATIONS, warmup=1, seed=options.seed, cc_idle_s=0.0,
+                          cc=options.cc)
 
 
 def sizes_for(options):
@@ -116,7 +138,8 @@ def runs(fabric, options):
                         Job("main", main_job(fabric, workload, sizes, mode, options))]
                 out.append(RunPlan(f"{workload}, {condition}, {mode}", options.routing, jobs,
                                    conditions=asymmetry if condition == "asymmetric" else [],
-                                   tags={"workload": workload, "condition": condition, "plb": mode},
+                                   tags={"workload": workload, "condition": condition, "plb": mode,
+                                         "cc": options.cc},
                                    note=f"{len(asymmetry)} uplinks down" if condition == "asymmetric" else ""))
     return out
 
@@ -149,9 +172,11 @@ def table(doc):
                          counters.get("cnp_sent", 0), counters.get("holes_naked", 0),
                          "-" if noise is None else f"{noise:.2f}"))
     scale = doc["scale"]
+    cc = doc["runs"][0]["tags"].get("cc", "dcqcn")
     title = (f"main workload busbw on {doc['fabric']['name']} ({doc['runs'][0]['routing']} in the "
              f"switches), plane ports {scale['host_rate_mbps']:g} Mbit/s (time scale "
-             f"x{scale['time_scale'] or 1:.0f}); % sym: of the same mode's symmetric run")
+             f"x{scale['time_scale'] or 1:.0f}), NIC CC {cc}"
+             + (" with ar ECN marking" if cc == "spx" else "") + "; % sym: of the same mode's symmetric run")
     header = ("workload", "fabric", "plb", "size", "busbw Mbit/s", "% sym", "plane shares %", "CNPs",
               "holes NAKed", "noise busbw")
     lines = [format_table(header, rows, title=title)]

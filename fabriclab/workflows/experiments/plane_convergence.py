@@ -24,6 +24,7 @@ SUMMARY = ("per-plane load balancing's asymmetric/symmetric busbw against messag
            "and AlltoAll beside noise (seed 002 6.7, Fig. 15c)")
 DEFAULT_SPEC = "spectrumx_fig16"
 DEFAULT_ROUTING = "ar"
+CC_OPTION = True          # --cc spx: SPX CC in the NICs, "ar" ECN marking in the switches
 REFERENCE = {
     "source": "seed 002 section 6.7, Figure 15c",
     "finding": ("Paper: below about 4 MB the PLB has not gathered enough per-plane congestion signals, "
@@ -52,7 +53,8 @@ def runs(fabric, options):
                     Job("main", asym.main_job(fabric, workload, sizes_for(options), "per-plane", options))]
             out.append(RunPlan(f"{workload}, {condition}", options.routing, jobs,
                                conditions=asymmetry if condition == "asymmetric" else [],
-                               tags={"workload": workload, "condition": condition, "plb": "per-plane"}))
+                               tags={"workload": workload, "condition": condition, "plb": "per-plane",
+                                     "cc": options.cc}))
     return out
 
 
@@ -73,8 +75,10 @@ def table(doc):
     rows = [(workload, human_size(size), f"{sym:.2f}", f"{asy:.2f}", "-" if ratio is None else f"{ratio:.2f}")
             for workload, series in ratios(doc).items() for size, sym, asy, ratio in series]
     scale = doc["scale"]
+    cc = doc["runs"][0]["tags"].get("cc", "dcqcn")
     title = (f"per-plane PLB on {doc['fabric']['name']}, plane ports {scale['host_rate_mbps']:g} Mbit/s "
-             f"(time scale x{scale['time_scale'] or 1:.0f}); normalized: asymmetric / symmetric busbw")
+             f"(time scale x{scale['time_scale'] or 1:.0f}), NIC CC {cc}; normalized: asymmetric / "
+             f"symmetric busbw")
     return (format_table(("workload", "size", "symmetric busbw", "asymmetric busbw", "normalized"), rows,
                          title=title) + "\n" + doc["experiment"]["reference"]["finding"])
 
