@@ -29,6 +29,7 @@ from fabriclab.lab.controller import Controller, check_app, retarget
 from fabriclab.errors import LabError, Terminated
 from fabriclab.queues.agentproc import MODULE as PFC_AGENT_MODULE
 from fabriclab.queues.datapath import remove_pins
+from fabriclab.queues.config import check_cut
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
 from fabriclab.system.procs import stop_recorded
@@ -97,6 +98,7 @@ class Lab:
         self._down = {}              # link key -> Link taken down through the lab
         self._lossy = {}             # link key -> (Link, fraction) with random loss
         self._reshaped = {}          # (link key, nodes) -> (Link, nodes, Mbit/s) shaped off the spec's rate
+        self._cut = {}               # switch -> the fraction of its buffer a buffer fault left it
         self._old_sigterm = None
 
     def _plan_cluster(self, split, machines):
@@ -439,6 +441,26 @@ class Lab:
         return links
 
     @_one_at_a_time
+    def cut_buffer(self, switch, fraction):
+        """A buffer fault (seed 000, 6.4.2): every port of `switch` queues at most `fraction` of
+        its buffer per class, and tail-drops the rest, the lossless class too; None or 1 restores
+        the whole buffer. Needs the queue model. Logged; `restore` ends it. Returns the ports."""
+        fraction = 1.0 if fraction is None else check_cut(fraction)
+        if switch not in self.fabric.switches:
+            raise LabError(f"no switch {excerpt(switch)} in fabric {excerpt(self.fabric.spec.name)}")
+        if self.queues is None:
+            raise LabError(f"a buffer fault cuts the queue model's buffers; spec {excerpt(self.fabric.spec.name)} "
+                           f"has no queues: section")
+        ports = self.queues.cut_buffer(switch, fraction)
+        if fraction < 1:
+            self._cut[switch] = fraction
+        else:
+            self._cut.pop(switch, None)
+        self._log("buffer_cut" if fraction < 1 else "restore_buffer", switch,
+                  fraction=fraction if fraction < 1 else None)
+        return ports
+
+    @_one_at_a_time
     def restart_controller(self, timeout=30.0):
         """Stop the controller app and start it again (a controller crash and restart). The
         switches keep forwarding on their entries meanwhile (fail mode secure). Returns the
@@ -453,7 +475,8 @@ class Lab:
     def fault_state(self):
         """The faults in place now, for restore(to=...): links down, links reshaped, lossy links."""
         with self._fault_lock:
-            return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy)}
+            return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy),
+                    "cut": dict(self._cut)}
 
     @_one_at_a_time
     def restore(self, wait=True, timeout=10.0, to=None):
@@ -461,6 +484,12 @@ class Lab:
         loss), or, given `to` (a fault_state()), only what changed since that state was taken,
         putting back what was in place then (a run on a fabric someone has broken by hand)."""
         to = to or {"down": {}, "reshaped": {}, "lossy": {}}
+        for switch, fraction in list(self._cut.items()):
+            if switch not in to.get("cut", {}):
+                self.cut_buffer(switch, None)
+        for switch, fraction in to.get("cut", {}).items():
+            if self._cut.get(switch) != fraction:
+                self.cut_buffer(switch, fraction)
         for key, (link, nodes, _rate) in list(self._reshaped.items()):
             if key not in to["reshaped"]:
                 self._reshape(link, None, nodes)
@@ -485,7 +514,9 @@ class Lab:
         # Read without the fault lock (the live view asks twice a second, and a change may wait
         # seconds for the controller): copies taken in one step each, never a table mid-walk.
         down, reshaped, lossy = list(self._down.values()), list(self._reshaped.values()), list(self._lossy.values())
+        cut = list(self._cut.items())
         return {"links_down": sorted(link.label for link in down),
+                "buffer_cuts": sorted(f"{switch} ({fraction:g})" for switch, fraction in cut),
                 "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
                                    for link, nodes, _rate in reshaped),
                 "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in lossy)}

@@ -284,7 +284,7 @@ class DataPath:
         self.obj = obj
         rows = max(1, self.nports) * NCLASS
         for name, size in (("ports", max(1, self.nports)), ("qcfg", rows), ("stats", rows), ("ctl", rows),
-                           ("bias", rows)):
+                           ("bias", rows), ("cut", rows)):
             lib.bpf_map__set_max_entries(self._map_ptr(name), size)
         err = lib.bpf_object__load(obj)
         if err:
@@ -309,6 +309,7 @@ class DataPath:
         self.bias = Map(self._fd("bias"), ctypes.c_uint32, ctypes.c_int64)    # see queues/leaks.py
         self.dscp_class = Map(self._fd("dscp_class"), ctypes.c_uint32, ctypes.c_uint32)
         self.wire = Map(self._fd("wire"), ctypes.c_uint32, ctypes.c_uint32)  # VXLAN id -> port
+        self.cut = Map(self._fd("cut"), ctypes.c_uint32, ctypes.c_uint32)    # row -> bytes (a buffer fault)
         return self
 
     def program_pin(self, prog):

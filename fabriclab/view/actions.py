@@ -9,6 +9,7 @@ come back as one line.
     {"action": "restore_rate", "link": "l1-s1"}
     {"action": "loss", "link": "l1-s1", "fraction": 0.01}       0 ends it
     {"action": "switch_down", "switch": "s1"}  /  {"action": "switch_up", "switch": "s1"}
+    {"action": "buffer", "switch": "s1", "fraction": 0.5}      1 gives the whole buffer back
     {"action": "timeline_start", "faults": "- {at: 0, link_down: l1-s1, for: 2}"}
     {"action": "timeline_stop"}  /  {"action": "restore"}
 """
@@ -31,6 +32,7 @@ ACTIONS = {
     "loss": (("link", "fraction"), ("link", "fraction")),
     "switch_down": (("switch",), ("switch",)),
     "switch_up": (("switch",), ("switch",)),
+    "buffer": (("switch", "fraction"), ("switch", "fraction")),
     "timeline_start": (("faults",), ("faults",)),
     "timeline_stop": ((), ()),
     "restore": ((), ()),
@@ -73,6 +75,8 @@ def check(lab, request):
         args["rate"] = rate
     if action == "loss":
         args["fraction"] = number(request["fraction"], "loss fraction", 0, 0.999999)
+    if action == "buffer":
+        args["fraction"] = number(request["fraction"], "buffer fraction", 0, 1, low_open=True)
     if action == "timeline_start":
         text = request["faults"]
         if not isinstance(text, str) or len(text) > MAX_TIMELINE_CHARS:
@@ -94,6 +98,10 @@ def perform(lab, session, request):
         cables = lab.set_switch(args["switch"], action == "switch_up")
         return (f"{args['switch']} {action[7:]} ({len(cables)} cables); controller reprogrammed in "
                 f"{time.monotonic() - t0:.2f} s")
+    if action == "buffer":
+        ports = lab.cut_buffer(args["switch"], args["fraction"])
+        return (f"{args['switch']}: {len(ports)} ports " + ("with their whole buffer" if args["fraction"] == 1 else
+                                                           f"tail-drop past {args['fraction']:g} of their buffer"))
     if action == "degrade":
         lab.reshape_links([link], args["rate"])
         return f"{link_id(link)} shaped to {args['rate']:g} Mbit/s (it stays up)"

@@ -8,6 +8,7 @@ built, and the thread that applies it to a running lab.
       - {at: 2.0, degrade: l2-s1, rate_mbps: 2, for: 1}
       - {at: 2.0, slow_receiver: h3, fraction: 0.25, for: 1}
       - {at: 1.0, switch_down: s2, for: 1}
+      - {at: 1.0, buffer: s1, fraction: 0.5, for: 2}    # s1's ports keep half their buffer
       - {at: 3.0, controller_restart: true}
 
 `at` counts seconds from the timeline's origin: the moment the measured jobs' agents are up and
@@ -153,6 +154,8 @@ def apply(lab, step):
         lab.restart_controller()
     elif step.action == "loss":
         lab.set_loss(*step.args)
+    elif step.action == "buffer":
+        lab.cut_buffer(*step.args)
 
 
 def prepare(lab, steps_):
@@ -181,6 +184,9 @@ def describe(step):
         links, fraction = step.args
         what = "every link" if len(links) > 4 else ", ".join(link.label for link in links)
         return f"{what} lose {fraction:.2%} of packets" if fraction else f"{what} lossless again"
+    if step.action == "buffer":
+        name, fraction = step.args
+        return f"switch {name} buffer cut to {fraction:g}" if fraction else f"switch {name} buffer whole again"
     return "controller restarted"
 
 

@@ -558,6 +558,8 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
                   "summary": qseries.summary(), "sampling": qseries.timing(), "errors": lab.queues.errors()}
     invalid = sorted({f"{name}: {reason}" for name, job in jobs.items() for reason in job["invalid"]})
     invalid += lossless_drops(queues)
+    if queues:
+        queues["cut_drops"] = cut_drops(queues)
     return {
         "label": run.label, "slug": run.slug, "routing": str(run.routing), "repetition": run.repetition,
         "note": run.note, "tags": run.tags, "duration_s": run.duration_s,
@@ -590,6 +592,15 @@ def lossless_drops(queues):
             and (r.get("lossless_drops") or r.get("wd_drops"))]
     return [f"lossless drop: {r['port']} ({r['node']}) dropped {r.get('lossless_drops', 0)} "
             f"over its headroom" + (f" and {r['wd_drops']} by the PFC watchdog" if r.get("wd_drops") else "")
+            for r in sorted(rows, key=lambda r: r["port"])]
+
+
+def cut_drops(queues):
+    """A line per switch port whose lossless class was tail-dropped at a buffer fault's cut: the
+    fault's effect, there to be found (seed 000, 6.4.2), not a mis-sized headroom. A PFC class
+    adds to `drops` only there (queues/fabricq.bpf.c, cut_drop)."""
+    rows = [r for r in queues["report"]["ports"] if r["class"] == "lossless" and r.get("drops")]
+    return [f"lossless drop: {r['port']} ({r['node']}) dropped {r['drops']} at a buffer cut"
             for r in sorted(rows, key=lambda r: r["port"])]
 
 

@@ -279,6 +279,15 @@
       head.textContent = what.item.id + " (" + what.item.role + ")";
       button(box, "switch down", () => ({action: "switch_down", switch: what.item.id}));
       button(box, "switch up", () => ({action: "switch_up", switch: what.item.id}));
+      const cut = document.createElement("div");
+      const share = document.createElement("input");
+      share.type = "number"; share.min = "0"; share.max = "1"; share.step = "any"; share.id = "buffer-fraction";
+      share.value = "0.5"; share.setAttribute("aria-label", "buffer fraction");
+      cut.appendChild(share);
+      cut.appendChild(document.createTextNode(" of its buffer "));
+      button(cut, "cut buffer", () => ({action: "buffer", switch: what.item.id, fraction: Number(share.value)}));
+      button(cut, "whole buffer", () => ({action: "buffer", switch: what.item.id, fraction: 1}), "buffer_whole");
+      box.appendChild(cut);
       return;
     }
     const link = what.item;
