@@ -21,6 +21,7 @@ MODULES = {
     "loss": "fabriclab.workflows.faultkinds.loss",
     "switch_down": "fabriclab.workflows.faultkinds.switch_down",
     "buffer": "fabriclab.workflows.faultkinds.buffer",
+    "latency": "fabriclab.workflows.faultkinds.latency",
     "controller_restart": "fabriclab.workflows.faultkinds.controller_restart",
 }
 
