@@ -64,7 +64,11 @@ def test_fields_are_kept():
                       repetitions=3, metrics={"sample_ms": 2, "bin_ms": 20, "tolerance": 0.1}))
     assert s.name == "flap test" and s.description == "why"
     assert s.routings == ["ecmp", "te:period_s=2"] and s.repetitions == 3
-    assert s.metrics == {"sample_ms": 2.0, "bin_ms": 20.0, "tolerance": 0.1}
+    assert s.metrics == {"sample_ms": 2.0, "bin_ms": 20.0, "tolerance": 0.1, "pingmesh_ms": 0.0, "pingmesh_pairs": ()}
+    s = parse(minimal(metrics={"pingmesh_ms": 50, "pingmesh_pairs": [["h1", "h3"]]}))
+    assert s.metrics["pingmesh_ms"] == 50.0 and s.metrics["pingmesh_pairs"] == (("h1", "h3"),)
+    with pytest.raises(LabError, match="scenario: metrics.pingmesh_ms is 0 \\(off\\)"):
+        parse(minimal(metrics={"pingmesh_ms": -1}))
 
 
 def test_partial_metrics_keep_the_other_defaults():
