@@ -252,8 +252,20 @@ def test_run_refuses_a_lab_that_is_not_running(nothing_started, tmp_path):
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_shipped_examples_load_and_prepare(nothing_started, path):
+def test_shipped_examples_load_and_prepare(nothing_started, path, monkeypatch):
     s = load(path)
+    if any(f.kind == "latency" for f in s.faults):
+        # a latency fault changes netem delays: refused without netem, prepared with it
+        from fabriclab.system import doctor
+
+        def kernel(delay):
+            monkeypatch.setattr(doctor, "probe", lambda refresh=False: None)
+            monkeypatch.setattr(doctor, "mechanisms", lambda caps: {
+                "delay": doctor.Mechanism("link delay", delay == "netem", delay, "")})
+        kernel("none")
+        with pytest.raises(LabError, match="this kernel has no netem"):
+            prepare(s)
+        kernel("netem")
     lab = prepare(s)
     assert lab.net is None and lab.fabric.spec.name == s.spec
     assert s.duration_s is not None and all(f.at < s.duration_s for f in s.faults)
