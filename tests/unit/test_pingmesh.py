@@ -148,3 +148,15 @@ def test_the_prober_refuses_a_short_interval_or_too_many_probes():
     argv = mesh.argv(mesh.probes[0])
     assert argv[:2] == ["nsenter", "--net=/proc/42/ns/net"] and argv[2] == "ping"
     assert argv[argv.index("-Q") + 1] == "104" and argv[argv.index("-i") + 1] == "0.100" and "-D" in argv
+
+
+def test_the_report_shows_each_switch_rtt_over_the_pairs_that_must_cross_it():
+    from fabriclab.results import report
+
+    probes = [probe("h1-n0", "h3-n0", "lossless", {"l1", "l2"}, {"s1"})]
+    latency = {"interval_ms": 50.0, **summarize(probes, [[(1.0, 1, 2.0), (3.0, 2, 4.0), (3.5, 3, None)]], 2.0, 4.0)}
+    lines = report._latency(latency)
+    assert lines[0] == "### Latency monitor" and lines[2].startswith("1 pairs probed every 50 ms")
+    assert "| l1 | lossless | 1 | 2.00 | 1 | 4.00 | 4.00 | 1 |" in lines
+    assert not any(line.startswith("| s1 ") for line in lines)       # only may-cross pairs: no row
+    assert report._latency(None) == []
