@@ -70,7 +70,9 @@ def test_the_latency_incident_is_named_by_the_latency_monitor(lab_for, run_plan,
     (base,) = run_plan(scenario.to_plan(sc), lab=lab, out=tmp_path / "baseline").doc["runs"]
     sc.faults = faults
     (slow,) = run_plan(scenario.to_plan(sc), lab=lab, out=tmp_path / "incident").doc["runs"]
-    found = regressions(base["telemetry"]["latency"], slow["telemetry"]["latency"], 0.2)
+    # 20 ms more per round trip on ~10 ms: far past 50 %, which the other plane's loaded jitter
+    # under software emulation stays inside
+    found = regressions(base["telemetry"]["latency"], slow["telemetry"]["latency"], 0.5)
     for s in found["slowed"]:
         print(f"slowed {s['src']} -> {s['dst']} {s['class']} {s['phase']}: {s['base_ms']} -> {s['new_ms']} ms")
     print(f"must cross: {found['must_cross']}; culprits: {found['culprits']}")
