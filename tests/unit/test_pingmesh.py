@@ -160,3 +160,39 @@ def test_the_report_shows_each_switch_rtt_over_the_pairs_that_must_cross_it():
     assert "| l1 | lossless | 1 | 2.00 | 1 | 4.00 | 4.00 | 1 |" in lines
     assert not any(line.startswith("| s1 ") for line in lines)       # only may-cross pairs: no row
     assert report._latency(None) == []
+
+
+def latency_doc(p1s1_ms):
+    """A scenario document whose one run has the latency monitor: plane 1's three pairs at
+    `p1s1_ms` loaded, plane 2's at 8 ms."""
+    from tests.unit import resultdocs as rd
+
+    fabric = Fabric(load_spec("incident_planes"))
+    probes = [p for p in probepairs.probes(fabric) if p["class"] == "lossless"]
+    samples = [[(1.0, 1, 8.0), (3.0, 2, p1s1_ms if p["src"].endswith("p1") else 8.0)] for p in probes]
+    run = rd.run("ecmp r1", {"bursty": rd.collective_job(50.0)})
+    run["telemetry"]["latency"] = {"interval_ms": 50.0, "dscp": probepairs.dscps(fabric.spec),
+                                   **summarize(probes, samples, 2.0, 4.0)}
+    return rd.doc("scenario", [run])
+
+
+def test_compare_against_a_baseline_names_the_slowed_spine_and_exits_1(tmp_path, capsys):
+    from fabriclab.cli import main
+    from fabriclab.results import compare
+    from tests.unit import resultdocs as rd
+
+    rd.write(tmp_path / "before", latency_doc(8.0))
+    rd.write(tmp_path / "after", latency_doc(28.0))
+    (found,) = compare.latency_regressions(tmp_path / "before", [tmp_path / "after"], 0.2)
+    assert found["must_cross"] == ["p1s1"] and found["culprits"] == ["p1s1"] and len(found["slowed"]) == 3
+    assert compare.latency_regressions(tmp_path / "before", [tmp_path / "before"], 0.2) == []
+    assert main.main(["compare", str(tmp_path / "after"), "--baseline", str(tmp_path / "before")]) == 1
+    out = capsys.readouterr().out
+    assert "every one must cross p1s1; suspects: p1s1" in out and "(+250%)" in out
+    assert main.main(["compare", str(tmp_path / "before"), "--baseline", str(tmp_path / "before")]) == 0
+    assert "no pair slower than the baseline by more than 20%" in capsys.readouterr().out
+    assert main.main(["compare", str(tmp_path / "after"), "--baseline", str(tmp_path / "after"),
+                      "--latency-threshold", "-1"]) == 2
+    rd.write(tmp_path / "none", rd.doc("scenario", [rd.run("ecmp r1", {"bursty": rd.collective_job(50.0)})]))
+    with pytest.raises(LabError, match="no run measured latency"):
+        compare.latency_regressions(tmp_path / "none", [tmp_path / "after"], 0.2)
