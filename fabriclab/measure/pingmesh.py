@@ -70,26 +70,29 @@ def stats(rtts, lost=0):
     return out
 
 
-def phase_of(t, origin, end):
-    """"unloaded" before the traffic's origin, "loaded" up to its end, None after (not counted)."""
-    if t < origin:
+def phase_of(t, origin, end, quiet_end=None):
+    """"unloaded" before `quiet_end` (the jobs' launch; the origin when None), "loaded" from the
+    traffic's origin to its end, None otherwise (the agents starting, which loads the CPU
+    without traffic; after the end)."""
+    if t < (origin if quiet_end is None else min(quiet_end, origin)):
         return "unloaded"
-    return "loaded" if t <= end else None
+    return "loaded" if origin <= t <= end else None
 
 
-def summarize(probes, samples, origin, end):
+def summarize(probes, samples, origin, end, quiet_end=None):
     """The results' `telemetry.latency` (less its settings): per pair and class the RTT
     percentiles unloaded and loaded, and per switch those of the pairs that must cross it (every
     path does) and of those that may (some paths do).
 
     `probes`: [{"src", "dst", "class", "must", "may"}]; `samples`: one list of parse_ping
-    tuples per probe; `origin`, `end`: the traffic's unix times."""
+    tuples per probe; `origin`, `end`: the traffic's unix times; `quiet_end`: when the jobs were
+    launched (Pingmesh.quiet_end)."""
     pairs, by_switch = [], {}
     for probe, taken in zip(probes, samples):
         row = {"src": probe["src"], "dst": probe["dst"], "class": probe["class"],
                "must": sorted(probe["must"]), "may": sorted(probe["may"])}
         for phase in PHASES:
-            mine = [(t, rtt) for t, _seq, rtt in taken if phase_of(t, origin, end) == phase]
+            mine = [(t, rtt) for t, _seq, rtt in taken if phase_of(t, origin, end, quiet_end) == phase]
             rtts = [rtt for _t, rtt in mine if rtt is not None]
             row[phase] = stats(rtts, sum(1 for _t, rtt in mine if rtt is None))
             for how in ("must", "may"):
@@ -157,6 +160,7 @@ class Pingmesh:
         self.probes, self.interval_ms, self.record = probes, float(interval_ms), record
         self.procs = []
         self.outputs = []
+        self.quiet_end = None
         self._readers = []
 
     def argv(self, probe):
@@ -185,6 +189,7 @@ class Pingmesh:
             self.stop()
             raise
         time.sleep(warm_probes * self.interval_ms / 1000)
+        self.quiet_end = time.time()       # the jobs start now: their agents' start-up is not "unloaded"
         return self
 
     def stop(self):

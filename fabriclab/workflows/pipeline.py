@@ -555,7 +555,7 @@ def _latency(lab, latency, origin_wall, end_wall):
 
     mesh, samples = latency
     return {"interval_ms": mesh.interval_ms, "dscp": dscps(lab.fabric.spec),
-            **summarize(mesh.probes, samples, origin_wall, end_wall)}
+            **summarize(mesh.probes, samples, origin_wall, end_wall, mesh.quiet_end)}
 
 
 def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, clock, events, conditions,

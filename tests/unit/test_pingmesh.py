@@ -59,6 +59,9 @@ def test_the_summary_splits_samples_by_phase_and_gathers_them_per_switch():
     assert s1["must"]["loaded"]["n"] == 1 and s1["may"]["loaded"]["p50_ms"] == 7.0
     assert out["switches"]["l1"]["lossless"]["must"]["unloaded"]["n"] == 3          # both pairs' samples
     assert "s2" in out["switches"] and "must" not in out["switches"]["s2"]["lossless"]
+    # samples between the jobs' launch and the origin (agents starting) are in neither phase
+    quiet = summarize(probes, samples, origin=10.0, end=12.0, quiet_end=9.2)["pairs"][0]
+    assert quiet["unloaded"]["n"] == 1 and quiet["loaded"]["n"] == 1 and quiet["loaded"]["lost"] == 1
 
 
 def row(src, dst, must, unloaded, loaded, cls="lossless"):
