@@ -41,6 +41,10 @@ LAB_HELP = """Lab commands (Mininet's own commands work too: pingall, h1 ping h2
   ecn TARGET MODE [KMIN KMAX [PMAX]]   change ECN marking live: TARGET leaf|spine|SWITCH|PORT,
                               MODE red|step|off (default: back to the spec), sizes like 20K
   storm HOST SECONDS          HOST's NIC streams PFC pauses at its leaf for SECONDS (0 stops it)
+  buffer SW FRACTION|default  cut SW's usable buffer to FRACTION of each port's; what would queue
+                              past it is tail-dropped, lossless class too (seed 000, 6.4.2)
+  latency SW|A-B US|default    every packet through switch SW (or each way over link A-B) waits US
+                              microseconds (real, scaled like the spec's delay) more; needs netem
 Failures and watching (every fault is logged with its time; `faults` shows the log):
   switchdown SW / switchup SW  fail a switch (all its cables at once) / bring it back
   slow HOST FRACTION|default  HOST's NICs receive at FRACTION of their rate (a slow receiver)
@@ -248,6 +252,31 @@ class LabPrompt(CLI):
         self.lab.slow_receiver(host, fraction)
         print(f"{host} receives at {'its line rate' if fraction is None else f'{fraction:g} of its line rate'}")
 
+    def do_buffer(self, line):
+        """buffer SW FRACTION|default: a buffer fault (its ports tail-drop past FRACTION)."""
+        switch, value = self._args(line, 2, "buffer SW FRACTION|default")[:2]
+        try:
+            fraction = None if value == "default" else float(value)
+        except ValueError:
+            raise LabError(f"buffer: {excerpt(value)} is not a fraction in (0, 1] or `default`") from None
+        ports = self.lab.cut_buffer(switch, fraction)
+        print(f"{switch}: {len(ports)} ports " + ("with their whole buffer" if fraction in (None, 1)
+                                                  else f"tail-drop past {fraction:g} of their buffer"))
+
+    def do_latency(self, line):
+        """latency SW|A-B US|default: a latency fault on a switch or a link."""
+        target, value = self._args(line, 2, "latency SW|A-B US|default")[:2]
+        try:
+            us = None if value == "default" else float(value)
+        except ValueError:
+            raise LabError(f"latency: {excerpt(value)} is not microseconds or `default`") from None
+        from fabriclab.workflows.faultsteps import split_link
+
+        where = target if target in self.lab.fabric.switches or "-" not in target else \
+            self.lab.resolve_link(*split_link(target))
+        ports = self.lab.set_latency(where, us)
+        print(f"{target}: {len(ports)} ports " + (f"{us:g} us (real) slower" if us else "at the spec's delay"))
+
     def do_restartctl(self, _line):
         """restartctl: restart the controller app."""
         took = self.lab.restart_controller()
@@ -280,7 +309,8 @@ class LabPrompt(CLI):
         print(format_table(("time", "event", "target", "detail"), rows) if rows else "no faults so far")
         state = self.lab.injected()
         print(f"in place: links down {', '.join(state['links_down']) or 'none'}; "
-              f"reshaped {', '.join(state['reshaped']) or 'none'}; lossy {', '.join(state['lossy']) or 'none'}"
+              f"reshaped {', '.join(state['reshaped']) or 'none'}; lossy {', '.join(state['lossy']) or 'none'}; "
+              f"buffers cut {', '.join(state['buffer_cuts']) or 'none'}; latency {', '.join(state['latency']) or 'none'}"
               + ("; a timeline is running" if self.session.timeline_running() else ""))
 
     def do_top(self, line):

@@ -14,6 +14,7 @@ line each way; the first request starts the model there:
     in  rows                                     out {"rows": [stats, bias]}  (base64 of the maps' rows)
     in  gates | red | alarms | errors | ovs | ovs_drops   (a bare word, as clock)
     in  {"set_ecn": {target, mode, kmin, kmax, pmax, reset}}    {"storm": [port, seconds]}
+    in  {"cut": [switch, fraction]}              a buffer fault's cut (1: the whole buffer)
     in  {"cables": [[interface, ...], down]}    {"empty": [interface, ...]}
     in  {"repairs": since} | {"reaction": since}  (since: a wall-clock time there)
         alarms and repairs come back with an age (age_ns), not that machine's monotonic time
@@ -250,6 +251,9 @@ def _keyed(model, key, value, sampling=None):
     if key == "set_ecn" and isinstance(value, dict) and set(value) <= {"target", "mode", "kmin", "kmax", "pmax",
                                                                       "reset"}:
         return {"done": mine.set_ecn(**value)}
+    if key == "cut" and isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) \
+            and isinstance(value[1], (int, float)) and math.isfinite(value[1]):
+        return {"done": mine.cut_buffer(*value)}
     if key == "storm" and isinstance(value, list) and len(value) == 2 and _int(value[0], 0, len(model.ports)) \
             and isinstance(value[1], (int, float)) and math.isfinite(value[1]) and 0 <= value[1] <= 3600:
         mine.storm(*value)
@@ -416,6 +420,9 @@ class RemoteQueues:
 
     def set_ecn(self, target, **settings):
         return self._ask({"set_ecn": {"target": target, **settings}}, "done")
+
+    def cut_buffer(self, switch, fraction):
+        return self._ask({"cut": [switch, fraction]}, "done")
 
     def storm(self, idx, seconds):
         self._ask({"storm": [idx, seconds]}, "done")

@@ -13,6 +13,7 @@ record for `fabriclab clean`.
 from __future__ import annotations
 
 import functools
+import math
 import signal
 import sys
 import threading
@@ -30,13 +31,14 @@ from fabriclab.errors import LabError, Terminated
 from fabriclab.queues.agentproc import MODULE as PFC_AGENT_MODULE
 from fabriclab.queues.datapath import remove_pins
 from fabriclab.queues.config import SWITCH_ROLES
+from fabriclab.queues.config import check_cut
 from fabriclab.queues.model import QueueModel
 from fabriclab.lab.runstate import RunState
 from fabriclab.system.procs import stop_recorded
 from fabriclab.lab import network as mininet_net
 from fabriclab.topologies.fabric import MAX_LAB_NODES, Fabric, beyond_one_machine
 from fabriclab.topologies.split import Split
-from fabriclab.topologies.spec import FabricSpec
+from fabriclab.topologies.spec import MAX_LAB_DELAY_MS, FabricSpec
 
 # Processes of a run that its own teardown steps end (the controller, Mininet's shells, the SSH
 # connections of a cluster, which its members' reports come back on); every
@@ -98,6 +100,8 @@ class Lab:
         self._down = {}              # link key -> Link taken down through the lab
         self._lossy = {}             # link key -> (Link, fraction) with random loss
         self._reshaped = {}          # (link key, nodes) -> (Link, nodes, Mbit/s) shaped off the spec's rate
+        self._cut = {}               # switch -> the fraction of its buffer a buffer fault left it
+        self._latency = {}           # target label -> ([(node, intf, Link)], real us added) by latency faults
         self._old_sigterm = None
 
     def _plan_cluster(self, split, cluster):
@@ -455,6 +459,84 @@ class Lab:
         return links
 
     @_one_at_a_time
+    def cut_buffer(self, switch, fraction):
+        """A buffer fault (seed 000, 6.4.2): every port of `switch` queues at most `fraction` of
+        its buffer per class, and tail-drops the rest, the lossless class too; None or 1 restores
+        the whole buffer. Needs the queue model. Logged; `restore` ends it. Returns the ports."""
+        fraction = 1.0 if fraction is None else check_cut(fraction)
+        if switch not in self.fabric.switches:
+            raise LabError(f"no switch {excerpt(switch)} in fabric {excerpt(self.fabric.spec.name)}")
+        if self.queues is None:
+            raise LabError(f"a buffer fault cuts the queue model's buffers; spec {excerpt(self.fabric.spec.name)} "
+                           f"has no queues: section")
+        ports = self.queues.cut_buffer(switch, fraction)
+        if fraction < 1:
+            self._cut[switch] = fraction
+        else:
+            self._cut.pop(switch, None)
+        self._log("buffer_cut" if fraction < 1 else "restore_buffer", switch,
+                  fraction=fraction if fraction < 1 else None)
+        return ports
+
+    def latency_ports(self, target):
+        """The ports a latency fault on `target` delays: a switch's name (each port it sends
+        from: its port-to-port latency), or resolved Link objects (both ends: each way once), as
+        [(node, interface, Link)]. LabError in one line, without touching the fabric, for a
+        target the fabric lacks, a kernel without netem or a cable without a delay stage."""
+        if isinstance(target, str):
+            if target not in self.fabric.switches:
+                raise LabError(f"no switch {excerpt(target)} in fabric {excerpt(self.fabric.spec.name)} "
+                               f"(a latency fault takes a switch or a link)")
+            ports = [(target, link.a_intf if link.a == target else link.b_intf, link)
+                     for link in self.fabric.links if target in (link.a, link.b)]
+        else:
+            ports = [(node, intf, link) for link in target
+                     for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf))]
+        spec = self.fabric.spec
+        mechanism = self.delay_mechanism if self.net is not None else \
+            doctor.mechanisms(doctor.probe())["delay"].mechanism
+        if mechanism != "netem":
+            raise LabError("a latency fault changes each port's netem delay, and this kernel has no netem "
+                           "(`fabriclab doctor`: link delay); run it on a full kernel (the VM, the full-kernel tier)")
+        bare = sorted({link.kind for _n, _i, link in ports if not spec.lab_delay_ms(link.kind) > 0})
+        if bare:
+            raise LabError(f"spec {excerpt(spec.name)} gives its {' and '.join(bare)} cables no delay: stage, so "
+                           f"they have no netem delay to change; give them one (delay: {{{bare[0]}: 0.1}})")
+        return ports
+
+    @_one_at_a_time
+    def set_latency(self, target, added_us):
+        """A latency fault (seed 000, 6.4.1: a switch image that raised port-to-port latency):
+        every packet crossing `target` (a switch's name, or resolved Link objects) waits
+        `added_us` microseconds more, in the real fabric's time, stretched by the time scale as
+        the spec's `delay:` is. The netem delay of each port is changed in place (tc qdisc
+        change); 0 or None ends it. Logged; `restore` ends it. Returns the interfaces changed."""
+        if added_us is not None and (isinstance(added_us, bool) or not isinstance(added_us, (int, float))
+                                     or not math.isfinite(added_us) or added_us < 0):
+            raise LabError(f"a latency fault adds a delay in microseconds >= 0, got {excerpt(added_us)}")
+        added_us = float(added_us or 0)
+        ports = self.latency_ports(target)
+        label = target if isinstance(target, str) else ", ".join(link.label for link in target)
+        scale = self.fabric.spec.time_scale
+        latency = dict(self._latency)
+        if added_us:
+            latency[label] = (ports, added_us)
+        else:
+            latency.pop(label, None)
+        delays = _port_delays(latency, scale)
+        for node, intf, link in ports:
+            total = self.fabric.spec.lab_delay_ms(link.kind) + delays.get(intf, 0.0)
+            if total > MAX_LAB_DELAY_MS:
+                raise LabError(f"{intf}: {added_us:g} us more is {total:.0f} ms of lab delay at x{scale:g}; "
+                               f"at most {MAX_LAB_DELAY_MS:.0f} ms")
+        for node, intf, link in ports:
+            mininet_net.set_delay(self.net, node, intf, self.fabric.spec.lab_delay_ms(link.kind) + delays.get(intf, 0.0))
+        self._latency = latency
+        self._log("latency" if added_us else "restore_latency", label,
+                  added_us=added_us or None, lab_ms=round(added_us * scale / 1000, 4) if added_us else None)
+        return [intf for _node, intf, _link in ports]
+
+    @_one_at_a_time
     def restart_controller(self, timeout=30.0):
         """Stop the controller app and start it again (a controller crash and restart). The
         switches keep forwarding on their entries meanwhile (fail mode secure). Returns the
@@ -469,7 +551,8 @@ class Lab:
     def fault_state(self):
         """The faults in place now, for restore(to=...): links down, links reshaped, lossy links."""
         with self._fault_lock:
-            return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy)}
+            return {"down": dict(self._down), "reshaped": dict(self._reshaped), "lossy": dict(self._lossy),
+                    "cut": dict(self._cut), "latency": dict(self._latency)}
 
     @_one_at_a_time
     def restore(self, wait=True, timeout=10.0, to=None):
@@ -477,6 +560,18 @@ class Lab:
         loss), or, given `to` (a fault_state()), only what changed since that state was taken,
         putting back what was in place then (a run on a fabric someone has broken by hand)."""
         to = to or {"down": {}, "reshaped": {}, "lossy": {}}
+        for switch, fraction in list(self._cut.items()):
+            if switch not in to.get("cut", {}):
+                self.cut_buffer(switch, None)
+        for switch, fraction in to.get("cut", {}).items():
+            if self._cut.get(switch) != fraction:
+                self.cut_buffer(switch, fraction)
+        for label, (ports, _us) in list(self._latency.items()):
+            if label not in to.get("latency", {}):
+                self.set_latency(_latency_target(label, ports), None)
+        for label, (ports, us) in to.get("latency", {}).items():
+            if self._latency.get(label, (None, None))[1] != us:
+                self.set_latency(_latency_target(label, ports), us)
         for key, (link, nodes, _rate) in list(self._reshaped.items()):
             if key not in to["reshaped"]:
                 self._reshape(link, None, nodes)
@@ -501,7 +596,10 @@ class Lab:
         # Read without the fault lock (the live view asks twice a second, and a change may wait
         # seconds for the controller): copies taken in one step each, never a table mid-walk.
         down, reshaped, lossy = list(self._down.values()), list(self._reshaped.values()), list(self._lossy.values())
+        cut, latency = list(self._cut.items()), list(self._latency.items())
         return {"links_down": sorted(link.label for link in down),
+                "buffer_cuts": sorted(f"{switch} ({fraction:g})" for switch, fraction in cut),
+                "latency": sorted(f"{label} (+{us:g} us)" for label, (_ports, us) in latency),
                 "reshaped": sorted(f"{link.label}" + (f" ({', '.join(nodes)} end)" if nodes else "")
                                    for link, nodes, _rate in reshaped),
                 "lossy": sorted(f"{link.label} ({fraction:g})" for link, fraction in lossy)}
@@ -545,6 +643,21 @@ class Lab:
         node = self.net.get(src_port.host)
         out = node.cmd(f"ping -n -q -c {count} -i 0.2 -W {timeout_s} -I {src_port.ip} {dst_port.ip}")
         return f"{count} received" in out or f" {count} packets received" in out
+
+
+def _port_delays(latency, scale):
+    """{interface: lab ms added} by every latency fault in place ({label: (ports, real us)})."""
+    out = {}
+    for ports, us in latency.values():
+        for _node, intf, _link in ports:
+            out[intf] = out.get(intf, 0.0) + us * scale / 1000.0
+    return out
+
+
+def _latency_target(label, ports):
+    """What set_latency was given for `label`: a switch's name, or the links of its ports."""
+    links = list({link.key: link for _node, _intf, link in ports}.values())
+    return label if ports and all(node == label for node, _intf, _link in ports) else links
 
 
 def _raise_terminated(signum, frame):

@@ -19,7 +19,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
-from fabriclab.system.shaping import as_script, queued_commands, rate_command, shaping_commands
+from fabriclab.system.shaping import as_script, delay_change_command, queued_commands, rate_command, shaping_commands
 from fabriclab.lab.teardown import delete_bridges, delete_link_group
 
 
@@ -350,6 +350,13 @@ def set_rate(net, link, rate_mbps, mtu, nodes=None):
             continue
         out = net.get(node_name).cmd(" ".join(rate_command(intf, rate_mbps, mtu)) + "; echo __rc=$?")
         _check_output(net.get(node_name), out, f"changing the rate of {intf}")
+
+
+def set_delay(net, node_name, intf, delay_ms):
+    """Change the netem delay at the root of one port (a latency fault, or its end)."""
+    node = net.get(node_name)
+    out = node.cmd(" ".join(delay_change_command(intf, delay_ms)) + "; echo __rc=$?")
+    _check_output(node, out, f"changing the delay of {intf}")
 
 
 def stop(net, link_group):

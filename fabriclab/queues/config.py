@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from fabriclab.errors import SpecError
+from fabriclab.errors import LabError, SpecError
 from fabriclab.units import parse_size_bytes
 from fabriclab.loading import excerpt
 
@@ -135,6 +135,18 @@ def watchdog_lab_ms(pfc, time_scale):
     if pfc.watchdog_ms is not None:
         return pfc.watchdog_ms
     return REAL_WATCHDOG_MS * (time_scale or 1.0)
+
+
+def check_cut(fraction):
+    """A buffer fault's fraction of the usable buffer, in (0, 1]; LabError in one line otherwise."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise LabError(f"a buffer cut keeps a fraction of the buffer in (0, 1], got {excerpt(fraction)}")
+    return float(fraction)
+
+
+def cut_limit(buffer_bytes, fraction):
+    """The bytes a port's class may queue under a buffer cut to `fraction` (0: no cut)."""
+    return 0 if fraction >= 1 else max(1, int(buffer_bytes * fraction))
 
 
 def frame_bytes(mtu):

@@ -295,7 +295,7 @@ class DataPath:
         self.obj = obj
         rows = max(1, self.nports) * NCLASS
         for name, size in (("ports", max(1, self.nports)), ("qcfg", rows), ("stats", rows), ("ctl", rows),
-                           ("bias", rows)):
+                           ("bias", rows), ("cut", rows)):
             lib.bpf_map__set_max_entries(self._map_ptr(name), size)
         err = lib.bpf_object__load(obj)
         if err:
@@ -321,6 +321,7 @@ class DataPath:
         self.dscp_class = Map(self._fd("dscp_class"), ctypes.c_uint32, ctypes.c_uint32)
         self.wire = Map(self._fd("wire"), ctypes.c_uint32, ctypes.c_uint32)  # VXLAN id -> port
         self.ar_groups = Map(self._fd("ar_groups"), ArKey, ArGroup)        # ECN_AR's groups
+        self.cut = Map(self._fd("cut"), ctypes.c_uint32, ctypes.c_uint32)    # row -> bytes (a buffer fault)
         return self
 
     def program_pin(self, prog):

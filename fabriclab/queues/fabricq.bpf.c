@@ -5,7 +5,8 @@
  * egress (a port about to queue a packet on its htb tree):
  *   - classify by DSCP and steer into the class's htb leaf (skb->priority = 1:<minor>);
  *   - account the egress queue of (port, class); tail-drop lossy traffic above the buffer;
- *     drop lossless traffic only when its ingress port overran XOFF + headroom;
+ *     drop lossless traffic only when its ingress port overran XOFF + headroom, or above a
+ *     buffer fault's cut (any class);
  *   - at switch ports, mark CE on ECN-capable packets by the RED or step profile; or, where the
  *     port's RED qdisc marks instead (ecn_mode ECN_QDISC), note packets that enter already CE;
  *     or (ECN_AR) only when the egress queue and every other member of the packet's adaptive-
@@ -179,6 +180,15 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } dscp_class SEC(".maps");
+
+/* A buffer fault (fabriclab/workflows/faultkinds/buffer.py): per row, the bytes a switch port's
+ * class may hold once its usable buffer is cut; 0 when it is not. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3072);
+	__type(key, __u32);
+	__type(value, __u32);
+} cut SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -441,6 +451,18 @@ static __always_inline void qdisc_mark_seen(struct qstat *st, __u32 row)
 	__sync_fetch_and_add(&st->marks, 1);
 }
 
+/* A buffer cut tail-drops whatever would queue past it, lossless class included, as seed 000's
+ * outdated SRAM size did (6.4.2); counted in the row's `drops`, which a PFC class never adds to
+ * otherwise. */
+static __always_inline int cut_drop(__u32 row, struct qstat *st, __s64 occ, __u32 len)
+{
+	__u32 *limit = bpf_map_lookup_elem(&cut, &row);
+	if (!limit || !*limit || occ + len <= *limit)
+		return 0;
+	__sync_fetch_and_add(&st->drops, 1);
+	return 1;
+}
+
 /* A packet of class cls left port `idx` (row base) of node `node`: its egress occupancy falls,
  * and the bytes its switch held for the port it had entered by. */
 static __always_inline void depart(__u32 idx, __u32 node, __u32 is_switch, struct pkt *p, __u32 cls,
@@ -480,6 +502,8 @@ int fq_egress(struct __sk_buff *skb)
 		goto drop;
 	}
 	__s64 occ = st->occ;
+	if (pt->is_switch && cut_drop(row, st, occ, len))
+		goto drop;
 	if (cf->pfc) {
 		if (pt->is_switch) {
 			struct flow_key k = flow_of(pt->node, &p);

@@ -40,6 +40,9 @@ class MachineQueues(Protocol):
     def set_ecn(self, target, **settings):
         """Change ECN marking of `target`'s ports in this machine's maps and qdiscs."""
 
+    def cut_buffer(self, switch, fraction):
+        """Cut `switch`'s usable buffer to `fraction` (1: whole again) in this machine's maps."""
+
     def storm(self, idx, seconds):
         """Hold port `idx`'s lossless gate closed for `seconds` (a port of this machine)."""
 
@@ -121,6 +124,9 @@ class LocalQueues:
 
     def set_ecn(self, target, **settings):
         return self.model.set_ecn_here(target, **settings)
+
+    def cut_buffer(self, switch, fraction):
+        return self.model.cut_buffer_here(switch, fraction)
 
     def storm(self, idx, seconds):
         self.model.agent.storm(idx, seconds)

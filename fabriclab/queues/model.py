@@ -150,6 +150,7 @@ class QueueModel:
         self.peers = {}              # machine -> its model (cluster/remotequeues.py), set by the lab
         self.node_ids = {name: i for i, name in enumerate(sorted([*fabric.switches, *fabric.hosts]))}
         self.ecn_override = {}       # port index -> EcnProfile set on the running fabric
+        self.cuts = {}               # switch -> the fraction of its buffer a buffer fault left it
         self.mine = LocalQueues(self)    # this machine's part; `peers` the others' (one Protocol)
         # OVS's receive drops on every machine, and when they were read, for every reader
         # (concurrent jobs each report from their own start)
@@ -400,6 +401,31 @@ class QueueModel:
         for (node, net), idxs in wanted.items():
             table.update(ArKey(node, net), ArGroup(len(idxs), (ctypes.c_uint32 * AR_MAX_MEMBERS)(*idxs)))
         return len(wanted)
+
+    def cut_buffer(self, switch, fraction):
+        """A buffer fault: each port of `switch` queues at most `fraction` of its buffer per class
+        and tail-drops the rest, lossless class included (1 restores it), on every machine.
+        Checked here first: a refused cut reaches no machine. Returns the ports cut."""
+        ports = self.mine.cut_buffer(switch, fraction)
+        for peer in self.peers.values():
+            peer.cut_buffer(switch, fraction)
+        return ports
+
+    def cut_buffer_here(self, switch, fraction):
+        """cut_buffer in this machine's maps (every port's limits are in each machine's maps)."""
+        fraction = config.check_cut(fraction)
+        if switch not in self.fabric.switches:
+            raise LabError(f"no switch {excerpt(switch)} in fabric {excerpt(self.fabric.spec.name)}")
+        ports = [p for p in self.ports if p.node == switch]
+        for p in ports:
+            limit = config.cut_limit(p.buffer, fraction)
+            for cls in range(NCLASS):
+                self.datapath.cut.update(p.idx * NCLASS + cls, ctypes.c_uint32(limit))
+        if fraction < 1:
+            self.cuts[switch] = fraction
+        else:
+            self.cuts.pop(switch, None)
+        return [p.name for p in ports]
 
     def cables_down(self, intfs, down):
         """The ports `intfs` lost (down=True) or got back their cable: while it is down, the leak

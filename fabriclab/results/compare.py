@@ -122,3 +122,45 @@ def plot(folders, path):
 
 
 # -- command line ----------------------------------------------------------------------------------
+
+
+def latency_regressions(baseline, folders, threshold):
+    """The latency monitor's regressions of each folder's runs against the baseline folder's
+    (measure/pingmesh.regressions): a run is matched with the baseline's run of the same label, or
+    with its only run. Returns [{"folder", "run", "slowed", "must_cross", "culprits"}] for every
+    run that has a regression; LabError when the baseline has no latency monitor to compare with."""
+    from fabriclab.measure.pingmesh import regressions
+
+    base_doc = document.load(baseline)
+    base_runs = {run["label"]: run["telemetry"]["latency"] for run in base_doc["runs"]
+                 if run["telemetry"].get("latency")}
+    if not base_runs:
+        raise LabError(f"baseline {baseline}: no run measured latency (its metrics had no pingmesh_ms)")
+    folders = [pathlib.Path(f) for f in folders]
+    out = []
+    for label, doc in zip(_labels(folders), [document.load(f) for f in folders]):
+        for run in doc["runs"]:
+            mine = run["telemetry"].get("latency")
+            base = base_runs.get(run["label"]) or (next(iter(base_runs.values())) if len(base_runs) == 1 else None)
+            if not mine or base is None:
+                continue
+            found = regressions(base, mine, threshold)
+            if found["slowed"]:
+                out.append({"folder": label, "run": run["label"], **found})
+    return out
+
+
+def latency_lines(found, threshold):
+    """What `compare --baseline` prints of latency_regressions(): a line per regressed run, the
+    switches every slowed pair must cross, and a line per slowed pair."""
+    if not found:
+        return [f"latency: no pair slower than the baseline by more than {threshold:.0%}"]
+    lines = []
+    for r in found:
+        suspects = ", ".join(r["culprits"]) or "none that spared pairs do not also cross"
+        lines.append(f"latency regression in {r['folder']} run {r['run']}: {len(r['slowed'])} pair(s) "
+                     f"slower by more than {threshold:.0%}; every one must cross "
+                     f"{', '.join(r['must_cross']) or 'no common switch'}; suspects: {suspects}")
+        lines += [f"  {s['src']} -> {s['dst']} ({s['class']}, {s['phase']}): p50 {s['base_ms']:.3g} -> "
+                  f"{s['new_ms']:.3g} ms (+{s['change']:.0%})" for s in r["slowed"]]
+    return lines

@@ -96,7 +96,8 @@ def assemble(plan, head, runs, elapsed_s, folder, timings=None):
         "kind": plan.kind,
         "name": plan.name,
         "description": plan.description,
-        "plan": {"source": plan.source, "metrics": dataclasses.asdict(plan.metrics),
+        "plan": {"source": plan.source, "metrics": {**dataclasses.asdict(plan.metrics), "pingmesh_pairs": [
+                     list(pair) for pair in plan.metrics.pingmesh_pairs]},
                  "runs": len(plan.runs)},
         "experiment": None,
         "routing": sorted({run["routing"] for run in runs}),

@@ -268,7 +268,26 @@ def _telemetry(tel):
         out.append("- Stragglers: not checked")
     else:
         out.append(f"- Stragglers: {', '.join(tel['stragglers']) or 'none'}")
-    return out + [""]
+    return out + [""] + _latency(tel.get("latency"))
+
+
+def _latency(latency):
+    """The latency monitor's per-switch RTT p50s, over the pairs that must cross each switch."""
+    if not latency:
+        return []
+    rows = []
+    for switch, classes in latency["switches"].items():
+        for cls, kinds in classes.items():
+            must = kinds.get("must")
+            if must:
+                rows.append((switch, cls, must["unloaded"]["n"], fixed(must["unloaded"]["p50_ms"], 2),
+                             must["loaded"]["n"], fixed(must["loaded"]["p50_ms"], 2),
+                             fixed(must["loaded"]["p99_ms"], 2), must["unloaded"]["lost"] + must["loaded"]["lost"]))
+    return (["### Latency monitor", "",
+             f"{len({(p['src'], p['dst']) for p in latency['pairs']})} pairs probed every {latency['interval_ms']:g} ms in each class; "
+             f"RTT of the pairs that must cross each switch:", ""]
+            + markdown_table(("switch", "class", "unloaded n", "p50 ms", "loaded n", "p50 ms", "p99 ms", "lost"),
+                             rows))
 
 
 def _queues(queues):
@@ -297,6 +316,8 @@ def _queues(queues):
     for name, key in (("Watchdog alarms", "alarms"), ("Leaked accounts repaired", "leak_repairs")):
         if report.get(key):
             out.append(f"- {name}: {len(report[key])}")
+    if queues.get("cut_drops"):
+        out.append(f"- Dropped at a buffer cut: {'; '.join(queues['cut_drops'])}")
     if queues.get("errors"):
         out.append(f"- Errors: {len(queues['errors'])}, the first: {str(queues['errors'][0])[:200]}")
     return out + [""]

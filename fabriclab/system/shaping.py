@@ -43,6 +43,12 @@ def delay_command(intf, delay_ms):
             "delay", f"{usec}us", "limit", str(NETEM_LIMIT_PACKETS)]
 
 
+def delay_change_command(intf, delay_ms):
+    """The same root netem with another delay, changed in place (a latency fault): its child, the
+    shaping tree with what it queues, stays as it is."""
+    return ["tc", "qdisc", "change", *delay_command(intf, delay_ms)[3:]]
+
+
 def _root(intf, delay_ms):
     """Where the htb tree hangs: the port's root, or under the netem that delays the port."""
     if not delay_usec(delay_ms):

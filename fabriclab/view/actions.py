@@ -9,6 +9,8 @@ come back as one line.
     {"action": "restore_rate", "link": "l1-s1"}
     {"action": "loss", "link": "l1-s1", "fraction": 0.01}       0 ends it
     {"action": "switch_down", "switch": "s1"}  /  {"action": "switch_up", "switch": "s1"}
+    {"action": "buffer", "switch": "s1", "fraction": 0.5}      1 gives the whole buffer back
+    {"action": "latency", "switch": "s1", "us": 2}  /  {"action": "latency", "link": "l1-s1", "us": 2}   0 ends it
     {"action": "timeline_start", "faults": "- {at: 0, link_down: l1-s1, for: 2}"}
     {"action": "timeline_stop"}  /  {"action": "restore"}
 """
@@ -31,6 +33,8 @@ ACTIONS = {
     "loss": (("link", "fraction"), ("link", "fraction")),
     "switch_down": (("switch",), ("switch",)),
     "switch_up": (("switch",), ("switch",)),
+    "buffer": (("switch", "fraction"), ("switch", "fraction")),
+    "latency": (("switch", "link", "us"), ("us",)),
     "timeline_start": (("faults",), ("faults",)),
     "timeline_stop": ((), ()),
     "restore": ((), ()),
@@ -62,9 +66,11 @@ def check(lab, request):
     known, required = ACTIONS[action]
     fields(request, action, ("action",) + known, required)
     args = {}
-    if "link" in known:
+    if action == "latency" and ("link" in request) == ("switch" in request):
+        raise LabError("latency takes one of switch or link")
+    if "link" in known and (action != "latency" or "link" in request):
         args["link"] = _link(lab, request["link"])
-    if "switch" in known:
+    if "switch" in known and (action != "latency" or "switch" in request):
         args["switch"] = _switch(lab, request["switch"])
     if action == "degrade":
         rate = number(request["rate_mbps"], "degrade rate_mbps", 0, 1e6, low_open=True)
@@ -73,6 +79,10 @@ def check(lab, request):
         args["rate"] = rate
     if action == "loss":
         args["fraction"] = number(request["fraction"], "loss fraction", 0, 0.999999)
+    if action == "buffer":
+        args["fraction"] = number(request["fraction"], "buffer fraction", 0, 1, low_open=True)
+    if action == "latency":
+        args["us"] = number(request["us"], "latency us", 0, 1e6)
     if action == "timeline_start":
         text = request["faults"]
         if not isinstance(text, str) or len(text) > MAX_TIMELINE_CHARS:
@@ -94,6 +104,15 @@ def perform(lab, session, request):
         cables = lab.set_switch(args["switch"], action == "switch_up")
         return (f"{args['switch']} {action[7:]} ({len(cables)} cables); controller reprogrammed in "
                 f"{time.monotonic() - t0:.2f} s")
+    if action == "buffer":
+        ports = lab.cut_buffer(args["switch"], args["fraction"])
+        return (f"{args['switch']}: {len(ports)} ports " + ("with their whole buffer" if args["fraction"] == 1 else
+                                                           f"tail-drop past {args['fraction']:g} of their buffer"))
+    if action == "latency":
+        what = args.get("switch") or link_id(link)
+        ports = lab.set_latency(args.get("switch") or [link], args["us"])
+        return f"{what}: {len(ports)} ports " + (f"{args['us']:g} us (real) slower" if args["us"] else
+                                                 "at the spec's delay")
     if action == "degrade":
         lab.reshape_links([link], args["rate"])
         return f"{link_id(link)} shaped to {args['rate']:g} Mbit/s (it stays up)"

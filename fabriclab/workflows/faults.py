@@ -8,6 +8,8 @@ built, and the thread that applies it to a running lab.
       - {at: 2.0, degrade: l2-s1, rate_mbps: 2, for: 1}
       - {at: 2.0, slow_receiver: h3, fraction: 0.25, for: 1}
       - {at: 1.0, switch_down: s2, for: 1}
+      - {at: 1.0, buffer: s1, fraction: 0.5, for: 2}    # s1's ports keep half their buffer
+      - {at: 1.0, latency: s1, us: 2, for: 2}           # 2 us (real) more through s1
       - {at: 3.0, controller_restart: true}
 
 `at` counts seconds from the timeline's origin: the moment the measured jobs' agents are up and
@@ -39,7 +41,7 @@ MAX_TIME_S = 86_400.0                # a fault's times: within a day of the traf
 BOUNDS = {"for": (0, MAX_TIME_S), "down": (0, MAX_TIME_S), "up": (0, MAX_TIME_S),
           "duration": (0, MAX_TIME_S), "until": (0, MAX_TIME_S), "mtbf": (0, MAX_TIME_S),
           "count": (1, MAX_STEPS // 2), "seed": (0, (1 << 32) - 1), "rate_mbps": (0, 1e6),
-          "fraction": (0, 1)}
+          "fraction": (0, 1), "us": (0, 1e6)}
 # The command line's short form of a link fault: A-B@SECONDS, or A-B#N@SECONDS for parallel member N.
 _LINK_EVENT = re.compile(r"^([A-Za-z0-9]+-[A-Za-z0-9]+(?:#[0-9]+)?)@([0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 
@@ -153,6 +155,10 @@ def apply(lab, step):
         lab.restart_controller()
     elif step.action == "loss":
         lab.set_loss(*step.args)
+    elif step.action == "buffer":
+        lab.cut_buffer(*step.args)
+    elif step.action == "latency":
+        lab.set_latency(*step.args)
 
 
 def prepare(lab, steps_):
@@ -181,6 +187,13 @@ def describe(step):
         links, fraction = step.args
         what = "every link" if len(links) > 4 else ", ".join(link.label for link in links)
         return f"{what} lose {fraction:.2%} of packets" if fraction else f"{what} lossless again"
+    if step.action == "buffer":
+        name, fraction = step.args
+        return f"switch {name} buffer cut to {fraction:g}" if fraction else f"switch {name} buffer whole again"
+    if step.action == "latency":
+        target, us = step.args
+        what = target if isinstance(target, str) else ", ".join(link.label for link in target)
+        return f"{what} {us:g} us slower" if us else f"{what} latency back to the spec's"
     return "controller restarted"
 
 

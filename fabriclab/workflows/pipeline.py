@@ -101,6 +101,8 @@ def check(plan, lab):
         faults_mod.check(run.conditions, lab)
         if run.ecn and lab.fabric.spec.queues is None:
             raise LabError(f"{where}: ECN settings need a spec with a queues: section")
+    if plan.metrics.pingmesh_ms:
+        _mesh_probes(lab, plan.metrics)
 
 
 def prepare(plan, verbose=False):
@@ -198,7 +200,7 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
     first_event = len(lab.events)
     sample_s = plan.metrics.sample_ms / 1e3
     clock = _Clock(lab, [j.name for j in run.measured()], run.duration_s)
-    ports = queues = qseries = None
+    ports = queues = qseries = mesh = latency = None
     queue_before = loss = None
     routing = _RoutingWatch(lab, [f"job-{j.name}" for j in run.measured()])
     ticker = _Ticker(progress, clock) if progress else None
@@ -213,6 +215,8 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
             queue_before = (lab.queues.counters(), time.monotonic_ns())
             queues = QueueSampler(lab.queues, sample_s).start()
         loss = [_loss_counters(lab)]
+        if plan.metrics.pingmesh_ms:
+            mesh = _start_mesh(lab, plan.metrics)
         clock.timeline.start()
         routing.start()
         if ticker:
@@ -230,6 +234,8 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
             for runner in runners.values():
                 runner.cancel()
         try:
+            if mesh is not None:
+                latency = (mesh, mesh.stop())
             series = ports.stop() if ports is not None else None
             if queues is not None:
                 qseries = queues.stop()
@@ -242,7 +248,7 @@ def run_one(lab, plan, run, folder, progress=None, shared=False):
             _reset_ecn(lab, run.ecn)
     phases.mark("teardown_s")
     record = _record(lab, plan, run, folder, runners, raw, windows, series, qseries, clock,
-                     lab.events[first_event:], conditions, routing, queue_before, loss)
+                     lab.events[first_event:], conditions, routing, queue_before, loss, latency)
     phases.mark("record_s")
     record["timings_s"] = phases.seconds()
     return RunOutcome(record, series, qseries, raw)
@@ -515,8 +521,45 @@ def _te_summary(placement):
 
 
 # -- recording -------------------------------------------------------------------------------------
+def _mesh_probes(lab, metrics):
+    """The latency monitor's probes on this lab (lab/probepairs.py); LabError in one line for
+    pairs the fabric lacks, too many of them, or a fabric over several machines."""
+    from fabriclab.lab import probepairs
+    from fabriclab.measure.pingmesh import MAX_PROBES
+
+    if getattr(lab, "machines", None):
+        raise LabError("the latency monitor runs on one machine's fabric (no split)")
+    probes = probepairs.probes(lab.fabric, metrics.pingmesh_pairs)
+    if not 0 < len(probes) <= MAX_PROBES:
+        raise LabError(f"the latency monitor would run {len(probes)} probes (2 classes per pair); "
+                       f"at most {MAX_PROBES}: choose metrics.pingmesh_pairs")
+    return probes
+
+
+# Probes the latency monitor takes before the traffic starts, at the least: its unloaded samples.
+UNLOADED_PROBES = 8
+
+
+def _start_mesh(lab, metrics):
+    from fabriclab.measure.pingmesh import Pingmesh
+
+    probes = [{**p, "src_ns": lab.net.get(p["src_host"]).pid} for p in _mesh_probes(lab, metrics)]
+    return Pingmesh(probes, metrics.pingmesh_ms,
+                    record=lambda pid: lab.run.add_process(pid, "pingmesh", "ping")).start(UNLOADED_PROBES)
+
+
+def _latency(lab, latency, origin_wall, end_wall):
+    """telemetry.latency: the monitor's settings and its summary (measure/pingmesh.summarize)."""
+    from fabriclab.lab.probepairs import dscps
+    from fabriclab.measure.pingmesh import summarize
+
+    mesh, samples = latency
+    return {"interval_ms": mesh.interval_ms, "dscp": dscps(lab.fabric.spec),
+            **summarize(mesh.probes, samples, origin_wall, end_wall, mesh.quiet_end)}
+
+
 def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, clock, events, conditions,
-            routing, queue_before, loss):
+            routing, queue_before, loss, latency=None):
     from fabriclab.measure import symmetry
     from fabriclab.measure.telemetry import max_mean_ratio
 
@@ -558,6 +601,8 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
                   "summary": qseries.summary(), "sampling": qseries.timing(), "errors": lab.queues.errors()}
     invalid = sorted({f"{name}: {reason}" for name, job in jobs.items() for reason in job["invalid"]})
     invalid += lossless_drops(queues)
+    if queues:
+        queues["cut_drops"] = cut_drops(queues)
     return {
         "label": run.label, "slug": run.slug, "routing": str(run.routing), "repetition": run.repetition,
         "note": run.note, "tags": run.tags, "duration_s": run.duration_s,
@@ -572,7 +617,8 @@ def _record(lab, plan, run, folder, runners, raw, windows, series, qseries, cloc
                       "outliers": [list(row) for row in symmetry.flagged(groups)],
                       "nics": nics, "stragglers": symmetry.stragglers(nics, tolerance),
                       "uplink_max_mean": max_mean_ratio(means[c.name] for c in series.columns if c.kind == "up"),
-                      "mean_mbps": {name: round(v, 4) for name, v in means.items()}},
+                      "mean_mbps": {name: round(v, 4) for name, v in means.items()},
+                      **({"latency": _latency(lab, latency, origin_wall, end_wall)} if latency else {})},
         "queues": queues,
         "routing_state": routing.state(),
         "link_loss": _dropped(loss),
@@ -590,6 +636,15 @@ def lossless_drops(queues):
             and (r.get("lossless_drops") or r.get("wd_drops"))]
     return [f"lossless drop: {r['port']} ({r['node']}) dropped {r.get('lossless_drops', 0)} "
             f"over its headroom" + (f" and {r['wd_drops']} by the PFC watchdog" if r.get("wd_drops") else "")
+            for r in sorted(rows, key=lambda r: r["port"])]
+
+
+def cut_drops(queues):
+    """A line per switch port whose lossless class was tail-dropped at a buffer fault's cut: the
+    fault's effect, there to be found (seed 000, 6.4.2), not a mis-sized headroom. A PFC class
+    adds to `drops` only there (queues/fabricq.bpf.c, cut_drop)."""
+    rows = [r for r in queues["report"]["ports"] if r["class"] == "lossless" and r.get("drops")]
+    return [f"lossless drop: {r['port']} ({r['node']}) dropped {r['drops']} at a buffer cut"
             for r in sorted(rows, key=lambda r: r["port"])]
 
 

@@ -43,8 +43,22 @@ class Metrics:
     sample_ms: float = 5.0
     bin_ms: float = 50.0
     tolerance: float = 0.25
+    # The latency monitor (measure/pingmesh.py): ms between probes, 0 off; the host pairs it
+    # probes ([] : lab/probepairs.default_pairs)
+    pingmesh_ms: float = 0.0
+    pingmesh_pairs: tuple = ()
 
     def check(self):
+        if isinstance(self.pingmesh_ms, bool) or not isinstance(self.pingmesh_ms, (int, float)) \
+                or not (self.pingmesh_ms == 0 or 10 <= self.pingmesh_ms <= 10_000):
+            raise LabError(f"metrics.pingmesh_ms is 0 (off) or the ms between probes in [10, 10000], "
+                           f"got {excerpt(str(self.pingmesh_ms)[:20])}")
+        if not isinstance(self.pingmesh_pairs, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(n, str) for n in p)
+                for p in self.pingmesh_pairs):
+            raise LabError("metrics.pingmesh_pairs is a list of [A, B] host (or host port) pairs")
+        if self.pingmesh_pairs and not self.pingmesh_ms:
+            raise LabError("metrics.pingmesh_pairs needs metrics.pingmesh_ms (the latency monitor is off)")
         for name in ("sample_ms", "bin_ms", "tolerance"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \

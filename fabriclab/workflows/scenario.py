@@ -170,7 +170,8 @@ def _metrics(entry):
         metrics.check()
     except LabError as exc:
         raise LabError(f"scenario: {exc}") from None
-    return {k: float(v) for k, v in dataclasses.asdict(metrics).items()}
+    return {k: (tuple(tuple(p) for p in v) if k == "pingmesh_pairs" else float(v))
+            for k, v in dataclasses.asdict(metrics).items()}
 
 
 # -- the plan -------------------------------------------------------------------------------------

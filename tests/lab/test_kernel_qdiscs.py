@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from fabriclab.errors import LabError
 from fabriclab.results import document
 from fabriclab.lab.lab import Lab
 from fabriclab.queues.config import PfcSettings, QueueSpec
@@ -197,3 +198,35 @@ def test_links_are_delayed_by_netem_where_the_kernel_has_it(lab, record_property
         assert header["scale"]["link_delay"]["applied"] is False
         assert [w for w in lab.warnings if "delay" in w] and len(lab.warnings) == 1
         assert figure("min RTT across the spine without netem, ms", across) < 4 * host_ms + 4 * fabric_ms, across
+
+
+def test_a_latency_fault_changes_the_netem_delay_in_place_or_is_refused(lab, record_property, figure):
+    """A switch's latency fault (seed 000, 6.4.1): 0.25 us real more through the spine is 5 ms
+    more per crossing at x20000, so 10 ms more on a round trip across it and nothing on one leaf;
+    its end gives the spec's delay back. Without netem it is refused in one line, changing nothing."""
+    check_mechanism(record_property, "delay", lab.delay_mechanism, "netem")
+    if lab.delay_mechanism != "netem":
+        with pytest.raises(LabError, match="this kernel has no netem") as err:
+            lab.set_latency("s1", 0.25)
+        assert "\n" not in str(err.value) and not any(e["event"] == "latency" for e in lab.events)
+        assert lab.injected()["latency"] == []
+        return
+    before_same, before_across = min_rtt_ms(lab, "h1", "h2"), min_rtt_ms(lab, "h1", "h3")
+    ports = lab.set_latency("s1", 0.25)
+    try:
+        assert sorted(ports) == sorted(lab.fabric.switch_ports("s1").values())
+        shown = subprocess.run(["tc", "qdisc", "show", "dev", ports[0]], capture_output=True, text=True).stdout
+        assert re.search(r"qdisc netem 5: root .*delay 10ms", shown), shown
+        assert qdiscs(ports[0])["1:"]["parent"] == "5:1"          # the shaping tree under it, kept
+        same, across = min_rtt_ms(lab, "h1", "h2"), min_rtt_ms(lab, "h1", "h3")
+        record_property("latency_rtt_ms", {"same_leaf": [before_same, same], "across": [before_across, across]})
+        slack = 15.0 if full_tier() else 5.0
+        assert figure("latency fault: RTT across the spine gained, ms", across - before_across) == \
+            pytest.approx(2 * 0.25 * SPEC.time_scale / 1000, abs=slack)
+        assert abs(same - before_same) < slack                   # the spine is not on that path
+        assert lab.injected()["latency"] == ["s1 (+0.25 us)"]
+    finally:
+        lab.set_latency("s1", None)
+    assert re.search(r"delay 5ms", subprocess.run(["tc", "qdisc", "show", "dev", ports[0]], capture_output=True,
+                                                  text=True).stdout)
+    assert lab.injected()["latency"] == []

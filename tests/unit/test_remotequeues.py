@@ -322,3 +322,16 @@ def test_a_relay_that_fails_is_kept_as_an_error():
     agent = PfcAgent(None, {0: Port("p")}, Gates(), PfcSettings(watchdog_ms=0), relay=broken)
     agent._on_event(Event(EV_XOFF, 0, 1, 0, 1, 0))
     assert agent.relayed_out == 0 and "closed" in agent.errors[0]
+
+
+def test_a_buffer_cut_reaches_the_helper_and_a_malformed_one_is_refused():
+    model = FakeModel()
+    cuts = []
+    model.mine.cut_buffer = lambda switch, fraction: cuts.append((switch, fraction)) or [f"{switch}-eth1"]
+    assert answer(model, {"cut": ["l2", 0.5]}) == {"done": ["l2-eth1"]} and cuts == [("l2", 0.5)]
+    for bad in ({"cut": ["l2"]}, {"cut": [3, 0.5]}, {"cut": ["l2", math.nan]}, {"cut": ["l2", "half"]}):
+        assert "error" in answer(model, bad), bad
+    assert cuts == [("l2", 0.5)]
+    peer, _ = remote([{"done": ["l2-eth1"]}])
+    assert peer.cut_buffer("l2", 0.5) == ["l2-eth1"]
+    assert json.loads(peer.channel.sent[0]) == {"cut": ["l2", 0.5]}

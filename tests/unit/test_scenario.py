@@ -64,7 +64,11 @@ def test_fields_are_kept():
                       repetitions=3, metrics={"sample_ms": 2, "bin_ms": 20, "tolerance": 0.1}))
     assert s.name == "flap test" and s.description == "why"
     assert s.routings == ["ecmp", "te:period_s=2"] and s.repetitions == 3
-    assert s.metrics == {"sample_ms": 2.0, "bin_ms": 20.0, "tolerance": 0.1}
+    assert s.metrics == {"sample_ms": 2.0, "bin_ms": 20.0, "tolerance": 0.1, "pingmesh_ms": 0.0, "pingmesh_pairs": ()}
+    s = parse(minimal(metrics={"pingmesh_ms": 50, "pingmesh_pairs": [["h1", "h3"]]}))
+    assert s.metrics["pingmesh_ms"] == 50.0 and s.metrics["pingmesh_pairs"] == (("h1", "h3"),)
+    with pytest.raises(LabError, match="scenario: metrics.pingmesh_ms is 0 \\(off\\)"):
+        parse(minimal(metrics={"pingmesh_ms": -1}))
 
 
 def test_partial_metrics_keep_the_other_defaults():
@@ -248,8 +252,20 @@ def test_run_refuses_a_lab_that_is_not_running(nothing_started, tmp_path):
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_shipped_examples_load_and_prepare(nothing_started, path):
+def test_shipped_examples_load_and_prepare(nothing_started, path, monkeypatch):
     s = load(path)
+    if any(f.kind == "latency" for f in s.faults):
+        # a latency fault changes netem delays: refused without netem, prepared with it
+        from fabriclab.system import doctor
+
+        def kernel(delay):
+            monkeypatch.setattr(doctor, "probe", lambda refresh=False: None)
+            monkeypatch.setattr(doctor, "mechanisms", lambda caps: {
+                "delay": doctor.Mechanism("link delay", delay == "netem", delay, "")})
+        kernel("none")
+        with pytest.raises(LabError, match="this kernel has no netem"):
+            prepare(s)
+        kernel("netem")
     lab = prepare(s)
     assert lab.net is None and lab.fabric.spec.name == s.spec
     assert s.duration_s is not None and all(f.at < s.duration_s for f in s.faults)

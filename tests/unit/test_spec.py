@@ -25,7 +25,7 @@ from fabriclab.topologies.spec import (
     spec_from_dict,
 )
 
-SHIPPED = ["ar_fabric", "default", "ecmp_tiers", "incast", "meta_ai_zone", "meta_dc", "multiplane_pfc", "oversubscribed", "parallel_links", "rail_optimized", "routing", "spectrumx_fig16", "switchml", "tiny"]
+SHIPPED = ["ar_fabric", "default", "ecmp_tiers", "incast", "incident_planes", "meta_ai_zone", "meta_dc", "multiplane_pfc", "oversubscribed", "parallel_links", "rail_optimized", "routing", "spectrumx_fig16", "switchml", "tiny"]
 
 # The whole fabric shares ~650 Mbit/s of userspace OVS; specs that run traffic stay well below.
 MAX_OFFERED_MBPS = 200

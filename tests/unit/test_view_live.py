@@ -72,6 +72,15 @@ class FakeLab:
         self.calls.append(("restore",))
         self.down, self.reshaped, self.lossy = {}, {}, {}
 
+    def set_latency(self, target, us):
+        self.calls.append(("latency", target if isinstance(target, str) else [k.label for k in target], us))
+        return ["p1", "p2", "p3"]
+
+    def cut_buffer(self, switch, fraction):
+        self.calls.append(("buffer", switch, fraction))
+        self._log("buffer_cut", switch)
+        return [f"{switch}-eth1", f"{switch}-eth2"]
+
     def fault_state(self):
         return {"down": dict(self.down), "reshaped": dict(self.reshaped), "lossy": dict(self.lossy)}
 
@@ -127,6 +136,14 @@ def test_event_rows_carry_time_since_the_feed_started_and_the_clock():
     ({"action": "link_down", "link": "l9-s9"}, "no link 'l9-s9'"),
     ({"action": "link_down", "link": ["l1-s1"]}, "must be a link's name"),
     ({"action": "switch_down", "switch": "h1"}, "no switch 'h1'"),
+    ({"action": "buffer", "switch": "h1", "fraction": 0.5}, "no switch 'h1'"),
+    ({"action": "buffer", "switch": "s1", "fraction": 0}, "buffer fraction must be in (0, 1]"),
+    ({"action": "buffer", "switch": "s1", "fraction": 1.5}, "buffer fraction must be in (0, 1]"),
+    ({"action": "buffer", "switch": "s1"}, "missing fraction"),
+    ({"action": "latency", "switch": "s1", "link": "l1-s1", "us": 2}, "latency takes one of switch or link"),
+    ({"action": "latency", "us": 2}, "latency takes one of switch or link"),
+    ({"action": "latency", "switch": "s1", "us": -2}, "latency us must be in [0, 1e+06]"),
+    ({"action": "latency", "link": "l1-s9", "us": 2}, "no link 'l1-s9'"),
     ({"action": "degrade", "link": "l1-s1", "rate_mbps": 0}, "must be in (0, 1e+06]"),
     ({"action": "degrade", "link": "l1-s1", "rate_mbps": True}, "must be a number"),
     ({"action": "degrade", "link": "l1-s1", "rate_mbps": 10}, "not below the link's 10 Mbit/s"),
@@ -160,8 +177,16 @@ def test_actions_go_through_the_lab_api_and_its_fault_log():
     assert lab.calls[-1] == ("loss", [member.label], 0.02)
     out = actions.perform(lab, session, {"action": "switch_down", "switch": "s1"})
     assert out.startswith("s1 down (") and lab.events[-1]["event"] == "switch_down"
+    assert actions.perform(lab, session, {"action": "buffer", "switch": "s1", "fraction": 0.5}) \
+        == "s1: 2 ports tail-drop past 0.5 of their buffer"
+    assert lab.calls[-1] == ("buffer", "s1", 0.5)
+    assert actions.perform(lab, session, {"action": "latency", "switch": "s1", "us": 2}) \
+        == "s1: 3 ports 2 us (real) slower"
+    assert actions.perform(lab, session, {"action": "latency", "link": ident, "us": 0}) \
+        == f"{ident}: 3 ports at the spec's delay"
+    assert lab.calls[-2:] == [("latency", "s1", 2), ("latency", [member.label], 0)]
     assert actions.perform(lab, session, {"action": "restore"}).startswith("every link up")
-    assert [e["event"] for e in lab.events] == ["link_down", "link_up", "switch_down"]
+    assert [e["event"] for e in lab.events] == ["link_down", "link_up", "switch_down", "buffer_cut"]
 
 
 def test_a_host_cable_is_one_nic_even_when_two_share_a_leaf():

@@ -279,6 +279,16 @@
       head.textContent = what.item.id + " (" + what.item.role + ")";
       button(box, "switch down", () => ({action: "switch_down", switch: what.item.id}));
       button(box, "switch up", () => ({action: "switch_up", switch: what.item.id}));
+      const cut = document.createElement("div");
+      const share = document.createElement("input");
+      share.type = "number"; share.min = "0"; share.max = "1"; share.step = "any"; share.id = "buffer-fraction";
+      share.value = "0.5"; share.setAttribute("aria-label", "buffer fraction");
+      cut.appendChild(share);
+      cut.appendChild(document.createTextNode(" of its buffer "));
+      button(cut, "cut buffer", () => ({action: "buffer", switch: what.item.id, fraction: Number(share.value)}));
+      button(cut, "whole buffer", () => ({action: "buffer", switch: what.item.id, fraction: 1}), "buffer_whole");
+      box.appendChild(cut);
+      latencyRow(box, "switch", what.item.id);
       return;
     }
     const link = what.item;
@@ -303,6 +313,20 @@
     button(row2, "lossy", () => ({action: "loss", link: link.id, fraction: Number(loss.value)}));
     button(row2, "no loss", () => ({action: "loss", link: link.id, fraction: 0}), "loss_off");
     box.appendChild(row2);
+    latencyRow(box, "link", link.id);
+  }
+
+  // A latency fault: microseconds of the real fabric's time (the lab stretches them); needs netem.
+  function latencyRow(box, key, id) {
+    const row = document.createElement("div");
+    const us = document.createElement("input");
+    us.type = "number"; us.min = "0"; us.step = "any"; us.id = "latency-us";
+    us.value = "2"; us.setAttribute("aria-label", "latency us");
+    row.appendChild(us);
+    row.appendChild(document.createTextNode(" us "));
+    button(row, "slower", () => ({action: "latency", [key]: id, us: Number(us.value)}));
+    button(row, "spec latency", () => ({action: "latency", [key]: id, us: 0}), "latency_off");
+    box.appendChild(row);
   }
 
   function push(f) {

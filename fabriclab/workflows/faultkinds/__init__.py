@@ -20,6 +20,8 @@ MODULES = {
     "slow_receiver": "fabriclab.workflows.faultkinds.slow_receiver",
     "loss": "fabriclab.workflows.faultkinds.loss",
     "switch_down": "fabriclab.workflows.faultkinds.switch_down",
+    "buffer": "fabriclab.workflows.faultkinds.buffer",
+    "latency": "fabriclab.workflows.faultkinds.latency",
     "controller_restart": "fabriclab.workflows.faultkinds.controller_restart",
 }
 
