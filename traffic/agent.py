@@ -787,11 +787,7 @@ class UdpRnic:
             return
         is_echo, seq, index = probe
         if not is_echo:
-            peer = qp.peer_addresses[plane.index]
-            self.send_control(plane, qp, roce.build_ipv4_udp_roce_packet(
-                plane.port.address, peer, qp.sport, roce.OP_UC_SEND_ONLY, qp.peer_qpn, 0,
-                roce.build_probe_payload(seq, index, echo=True), ip_id=plane.ip_ids.take(),
-                **self.probe_ip), peer, now)
+            self.echo(plane, qp, roce.build_probe_payload(seq, index, echo=True), self.probe_ip, now)
             return
         dest = self.destinations.get(qp.peer)
         if dest is None or index >= len(self.planes):
@@ -809,6 +805,13 @@ class UdpRnic:
             for other in dest.qps:
                 self.activate(other, now)
 
+    def echo(self, plane, qp, payload, ip, now):
+        """Answer a probe at once, as a UC SEND on the plane it came by, with the IP fields `ip`."""
+        peer = qp.peer_addresses[plane.index]
+        self.send_control(plane, qp, roce.build_ipv4_udp_roce_packet(
+            plane.port.address, peer, qp.sport, roce.OP_UC_SEND_ONLY, qp.peer_qpn, 0, payload,
+            ip_id=plane.ip_ids.take(), **ip), peer, now)
+
     def rtt_message(self, qp, data, plane, now):
         """SPX: an RTT probe (echo it at once, in the control class, on the plane it came by)
         or an echo (its sample goes to the context it names)."""
@@ -817,11 +820,7 @@ class UdpRnic:
             return
         is_echo, seq, index = probe
         if not is_echo:
-            peer = qp.peer_addresses[plane.index]
-            self.send_control(plane, qp, roce.build_ipv4_udp_roce_packet(
-                plane.port.address, peer, qp.sport, roce.OP_UC_SEND_ONLY, qp.peer_qpn, 0,
-                roce.build_rtt_probe_payload(seq, index, echo=True), ip_id=plane.ip_ids.take(),
-                **self.control_ip), peer, now)
+            self.echo(plane, qp, roce.build_rtt_probe_payload(seq, index, echo=True), self.control_ip, now)
             return
         if index == RTT_QP:
             if qp.rtt_probe is not None:

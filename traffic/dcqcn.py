@@ -177,8 +177,9 @@ def _expiries(anchor, period, now):
     return n
 
 
-class _Clock:
-    """Refuses time going backwards: a caller mixing clocks would silently corrupt the timers."""
+class MonotonicTime:
+    """Refuses time going backwards: a caller mixing clocks would silently corrupt the timers
+    (DCQCN's, and SPX CC's RTT windows)."""
 
     def __init__(self):
         self.now = None
@@ -196,7 +197,7 @@ class ReactionPoint:
 
     def __init__(self, params=None):
         self.params = params if params is not None else DcqcnParams()
-        self._clock = _Clock()
+        self._clock = MonotonicTime()
         self._rc = self.params.line_rate_mbps
         self._rt = self.params.line_rate_mbps
         self._throttled = False
@@ -328,7 +329,7 @@ class NotificationPoint:
 
     def __init__(self, params=None):
         self.params = params if params is not None else DcqcnParams()
-        self._clock = _Clock()
+        self._clock = MonotonicTime()
         self._last_cnp = None
         self._counters = {"ce_packets": 0, "cnps_sent": 0}
 

@@ -489,21 +489,29 @@ like the CTS: the probe's sequence number and plane; the destination sends the s
 as an echo, on the plane the probe came in by."""
 
 
-def build_probe_payload(seq, plane, echo=False):
+def _build_tagged(magic, seq, name, tag):
     _check_range("seq", seq, 0, 0xFFFFFFFF)
-    _check_range("plane", plane, 0, 0xFF)
-    return (ECHO_MAGIC if echo else PROBE_MAGIC) + _PROBE.pack(seq, plane)
+    _check_range(name, tag, 0, 0xFF)
+    return magic + _PROBE.pack(seq, tag)
+
+
+def _parse_tagged(data, offset, probe_magic, echo_magic):
+    if len(data) < offset + PROBE_PAYLOAD_LEN:
+        return None
+    magic = bytes(data[offset:offset + 4])
+    if magic != probe_magic and magic != echo_magic:
+        return None
+    seq, tag = _PROBE.unpack_from(data, offset + 4)
+    return magic == echo_magic, seq, tag
+
+
+def build_probe_payload(seq, plane, echo=False):
+    return _build_tagged(ECHO_MAGIC if echo else PROBE_MAGIC, seq, "plane", plane)
 
 
 def parse_probe_payload(data, offset=BTH_LEN):
     """(is_echo, seq, plane) of a probe or an echo, or None if the SEND is neither."""
-    if len(data) < offset + PROBE_PAYLOAD_LEN:
-        return None
-    magic = bytes(data[offset:offset + 4])
-    if magic != PROBE_MAGIC and magic != ECHO_MAGIC:
-        return None
-    seq, plane = _PROBE.unpack_from(data, offset + 4)
-    return magic == ECHO_MAGIC, seq, plane
+    return _parse_tagged(data, offset, PROBE_MAGIC, ECHO_MAGIC)
 
 
 RTT_PROBE_MAGIC = b"RTT1"
@@ -513,20 +521,12 @@ RTT_ECHO_MAGIC = b"RTE1"
 def build_rtt_probe_payload(seq, context, echo=False):
     """SPX CC's RTT probe (or its echo): the same layout as a plane probe under its own magic,
     `context` naming the sender's CC context (a plane index, or the QP's own)."""
-    _check_range("seq", seq, 0, 0xFFFFFFFF)
-    _check_range("context", context, 0, 0xFF)
-    return (RTT_ECHO_MAGIC if echo else RTT_PROBE_MAGIC) + _PROBE.pack(seq, context)
+    return _build_tagged(RTT_ECHO_MAGIC if echo else RTT_PROBE_MAGIC, seq, "context", context)
 
 
 def parse_rtt_probe_payload(data, offset=BTH_LEN):
     """(is_echo, seq, context) of an RTT probe or its echo, or None if the SEND is neither."""
-    if len(data) < offset + PROBE_PAYLOAD_LEN:
-        return None
-    magic = bytes(data[offset:offset + 4])
-    if magic != RTT_PROBE_MAGIC and magic != RTT_ECHO_MAGIC:
-        return None
-    seq, context = _PROBE.unpack_from(data, offset + 4)
-    return magic == RTT_ECHO_MAGIC, seq, context
+    return _parse_tagged(data, offset, RTT_PROBE_MAGIC, RTT_ECHO_MAGIC)
 
 
 def build_ack_packet(src, dst, sport, dest_qp, psn, syndrome=AETH_ACK, msn=0, **ip):

@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass, fields
 
 from fabriclab.loading import excerpt
+from fabriclab.traffic.dcqcn import MonotonicTime
 
 NIC_DEFAULTS = {
     "cnp_cut": 0.3,            # fraction of RC a CNP removes (at most once per RTT)
@@ -144,20 +145,6 @@ def _require(name, value, ok, what):
         raise ValueError(f"SPX parameter {name} must be {what}, got {excerpt(value)}")
 
 
-class _Clock:
-    """Refuses time going backwards: a caller mixing clocks would corrupt the RTT windows."""
-
-    def __init__(self):
-        self.now = None
-
-    def tick(self, now):
-        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-            raise ValueError(f"time must be a finite number of seconds, got {excerpt(now)}")
-        if self.now is not None and now < self.now:
-            raise ValueError(f"time went backwards: {now} after {self.now}")
-        self.now = now
-
-
 class ReactionPoint:
     """The sender side of SPX CC for one context: its rate and how CNPs and RTT samples move it.
 
@@ -166,7 +153,7 @@ class ReactionPoint:
 
     def __init__(self, params=None):
         self.params = params if params is not None else SpxParams()
-        self._clock = _Clock()
+        self._clock = MonotonicTime()
         self._rc = self.params.line_rate_mbps
         self._srtt = None
         self._base = None

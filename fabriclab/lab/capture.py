@@ -241,15 +241,7 @@ class Capture:
         return self.result
 
     def _stop_all(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        procs.end_children(self.procs)
         self.done.set()
         for thread in self.readers:
             thread.join(timeout=5)

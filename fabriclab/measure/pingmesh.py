@@ -22,6 +22,7 @@ import time
 
 from fabriclab.errors import LabError
 from fabriclab.system.netns import in_namespace
+from fabriclab.system.procs import end_children
 
 CLASSES = ("lossless", "lossy")
 PHASES = ("unloaded", "loaded")
@@ -194,15 +195,7 @@ class Pingmesh:
 
     def stop(self):
         """End every ping and return one parse_ping list per probe."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        end_children(self.procs, signal.SIGINT)   # ping prints its summary on SIGINT
         for reader in self._readers:
             reader.join(timeout=5)
         return [parse_ping("".join(chunks)) for chunks in self.outputs]

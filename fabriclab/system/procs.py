@@ -195,3 +195,17 @@ def end_group(proc):
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def end_children(procs, sig=signal.SIGTERM, grace_s=5.0):
+    """End the Popen children `procs` (the caller's own): `sig` to each still running, then wait
+    for each, killing one that has not exited within `grace_s`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
