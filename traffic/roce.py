@@ -47,7 +47,12 @@ ROCE_OVERHEAD = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN + ICRC_LEN
 """Bytes of an IPv4 RoCEv2 datagram that are not RDMA payload, for a packet without RETH/AETH."""
 
 # Reliable Connection opcodes (transport bits 000 in the top three bits of the opcode).
+OP_RC_SEND_FIRST = 0x00
+OP_RC_SEND_MIDDLE = 0x01
+OP_RC_SEND_LAST = 0x02
+OP_RC_SEND_LAST_WITH_IMMEDIATE = 0x03
 OP_RC_SEND_ONLY = 0x04
+OP_RC_SEND_ONLY_WITH_IMMEDIATE = 0x05
 OP_RC_RDMA_WRITE_FIRST = 0x06
 OP_RC_RDMA_WRITE_MIDDLE = 0x07
 OP_RC_RDMA_WRITE_LAST = 0x08
@@ -59,7 +64,12 @@ OP_CNP = 0x81
 """Congestion Notification Packet (RoCEv2 annex): a receiver that saw ECN CE sends it (DCQCN)."""
 
 OPCODE_NAMES = {
+    OP_RC_SEND_FIRST: "RC_SEND_FIRST",
+    OP_RC_SEND_MIDDLE: "RC_SEND_MIDDLE",
+    OP_RC_SEND_LAST: "RC_SEND_LAST",
+    OP_RC_SEND_LAST_WITH_IMMEDIATE: "RC_SEND_LAST_WITH_IMMEDIATE",
     OP_RC_SEND_ONLY: "RC_SEND_ONLY",
+    OP_RC_SEND_ONLY_WITH_IMMEDIATE: "RC_SEND_ONLY_WITH_IMMEDIATE",
     OP_RC_RDMA_WRITE_FIRST: "RC_RDMA_WRITE_FIRST",
     OP_RC_RDMA_WRITE_MIDDLE: "RC_RDMA_WRITE_MIDDLE",
     OP_RC_RDMA_WRITE_LAST: "RC_RDMA_WRITE_LAST",
@@ -77,7 +87,20 @@ RETH_OPCODES = frozenset({
 AETH_OPCODES = frozenset({OP_RC_ACKNOWLEDGE})
 IMMDT_OPCODES = frozenset({
     OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    OP_RC_SEND_LAST_WITH_IMMEDIATE, OP_RC_SEND_ONLY_WITH_IMMEDIATE,
 })
+SEND_OPCODES = frozenset(range(OP_RC_SEND_FIRST, OP_RC_SEND_ONLY_WITH_IMMEDIATE + 1))
+"""An RC SEND's packets: the responder places them in the receive buffer its next posted
+receive request names (no RETH)."""
+FIRST_OPCODES = frozenset({OP_RC_SEND_FIRST, OP_RC_SEND_ONLY, OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+                           OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_ONLY,
+                           OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE})
+"""The packets that start a message (FIRST or ONLY)."""
+LAST_OPCODES = frozenset({OP_RC_SEND_LAST, OP_RC_SEND_LAST_WITH_IMMEDIATE, OP_RC_SEND_ONLY,
+                          OP_RC_SEND_ONLY_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_LAST,
+                          OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY,
+                          OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE})
+"""The packets that end a message (LAST or ONLY)."""
 
 DEFAULT_PKEY = 0xFFFF
 """The default partition key (full membership); RoCE fabrics rarely use others."""
@@ -227,6 +250,18 @@ def write_opcode(index, npackets, immediate=False):
     if index == npackets - 1:
         return OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE if immediate else OP_RC_RDMA_WRITE_LAST
     return OP_RC_RDMA_WRITE_MIDDLE
+
+
+def send_opcode(index, npackets, immediate=False):
+    """The opcode of packet `index` of an RC SEND of `npackets` packets, as `write_opcode` for
+    a WRITE: ONLY, or FIRST, MIDDLE..., LAST; `immediate` makes the last one WITH IMMEDIATE."""
+    if npackets == 1:
+        return OP_RC_SEND_ONLY_WITH_IMMEDIATE if immediate else OP_RC_SEND_ONLY
+    if index == 0:
+        return OP_RC_SEND_FIRST
+    if index == npackets - 1:
+        return OP_RC_SEND_LAST_WITH_IMMEDIATE if immediate else OP_RC_SEND_LAST
+    return OP_RC_SEND_MIDDLE
 
 
 def write_message_segments(message_bytes, payload_bytes):
@@ -434,9 +469,19 @@ AETH_ACK = 0x1F
 """AETH syndrome of a positive ACK: type 000, credit count 11111 ("end-to-end credits invalid")."""
 AETH_NAK_PSN_SEQUENCE_ERROR = 0x60
 """AETH syndrome of a NAK (type 011) with code 0: PSN sequence error, the go-back-N trigger."""
+AETH_NAK_INVALID_REQUEST = 0x61
+"""NAK code 1, invalid request: e.g. a SEND longer than the receive buffer, or a message whose
+packets do not follow FIRST, MIDDLE..., LAST. The requester's QP fails."""
+AETH_NAK_REMOTE_ACCESS_ERROR = 0x62
+"""NAK code 2, remote access error: an RDMA WRITE outside the registered memory or with a
+wrong R_Key. The requester's QP fails."""
+AETH_RNR_NAK = 0x20
+"""AETH type 001, receiver not ready: a SEND found no receive posted. The low 5 bits are the
+RNR timer's code (IBTA table 45), how long the requester waits before it sends the packet again."""
 AETH_TYPE_MASK = 0xE0
 AETH_TYPE_ACK = 0x00
 AETH_TYPE_NAK = 0x60
+AETH_TYPE_RNR = 0x20
 IMMDT_LEN = 4
 CTS_MAGIC = b"CTS1"
 CTS_PAYLOAD_LEN = len(CTS_MAGIC) + 8
@@ -451,6 +496,29 @@ class Aeth(NamedTuple):
     @property
     def is_nak(self):
         return self.syndrome & AETH_TYPE_MASK == AETH_TYPE_NAK
+
+    @property
+    def is_rnr(self):
+        """A receiver-not-ready NAK (type 001): not an ACK, though its type bits are not 011."""
+        return self.syndrome & AETH_TYPE_MASK == AETH_TYPE_RNR
+
+
+RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+                2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+                163840, 245760, 327680, 491520)
+"""The RNR NAK timer's codes 0..31 in microseconds (IBTA table 45: code 0 is the longest)."""
+
+
+def rnr_timer_s(code):
+    """Seconds a requester waits after an RNR NAK whose timer field is `code`."""
+    _check_range("rnr timer", code, 0, 31)
+    return RNR_TIMER_US[code] * 1e-6
+
+
+def rnr_timer_code(seconds):
+    """The shortest RNR timer code that waits at least `seconds` (the longest, 0, if none)."""
+    fits = [code for code in range(1, 32) if RNR_TIMER_US[code] * 1e-6 >= seconds]
+    return min(fits, key=lambda code: RNR_TIMER_US[code]) if fits else 0
 
 
 def build_aeth(syndrome, msn):

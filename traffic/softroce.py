@@ -267,10 +267,12 @@ class Attachment:
         ]
 
 
-def plan_attachments(ranks, fabric, tag, tables, qps_per_port=1):
+def plan_attachments(ranks, fabric, tag, tables, qps_per_port=1, peers=()):
     """An Attachment per rank port (rank order, then plane). `tag`: a short hex string unique to
     the job (interface and device names are global); `tables`: one free routing table each;
-    `qps_per_port`: the most QPs one port of the job has (sizes the paced device's queue)."""
+    `qps_per_port`: the most QPs one port of the job has (sizes the paced device's queue);
+    `peers`: ranks the devices talk to that get no device of their own (another RNIC on their
+    host, such as the lab's own): their ports are neighbours too."""
     ports = [(r, p) for r in ranks for p in r.ports]
     if len(tables) < len(ports):
         raise ValueError(f"{len(ports)} attachments need as many routing tables, got {len(tables)}")
@@ -279,7 +281,7 @@ def plan_attachments(ranks, fabric, tag, tables, qps_per_port=1):
         netdev = f"{NETDEV_PREFIX}{tag}{k}"
         if len(netdev) + 1 > 15:
             raise LabError(f"collective: too many rank ports for soft-RoCE names ({len(ports)})")
-        neighbours = tuple((p.ip, p.mac) for r in ranks for p in r.ports
+        neighbours = tuple((p.ip, p.mac) for r in (*ranks, *peers) for p in r.ports
                            if p.plane == port.plane and p.ip != port.ip)
         out.append(Attachment(rank.rank, rank.host, port.plane, port.intf, port.ip, port.mac,
                               netdev, netdev + "p", f"{DEVICE_PREFIX}{tag}-{k}", tables[k],
@@ -327,9 +329,10 @@ class SoftRoce:
     """The rxe devices of one collective job: `attach()` before the agents start, `detach()` after
     (idempotent; also undoes a half-made attach)."""
 
-    def __init__(self, lab, ranks, name="collective", qps_per_port=1):
+    def __init__(self, lab, ranks, name="collective", qps_per_port=1, peers=()):
         self.lab, self.ranks, self.name = lab, ranks, name
         self.qps_per_port = qps_per_port
+        self.peers = tuple(peers)          # ranks reached without a device (plan_attachments)
         self.tag = secrets.token_hex(2)
         self.attachments = []
         self.made = []                      # attachments whose root veth exists
@@ -338,7 +341,7 @@ class SoftRoce:
         fabric, net, run = self.lab.fabric, self.lab.net, self.lab.run
         self.attachments = plan_attachments(self.ranks, fabric, self.tag,
                                             free_tables(sum(len(r.ports) for r in self.ranks)),
-                                            self.qps_per_port)
+                                            self.qps_per_port, self.peers)
         # Recorded before they exist, so that `clean` finds them after a crash mid-way.
         run.plan([], [a.netdev for a in self.attachments])
         group = run.data["link_group"]

@@ -54,16 +54,19 @@ class TransportError(Exception):
 
 @dataclass
 class WriteRequest:
-    """One RDMA WRITE (with immediate) posted to a QP: a work request."""
+    """One RDMA WRITE posted to a QP, or with `send` a SEND (it lands in the buffer of the
+    responder's next receive request; vaddr and rkey are unused): a work request. `immediate`
+    None sends the message without immediate data (the collective's writes always carry it)."""
 
     length: int
     vaddr: int
     rkey: int
-    immediate: int
+    immediate: int | None
     data: object = None          # bytes-like of `length` bytes, or None to send zeros
     context: object = None       # the poster's handle, returned on completion
     first_seq: int = -1          # sequence number of the first packet, once started
     npackets: int = 0
+    send: bool = False
 
 
 @dataclass
@@ -73,6 +76,7 @@ class RequesterCounters:
     retransmitted_packets: int = 0
     acks: int = 0
     naks: int = 0                # NAKs received (each triggers a go-back-N)
+    rnr_naks: int = 0            # receiver-not-ready NAKs received (each a wait, then a resend)
     local_ack_timeout_err: int = 0
     completed: int = 0           # messages completed (CQEs)
 
@@ -81,7 +85,7 @@ class Requester:
     """The sending half of a QP. Sequence numbers are unbounded ints; PSN = seq mod 2**24."""
 
     def __init__(self, initial_psn, payload_bytes, *, ack_every=16, timeout_s=0.5, retry_limit=7,
-                 self_describing=False, window=None):
+                 self_describing=False, window=None, rnr_retry=7):
         if payload_bytes <= 0 or payload_bytes % 4:
             raise ValueError(f"payload_bytes must be a positive multiple of 4, got {payload_bytes}")
         self.payload_bytes = payload_bytes
@@ -105,6 +109,11 @@ class Requester:
         self.inflight = deque()    # started, not completed, in sequence order
         self.retries = 0
         self.last_progress = None
+        # Receiver not ready (a SEND found no receive posted): nothing goes before `rnr_until`;
+        # `rnr_retry` such NAKs in a row fail the QP, except 7, which retries for ever (IBTA).
+        self.rnr_retry = rnr_retry
+        self.rnr_retries = 0
+        self.rnr_until = None
         self.counters = RequesterCounters()
         self._cursor = None        # (index in inflight, packet index) for send_seq < next_seq
 
@@ -112,7 +121,10 @@ class Requester:
 
     def post(self, request):
         if request.length <= 0:
-            raise ValueError("an RDMA WRITE carries at least one byte")
+            raise ValueError("an RDMA WRITE or SEND carries at least one byte")
+        if request.send and self.self_describing:
+            raise ValueError("a self-describing (multipath) requester sends RDMA WRITEs only: "
+                             "a SEND's packets carry no address to place them by")
         self.queue.append(request)
 
     @property
@@ -172,8 +184,11 @@ class Requester:
             opcode = (roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE if last
                       else roce.OP_RC_RDMA_WRITE_ONLY)
             reth = (request.vaddr + offset, request.rkey, length)
+        elif request.send:
+            opcode = roce.send_opcode(index, request.npackets, request.immediate is not None)
+            reth = None
         else:
-            opcode = roce.write_opcode(index, request.npackets, immediate=True)
+            opcode = roce.write_opcode(index, request.npackets, request.immediate is not None)
             reth = (request.vaddr, request.rkey, request.length) if index == 0 else None
         immediate = request.immediate if last else None
         # A packet sent again asks for an ACK: if it arrives as a duplicate, or fills the hole
@@ -215,8 +230,31 @@ class Requester:
         seq = self.una_seq + delta
         return seq if seq <= self.next_seq else None
 
+    def ready(self, now):
+        """False while an RNR NAK's wait lasts: send nothing before `rnr_until`. (The collective's
+        agents never see one: their peers post no receives and take only RDMA WRITEs.)"""
+        return self.rnr_until is None or now >= self.rnr_until
+
     def on_ack(self, psn, aeth, now):
         """Process an ACK or NAK; returns the requests completed by it (in order)."""
+        if aeth.is_rnr:
+            # Receiver not ready: everything before `psn` arrived; the packet at `psn` goes
+            # again after the timer the NAK names (IBTA 9.7.5.2.8). It is no loss: no go-back-N
+            # counted, the ACK timer waits with it.
+            self.counters.rnr_naks += 1
+            seq = self._seq_of(psn)
+            if seq is None or seq >= self.next_seq:
+                return []
+            self.rnr_retries += 1
+            if self.rnr_retry != 7 and self.rnr_retries > self.rnr_retry:
+                raise TransportError(f"RNR retry counter exceeded at PSN {psn} after "
+                                     f"{self.rnr_retry} receiver-not-ready NAKs")
+            completed = self._acknowledge(seq, now)
+            self.send_seq = seq
+            self._resend.clear()
+            self.rnr_until = now + roce.rnr_timer_s(aeth.syndrome & 0x1F)
+            self.last_progress = None
+            return completed
         if aeth.is_nak:
             self.counters.naks += 1
             if aeth.syndrome != roce.AETH_NAK_PSN_SEQUENCE_ERROR:
@@ -253,6 +291,7 @@ class Requester:
         self.una_seq = upto_seq
         self.send_seq = max(self.send_seq, upto_seq)
         self.retries = 0
+        self.rnr_until = None
         self.last_progress = now if self.una_seq < self.next_seq else None
         done = []
         while self.inflight and self.inflight[0].first_seq + self.inflight[0].npackets <= upto_seq:
@@ -311,11 +350,24 @@ class ResponderCounters:
     reorder_depth_sum: int = 0   # ... summed over the out-of-sequence arrivals (for the mean)
     out_of_window: int = 0       # placing responder: beyond the bitmap, dropped
     holes_naked: int = 0         # placing responder: holes given up as lost (also packet_seq_err)
+    rnr_naks_sent: int = 0       # SENDs that found no receive posted
+    invalid_request: int = 0     # packets refused with an invalid-request NAK
+
+
+@dataclass
+class ReceiveRequest:
+    """A receive work request: the next SEND to the QP lands at `vaddr` (the poster's address
+    space), `length` bytes at most."""
+
+    vaddr: int
+    length: int
+    context: object = None
 
 
 @dataclass
 class Placement:
-    """An accepted packet's bytes go to `rkey` at `vaddr` (already offset within the message)."""
+    """An accepted packet's bytes go to `rkey` at `vaddr` (already offset within the message);
+    a SEND's have no rkey: `vaddr` is in its receive request's buffer."""
 
     rkey: int
     vaddr: int
@@ -325,12 +377,15 @@ class Placement:
 
 @dataclass
 class Completion:
-    """A message the responder finished: its immediate data and where it was written."""
+    """A message the responder finished: its immediate data (None: none) and where it was
+    written. A SEND's (`send`) names its receive request's context."""
 
-    immediate: int
-    rkey: int
+    immediate: int | None
+    rkey: int | None
     vaddr: int
     length: int
+    send: bool = False
+    context: object = None
 
 
 @dataclass
@@ -342,18 +397,33 @@ class ResponderAction:
 
 
 class Responder:
-    """The receiving half of a QP: in-order acceptance, NAK once per gap, ACK on request."""
+    """The receiving half of a QP: in-order acceptance, NAK once per gap, ACK on request.
 
-    def __init__(self, initial_psn):
+    RDMA WRITEs land where their RETH says. A SEND takes the oldest posted receive request
+    (`post_receive`) and lands in its buffer; with none posted it is answered with an RNR NAK
+    (receiver not ready, timer code `rnr_timer`) and not accepted, so the requester sends it again
+    later. A message whose packets break the FIRST, MIDDLE..., LAST order, or that overruns its
+    RETH length or receive buffer, is refused with an invalid-request NAK."""
+
+    def __init__(self, initial_psn, rnr_timer=14):
         self.expected = initial_psn & roce.PSN_MASK
         self.nak_outstanding = False
         self.msn = 0
+        self.rnr_timer = rnr_timer       # 14: 1.28 ms
+        self.receives = deque()
         self.counters = ResponderCounters()
-        self._message = None         # (rkey, vaddr, length, bytes placed) of the message underway
+        # (rkey, vaddr, length, bytes placed, receive request or None) of the message underway
+        self._message = None
+
+    def post_receive(self, request):
+        """Queue a ReceiveRequest for a SEND to come."""
+        if request.length < 0:
+            raise ValueError(f"a receive buffer has a length >= 0, got {request.length}")
+        self.receives.append(request)
 
     def on_packet(self, parsed, now=0.0):
-        """Process one RDMA WRITE packet (a `roce.ParsedRoce`); returns a ResponderAction. (`now`
-        is for the placing responder's holes; an in-order receiver NAKs at once.)"""
+        """Process one RDMA WRITE or SEND packet (a `roce.ParsedRoce`); returns a ResponderAction.
+        (`now` is for the placing responder's holes; an in-order receiver NAKs at once.)"""
         bth = parsed.bth
         action = ResponderAction()
         if bth.psn != self.expected:
@@ -369,31 +439,56 @@ class Responder:
                     self.counters.packet_seq_err += 1
                     action.reply = (self.expected, roce.AETH_NAK_PSN_SEQUENCE_ERROR)
             return action
+        opcode = bth.opcode
+        send = opcode in roce.SEND_OPCODES
+        message = self._message
+        if opcode in roce.FIRST_OPCODES:
+            if message is not None:
+                return self._invalid(action, bth)        # the last message never ended
+            if send:
+                if not self.receives:
+                    self.counters.rnr_naks_sent += 1
+                    action.reply = (bth.psn, roce.AETH_RNR_NAK | self.rnr_timer)
+                    return action                        # not accepted: it comes again
+                receive = self.receives.popleft()
+                message = [None, receive.vaddr, receive.length, 0, receive]
+            else:
+                reth = parsed.reth
+                message = [reth.rkey, reth.vaddr, reth.dma_len, 0, None]
+        elif message is None or (message[4] is not None) != send:
+            return self._invalid(action, bth)            # a MIDDLE or LAST of no such message
+        rkey, vaddr, total, placed, receive = message
+        length = parsed.payload_len
+        last = opcode in roce.LAST_OPCODES
+        if placed + length > total or (last and not send and placed + length != total):
+            return self._invalid(action, bth)            # beyond the buffer, or short of the RETH
         self.nak_outstanding = False
         self.expected = roce.psn_add(self.expected)
-        opcode = bth.opcode
-        if parsed.reth is not None:
-            self._message = [parsed.reth.rkey, parsed.reth.vaddr, parsed.reth.dma_len, 0]
-        elif self._message is None:
-            # A MIDDLE/LAST without its FIRST cannot happen in sequence; treat as protocol error.
-            self.counters.out_of_sequence += 1
-            return action
-        rkey, vaddr, total, placed = self._message
-        length = parsed.payload_len
+        self._message = message
         action.placement = Placement(rkey, vaddr + placed, parsed.payload_offset, length)
-        self._message[3] = placed + length
+        message[3] = placed + length
         self.counters.packets += 1
         self.counters.bytes += length
-        if opcode in (roce.OP_RC_RDMA_WRITE_LAST, roce.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                      roce.OP_RC_RDMA_WRITE_ONLY, roce.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE):
+        if last:
             self.msn = (self.msn + 1) & 0xFFFFFF
-            if parsed.immediate is not None:
-                action.completion = Completion(parsed.immediate, rkey, vaddr, self._message[3])
+            if send:
+                action.completion = Completion(parsed.immediate, None, vaddr, message[3], True,
+                                               receive.context)
+                self.counters.completed += 1
+            elif parsed.immediate is not None:
+                action.completion = Completion(parsed.immediate, rkey, vaddr, message[3])
                 self.counters.completed += 1
             self._message = None
         if bth.ack_req:
             action.reply = (bth.psn, roce.AETH_ACK)
             self.counters.acks_sent += 1
+        return action
+
+    def _invalid(self, action, bth):
+        """Refuse the expected packet: an invalid-request NAK; the message underway is dropped."""
+        self.counters.invalid_request += 1
+        self._message = None
+        action.reply = (bth.psn, roce.AETH_NAK_INVALID_REQUEST)
         return action
 
 

@@ -120,6 +120,17 @@ def test_an_attachment_per_rank_port_with_unique_short_names():
         assert len(att.neighbours) == len(ranks) - 1
 
 
+def test_peers_are_neighbours_without_a_device_of_their_own():
+    """The interop test's plan: a device on one rank's port only, the other rank's port (the
+    lab's own RNIC) reached as a neighbour."""
+    fabric = Fabric(load_spec("tiny"))
+    first, second = place_ranks(fabric, CollectiveSpec(hosts=("h1", "h2")))
+    (att,) = softroce.plan_attachments([first], fabric, "ab12", [softroce.TABLE_BASE], peers=[second])
+    assert att.host == "h1" and att.neighbours == ((second.ports[0].ip, second.ports[0].mac),)
+    (alone,) = softroce.plan_attachments([first], fabric, "ab12", [softroce.TABLE_BASE])
+    assert alone.neighbours == ()
+
+
 def test_multiplane_ports_get_their_plane_neighbours_only():
     _, ranks, atts = _attachments("spectrumx_fig16")
     planes = {a.plane for a in atts}

@@ -432,3 +432,141 @@ def test_a_packet_sent_again_asks_for_an_ack():
     for pkt in first:
         resp.on_packet(as_parsed(pkt)[0])
     assert resp.on_packet(as_parsed(again[0])[0]).reply == (3, roce.AETH_ACK)   # a duplicate, answered
+
+
+# -- SENDs, plain WRITEs, RNR and invalid requests (what a kernel's soft-RoCE QP sends and expects)
+
+
+def send(length, imm=None, context=1):
+    return WriteRequest(length, 0, 0, immediate=imm, context=context, send=True)
+
+
+def test_a_send_is_first_middle_last_with_no_reth_and_lands_in_the_posted_receive():
+    from fabriclab.traffic.transport import ReceiveRequest
+
+    req = Requester(10, PAYLOAD)
+    req.post(send(2 * PAYLOAD + 3, imm=0xABCD))
+    pkts = drain(req)
+    assert [p["opcode"] for p in pkts] == [roce.OP_RC_SEND_FIRST, roce.OP_RC_SEND_MIDDLE,
+                                           roce.OP_RC_SEND_LAST_WITH_IMMEDIATE]
+    assert all(p["reth"] is None for p in pkts) and pkts[-1]["imm"] == 0xABCD
+    resp = Responder(10)
+    resp.post_receive(ReceiveRequest(0x5000, 4 * PAYLOAD, context="r0"))
+    actions = [resp.on_packet(as_parsed(p)[0]) for p in pkts]
+    places = [(a.placement.rkey, a.placement.vaddr, a.placement.length) for a in actions]
+    assert places == [(None, 0x5000, PAYLOAD), (None, 0x5000 + PAYLOAD, PAYLOAD),
+                      (None, 0x5000 + 2 * PAYLOAD, 3)]
+    done = actions[-1].completion
+    assert (done.send, done.immediate, done.vaddr, done.length, done.context) == \
+        (True, 0xABCD, 0x5000, 2 * PAYLOAD + 3, "r0")
+    assert actions[-1].reply == (12, roce.AETH_ACK) and resp.msn == 1 and not resp.receives
+    # and without immediate data: SEND ONLY, still a completion (a SEND always consumes a receive)
+    req.post(send(5))
+    (only,) = drain(req)
+    assert only["opcode"] == roce.OP_RC_SEND_ONLY and only["imm"] is None
+    resp.post_receive(ReceiveRequest(0x9000, 64, context="r1"))
+    done = resp.on_packet(as_parsed(only)[0]).completion
+    assert (done.send, done.immediate, done.length, done.context) == (True, None, 5, "r1")
+
+
+def test_a_write_without_immediate_places_and_completes_nothing_towards_the_application():
+    req = Requester(0, PAYLOAD)
+    req.post(WriteRequest(PAYLOAD + 1, 0x2000, 9, immediate=None))
+    pkts = drain(req)
+    assert [p["opcode"] for p in pkts] == [roce.OP_RC_RDMA_WRITE_FIRST, roce.OP_RC_RDMA_WRITE_LAST]
+    resp = Responder(0)
+    actions = [resp.on_packet(as_parsed(p)[0]) for p in pkts]
+    assert [a.placement.vaddr for a in actions] == [0x2000, 0x2000 + PAYLOAD]
+    assert all(a.completion is None for a in actions) and resp.msn == 1
+    assert resp.expected == 2
+
+
+def test_a_send_with_no_receive_posted_gets_an_rnr_nak_and_is_sent_again_after_its_timer():
+    from fabriclab.traffic.transport import ReceiveRequest
+
+    req = Requester(50, PAYLOAD, timeout_s=5.0)
+    req.post(write(8, tag=1))
+    req.post(send(8, context=2))
+    first, second = drain(req, now=0.0)
+    resp = Responder(50, rnr_timer=roce.rnr_timer_code(0.01))
+    assert resp.on_packet(as_parsed(first)[0]).reply == (50, roce.AETH_ACK)
+    action = resp.on_packet(as_parsed(second)[0])
+    assert action.placement is None and resp.expected == 51            # not accepted
+    psn, syndrome = action.reply
+    assert psn == 51 and syndrome & roce.AETH_TYPE_MASK == roce.AETH_TYPE_RNR
+    assert resp.counters.rnr_naks_sent == 1
+    # Before the fix an RNR NAK (type 001) read as an ACK of PSN 51: the SEND "completed" unseen.
+    aeth = roce.Aeth(syndrome, resp.msn)
+    assert aeth.is_rnr and not aeth.is_nak
+    done = req.on_ack(psn, aeth, now=1.0)
+    assert [r.context for r in done] == [1]                             # the write, not the send
+    assert req.counters.rnr_naks == 1 and req.rnr_until == pytest.approx(1.0 + roce.rnr_timer_s(
+        syndrome & 0x1F))
+    assert req.has_packet() and not req.ready(1.0) and req.ready(1.011)
+    assert req.deadline() is None                                       # no ACK timer meanwhile
+    (again,) = drain(req, now=1.011)
+    assert again["psn"] == 51 and again["opcode"] == roce.OP_RC_SEND_ONLY
+    resp.post_receive(ReceiveRequest(0, 8))
+    action = resp.on_packet(as_parsed(again)[0])
+    assert action.completion.send and action.reply == (51, roce.AETH_ACK)
+    assert [r.context for r in req.on_ack(51, ACK, now=1.1)] == [2] and req.rnr_until is None
+
+
+def test_rnr_retries_run_out_unless_seven():
+    for limit, fails in ((1, True), (7, False)):
+        req = Requester(0, PAYLOAD, rnr_retry=limit)
+        req.post(send(4))
+        rnr = roce.Aeth(roce.AETH_RNR_NAK | 1, 0)
+        for attempt in range(3):
+            drain(req, now=attempt)
+            if fails and attempt == 1:
+                with pytest.raises(TransportError, match="RNR retry counter exceeded"):
+                    req.on_ack(0, rnr, now=attempt)
+                break
+            req.on_ack(0, rnr, now=attempt)
+        else:
+            assert req.counters.rnr_naks == 3 and not fails
+
+
+def test_the_rnr_timer_codes_follow_the_ibta_table():
+    assert roce.rnr_timer_s(0) == pytest.approx(0.65536)
+    assert roce.rnr_timer_s(1) == pytest.approx(10e-6) and roce.rnr_timer_s(31) == pytest.approx(0.49152)
+    assert roce.rnr_timer_code(0.001) == 14 and roce.rnr_timer_s(14) == pytest.approx(0.00128)
+    assert roce.rnr_timer_code(10.0) == 0
+    with pytest.raises(ValueError):
+        roce.rnr_timer_s(32)
+
+
+def test_messages_that_break_the_opcode_order_or_overrun_are_invalid_requests():
+    from fabriclab.traffic.transport import ReceiveRequest
+
+    req = Requester(0, PAYLOAD)
+    req.post(write(2 * PAYLOAD, tag=3))
+    first, last = drain(req)
+    resp = Responder(1)                       # a LAST with no FIRST before it
+    action = resp.on_packet(as_parsed(last)[0])
+    assert action.reply == (1, roce.AETH_NAK_INVALID_REQUEST) and action.placement is None
+    assert resp.expected == 1 and resp.counters.invalid_request == 1
+    resp = Responder(0)                       # a FIRST while another message is under way
+    resp.on_packet(as_parsed(first)[0])
+    req2 = Requester(1, PAYLOAD)
+    req2.post(write(8))
+    action = resp.on_packet(as_parsed(drain(req2)[0])[0])
+    assert action.reply == (1, roce.AETH_NAK_INVALID_REQUEST)
+    # a SEND longer than its receive buffer
+    req3 = Requester(0, PAYLOAD)
+    req3.post(send(100))
+    resp = Responder(0)
+    resp.post_receive(ReceiveRequest(0, 64))
+    action = resp.on_packet(as_parsed(drain(req3)[0])[0])
+    assert action.reply == (0, roce.AETH_NAK_INVALID_REQUEST) and action.placement is None
+    # a WRITE whose RETH says more than its packets carry
+    resp = Responder(0)
+    parsed, _ = as_parsed(dict(opcode=roce.OP_RC_RDMA_WRITE_ONLY, psn=0, ack_req=True,
+                               reth=(0, 1, 64), imm=None, length=8))
+    assert resp.on_packet(parsed).reply == (0, roce.AETH_NAK_INVALID_REQUEST)
+
+
+def test_a_multipath_requester_refuses_sends():
+    with pytest.raises(ValueError, match="SEND"):
+        Requester(0, PAYLOAD, self_describing=True, window=64).post(send(8))
