@@ -93,9 +93,9 @@ def test_ecn_profiles_change_the_spines_thresholds_only():
     assert tight["spine"] == {"mode": "red", "kmin": 16 * 1024, "kmax": 64 * 1024, "pmax": 0.2}
     assert relaxed["spine"]["kmin"] == 128 * 1024 and relaxed["spine"]["kmax"] == 256 * 1024
     runs = ecn_dcqcn.runs(fab, Options(routing="ecmp"))
-    # two hosts of each of the four leaves: 8 ranks, every ring hop free to cross leaves
+    # every host of two leaves: 8 ranks, four of them behind each leaf's four uplinks
     ranks = runs[0].jobs[0].workload.hosts
-    assert ranks == ("h1", "h2", "h5", "h6", "h9", "h10", "h13", "h14")
+    assert ranks == ("h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8")
     assert all(r.jobs[0].workload.hosts == ranks for r in runs)
     assert [r.jobs[0].workload.dcqcn is not None for r in runs] == [False, False, True, True]
     assert [r.ecn == tight for r in runs] == [False, True, False, True]

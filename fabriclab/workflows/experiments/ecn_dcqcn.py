@@ -3,8 +3,9 @@ DCQCN off and on (seed 000 section 5.2.1, Figure 12).
 
 The paper's setting: a 32-GPU AllReduce in one 1:1 AI zone, DCQCN on, the CTSWs' ECN thresholds
 tight (300 KB..600 KB) against relaxed (5 MB). Here: the `routing` spec (an AI zone's racks at
-1:1; spine buffers four times the leaves'), ECN on, a ring AllReduce over two hosts of each leaf
-(8 ranks: all 16 saturated this machine's CPU at full rate, 2026-12-02), placed at random, so most ring hops cross leaves and meet on uplinks that ECMP
+1:1; spine buffers four times the leaves'), ECN on, a ring AllReduce over every host of two leaves
+(8 ranks: all 16 saturated this machine's CPU at full rate, and two hosts of each of the four
+leaves met on no uplink, 2026-12-02), placed at random, so most ring hops cross leaves and meet on uplinks that ECMP
 chose alike: the queues ECN and PFC act on. Four cases on one fabric, the spines' thresholds
 changed on the running switches between them (the leaves keep relaxed ones throughout):
 
@@ -38,7 +39,7 @@ REFERENCE = {
 # Thresholds as fractions of each port's buffer: tight marks from a sixteenth, every packet
 # from a quarter; relaxed from a half, every packet only at a full buffer.
 PROFILES = {"tight": (1 / 16, 1 / 4), "relaxed": (1 / 2, 1.0)}
-RANKS_PER_LEAF = 2
+LEAVES = 2                      # the ranks: every host of the first LEAVES leaves
 
 
 def prepare(spec, options):
@@ -72,13 +73,11 @@ def thresholds(fabric, profile):
 
 
 def ranks_of(fabric):
-    """The first RANKS_PER_LEAF hosts of every leaf, in name order."""
-    taken = {}
-    for host in sorted(fabric.hosts, key=lambda h: int(h[1:])):
-        leaf = fabric.hosts[host].ports[0].leaf
-        if len(taken.setdefault(leaf, [])) < RANKS_PER_LEAF:
-            taken[leaf].append(host)
-    return tuple(h for hosts in taken.values() for h in hosts)
+    """Every host of the first LEAVES leaves, in name order: a leaf's four ring hops out share its
+    four uplinks by ECMP's hash, so some meet (two hosts of each of four leaves met nowhere)."""
+    hosts = sorted(fabric.hosts, key=lambda h: int(h[1:]))
+    leaves = list(dict.fromkeys(fabric.hosts[h].ports[0].leaf for h in hosts))[:LEAVES]
+    return tuple(h for h in hosts if fabric.hosts[h].ports[0].leaf in leaves)
 
 
 def runs(fabric, options):
