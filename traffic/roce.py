@@ -239,29 +239,35 @@ def parse_reth(data, offset=BTH_LEN):
 
 # -- message segmentation -------------------------------------------------------------------------
 
+# (FIRST, MIDDLE, LAST, LAST WITH IMMEDIATE, ONLY, ONLY WITH IMMEDIATE) of a message's packets
+_WRITE_OPS = (OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_MIDDLE, OP_RC_RDMA_WRITE_LAST,
+              OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+_SEND_OPS = (OP_RC_SEND_FIRST, OP_RC_SEND_MIDDLE, OP_RC_SEND_LAST, OP_RC_SEND_LAST_WITH_IMMEDIATE,
+             OP_RC_SEND_ONLY, OP_RC_SEND_ONLY_WITH_IMMEDIATE)
+
+
+def _message_opcode(ops, index, npackets, immediate):
+    first, middle, last, last_imm, only, only_imm = ops
+    if npackets == 1:
+        return only_imm if immediate else only
+    if index == 0:
+        return first
+    if index == npackets - 1:
+        return last_imm if immediate else last
+    return middle
+
+
 def write_opcode(index, npackets, immediate=False):
     """The opcode of packet `index` of an RC RDMA WRITE of `npackets` packets: ONLY for a
     one-packet message, else FIRST, MIDDLE..., LAST. With `immediate` the last packet (ONLY or
     LAST) is the WITH IMMEDIATE variant, which carries the 4-byte immediate data."""
-    if npackets == 1:
-        return OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE if immediate else OP_RC_RDMA_WRITE_ONLY
-    if index == 0:
-        return OP_RC_RDMA_WRITE_FIRST
-    if index == npackets - 1:
-        return OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE if immediate else OP_RC_RDMA_WRITE_LAST
-    return OP_RC_RDMA_WRITE_MIDDLE
+    return _message_opcode(_WRITE_OPS, index, npackets, immediate)
 
 
 def send_opcode(index, npackets, immediate=False):
     """The opcode of packet `index` of an RC SEND of `npackets` packets, as `write_opcode` for
     a WRITE: ONLY, or FIRST, MIDDLE..., LAST; `immediate` makes the last one WITH IMMEDIATE."""
-    if npackets == 1:
-        return OP_RC_SEND_ONLY_WITH_IMMEDIATE if immediate else OP_RC_SEND_ONLY
-    if index == 0:
-        return OP_RC_SEND_FIRST
-    if index == npackets - 1:
-        return OP_RC_SEND_LAST_WITH_IMMEDIATE if immediate else OP_RC_SEND_LAST
-    return OP_RC_SEND_MIDDLE
+    return _message_opcode(_SEND_OPS, index, npackets, immediate)
 
 
 def write_message_segments(message_bytes, payload_bytes):
