@@ -162,13 +162,18 @@ def _configs(n, control, *, collective="allreduce", size=96 * 1024, channels=2, 
 
 class FakeLauncher:
     def __init__(self, path, ranks):
+        # Listening before any driver starts: a driver that connected between bind and listen
+        # was refused, and the launcher then waited for it until its timeout.
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(ranks)
         self.server.settimeout(10)
+        self.ranks = ranks
         self.links = {}
         self.buffers = {}
-        for _ in range(ranks):
+
+    def accept_all(self):
+        for _ in range(self.ranks):
             conn, _ = self.server.accept()
             conn.settimeout(10)
             hello = self._read(conn)
@@ -234,16 +239,15 @@ def ranks(tmp_path):
                 driver.close()
 
         threads = [threading.Thread(target=serve, args=(d,), daemon=True) for d in drivers]
-        launcher_box = []
-        accept = threading.Thread(target=lambda: launcher_box.append(FakeLauncher(control, n)))
+        launcher = FakeLauncher(control, n)
+        accept = threading.Thread(target=launcher.accept_all)
         accept.start()
-        while not control.exists():
-            time.sleep(0.001)
         for thread in threads:
             thread.start()
-        accept.join(10)
-        started.append((launcher_box[0], threads, wire, errors))
-        return launcher_box[0], schedule, drivers, errors
+        accept.join(15)
+        assert not accept.is_alive(), f"the drivers did not all say hello: {errors}"
+        started.append((launcher, threads, wire, errors))
+        return launcher, schedule, drivers, errors
 
     yield start
     for launcher, threads, wire, errors in started:
