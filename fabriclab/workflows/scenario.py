@@ -169,7 +169,7 @@ def _metrics(entry):
     try:
         metrics.check()
     except LabError as exc:
-        raise LabError(f"scenario: {exc}") from None
+        raise _in_scenario(exc) from None
     return {k: (tuple(tuple(p) for p in v) if k == "pingmesh_pairs" else float(v))
             for k, v in dataclasses.asdict(metrics).items()}
 
@@ -195,7 +195,7 @@ def to_plan(scenario):
     try:
         plan.check()
     except LabError as exc:
-        raise LabError(f"scenario: {exc}") from None
+        raise _in_scenario(exc) from None
     return plan
 
 
@@ -208,7 +208,13 @@ def prepare(scenario, verbose=False):
     try:
         return pipeline.prepare(plan, verbose)
     except LabError as exc:
-        raise LabError(f"scenario: {exc}") from None
+        raise _in_scenario(exc) from None
+
+
+def _in_scenario(exc):
+    """A LabError from below, said as the scenario's: prefixed once (faults.py's already are)."""
+    text = str(exc)
+    return LabError(text if text.startswith("scenario: ") else f"scenario: {text}")
 
 
 def _plain(value):

@@ -236,6 +236,7 @@ def test_prepare_errors_come_before_anything_is_built(nothing_started, data, wor
     with pytest.raises(LabError) as err:
         prepare(s)
     assert words in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).count("scenario: ") <= 1, err.value        # said once, not once a layer
 
 
 def test_hosts_of_the_wrong_type_are_a_lab_error(nothing_started):
