@@ -200,6 +200,17 @@ def test_failover_time_is_when_three_quarters_of_the_rate_came_back_for_good():
     assert plb.failover_time(stall, 101.0, until=101.5)["recovery_s"] is None
 
 
+def test_failover_time_measures_the_rate_before_the_fault_from_the_streams_start():
+    # a stream that started 0.2 s before the fault: its rate, not a mean with the empty bins before it
+    late = _timeline([0] * 40 + [20] + [40] * 9 + [0] * 2 + [30] * 40)
+    got = plb.failover_time(late, 101.0)
+    assert got["baseline_mbps"] == pytest.approx(40) and got["recovery_s"] == pytest.approx(0.04)
+    # a partial stall (a window that drains slowly) is a stall: back only after it
+    partial = _timeline([40] * 50 + [30] * 10 + [18] * 30 + [30] * 40)
+    # (the first 0.2 s mean at the target holds one slow bin)
+    assert plb.failover_time(partial, 101.0)["recovery_s"] == pytest.approx(0.02 * 39)
+
+
 def test_failover_time_counts_bins_from_the_fault_not_from_the_timeline():
     # CI, 2026-11-28: per-plane recovery read 0.0086-0.019 s in every catalogue, and 0.0 once
     # (a division by zero): the offset of the first 20 ms bin after the fault, while the rate never
