@@ -4,8 +4,8 @@ counters (and the latency monitor's lost lossless probes), a spine's raised port
 by the latency monitor against a baseline run (`compare --baseline`'s rule).
 
 The latency fault needs netem: on a kernel without it the scenario is refused in one line before
-anything is built; the full-kernel tier (`fabriclab fullkernel test tests/lab/test_incidents.py`)
-runs it."""
+anything is built. The fault's netem change itself is the full-kernel tier's
+(test_kernel_qdiscs.py); the whole incident runs only where netem is native (the VM)."""
 
 import pathlib
 import re
@@ -54,9 +54,11 @@ def test_the_buffer_incident_is_named_by_the_drop_counters(lab_for, run_plan, tm
     assert dropping_switches(healthy) == set() and healthy["queues"]["cut_drops"] == []
 
 
-@pytest.mark.fullkernel
-@pytest.mark.xfail(reason="not yet shown: in the full-kernel guest on 2026-12-02 no pair came out slower than "
-                          "the baseline by 50 % (must cross: []); the cause is not found yet", strict=False)
+# Not in the full-kernel tier: its guest's emulated CPU sets every ping's RTT. There (2026-12-02)
+# loaded RTTs read 215-236 ms under an AlltoAll, 390-440 ms under half-rate all-pairs and 170-660
+# ms at 5% load, on both planes alike, moving by a fifth or more between runs without a fault;
+# the fault's 20 ms was never found. Where the kernel has netem natively (the VM) it runs in full;
+# elsewhere it checks the one-line refusal.
 def test_the_latency_incident_is_named_by_the_latency_monitor(lab_for, run_plan, tmp_path, record_property, figure):
     sc = scenario.load(EXAMPLES / "incident_latency.yaml")
     delay = doctor.mechanisms(doctor.probe())["delay"].mechanism
@@ -72,8 +74,7 @@ def test_the_latency_incident_is_named_by_the_latency_monitor(lab_for, run_plan,
     (base,) = run_plan(scenario.to_plan(sc), lab=lab, out=tmp_path / "baseline").doc["runs"]
     sc.faults = faults
     (slow,) = run_plan(scenario.to_plan(sc), lab=lab, out=tmp_path / "incident").doc["runs"]
-    # 20 ms more per round trip on ~10 ms: far past 50 %, which the other plane's loaded jitter
-    # under software emulation stays inside
+    # 20 ms more per round trip on ~10 ms of cables: far past 50 % on real cores (not yet measured)
     for before, after in zip(base["telemetry"]["latency"]["pairs"], slow["telemetry"]["latency"]["pairs"]):
         print(f"{after['src']} -> {after['dst']} {after['class']}: loaded p50 {before['loaded']['p50_ms']} -> "
               f"{after['loaded']['p50_ms']} ms (n {before['loaded']['n']} -> {after['loaded']['n']}, lost "
