@@ -15,9 +15,10 @@ MAX_HOPS = 8                 # links of the chain named before "..."
 def explain_stall(first, statuses, describe):
     """`statuses`: rank -> the status an agent answered ({"waiting_for": [{"from", "bytes"}...],
     "sending": [send states], "held_ports": [...]}); ranks that did not answer are missing.
-    `describe(rank)` names a rank. Returns the explanation ("" when `first` did not answer)."""
+    `describe(rank)` names a rank. Returns the explanation: "<first> did not answer" when `first`
+    itself is silent (frozen: the others may have finished the iteration without it)."""
     if first not in statuses:
-        return ""
+        return f"{describe(first)} did not answer"
     parts, seen, rank = [], set(), first
     while True:
         if rank in seen:
@@ -37,10 +38,15 @@ def explain_stall(first, statuses, describe):
             return "; ".join(parts + [f"{describe(peer)} {sending}"])
         rank = peer
     own = _own_sends(statuses[rank])
+    # A sender whose packets go unacknowledged by a rank that did not answer is held up by that
+    # rank (frozen, or its host gone): named, as at the end of a chain of waits.
+    silent = [describe(s["peer"]) for s in statuses[rank].get("sending") or []
+              if s.get("unacked_packets") and s.get("peer") not in statuses]
+    tail = [f"{peer} did not answer" for peer in dict.fromkeys(silent)]
     if rank == first:
-        return own
+        return "; ".join([own] + tail) if own else own
     return "; ".join(parts + [f"{describe(rank)} waits for nobody"
-                              + (f" and {own}" if own else ": the bytes were lost or never sent")])
+                              + (f" and {own}" if own else ": the bytes were lost or never sent")] + tail)
 
 
 def _sending_to(status, peer):

@@ -28,7 +28,7 @@ def test_a_sender_with_nothing_left_to_send_means_the_bytes_were_lost():
 
 def test_a_sender_busy_with_another_peer_is_named_with_what_it_sends():
     statuses = {0: waits(1), 1: {"waiting_for": [], "sending": [
-        {"peer": 2, "queued_bytes": 4096, "unacked_packets": 1}]}}
+        {"peer": 2, "queued_bytes": 4096, "unacked_packets": 1}]}, 2: {"waiting_for": [], "sending": []}}
     assert explain_stall(0, statuses, name).endswith(
         "rank 1 waits for nobody and still sends: to rank 2 4096 bytes queued, 1 packets unacknowledged")
 
@@ -46,9 +46,23 @@ def test_a_long_chain_is_cut_short():
 
 
 def test_ranks_that_did_not_answer():
-    assert explain_stall(0, {}, name) == ""
+    assert explain_stall(0, {}, name) == "rank 0 did not answer"
     assert explain_stall(0, {0: waits(7)}, name).endswith("rank 7 did not answer")
 
 
 def test_a_rank_waiting_for_nobody_reports_its_unacknowledged_sends():
     assert explain_stall(0, {0: {"waiting_for": [], "unacked_sends": 3}}, name) == "3 sends not acknowledged"
+
+
+def test_a_sender_whose_acks_stopped_names_the_peer_that_did_not_answer():
+    # CI, 2026-12-02: rank 1 frozen while rank 0 still had packets out to it, none acknowledged
+    sending = {"waiting_for": [], "sending": [{"peer": 1, "queued_bytes": 0, "unacked_packets": 16,
+                                               "retries": 5, "retransmitted_packets": 80}]}
+    assert explain_stall(0, {0: sending}, name) == (
+        "still sends: to rank 1 0 bytes queued, 16 packets unacknowledged, 5 timeouts in a row, "
+        "80 packets resent; rank 1 did not answer")
+    assert explain_stall(0, {0: waits(2), 2: sending}, name).endswith(
+        "rank 2 waits for nobody and still sends: to rank 1 0 bytes queued, 16 packets unacknowledged, "
+        "5 timeouts in a row, 80 packets resent; rank 1 did not answer")
+    # a peer that answered is not named as silent
+    assert explain_stall(0, {0: sending, 1: waits(0)}, name).endswith("80 packets resent")
