@@ -435,10 +435,10 @@ def failover_time(timeline, fault_at, until=None, key="received_bytes", bin_s=FA
                   fraction=FAILOVER_FRACTION, hold_s=FAILOVER_HOLD_S,
                   tolerance=FAILOVER_TOLERANCE, lookback_s=0.5):
     """Seconds from `fault_at` (unix time) until a timeline's rate reached `fraction` of what it
-    was over the `lookback_s` before the fault (from the stream's first bytes) and did not stall again before `until` (unix
-    time: the repair or the end). Rates are means over `hold_s`. Returns {"baseline_mbps",
-    "target_mbps", "recovery_s", "after_mbps", "resolution_s"}; recovery_s is None when it never
-    got there.
+    was over the `lookback_s` before the fault (from the stream's first bytes) and did not stall
+    again before `until` (unix time: the repair or the end). Rates are means over `hold_s`.
+    Returns {"baseline_mbps", "target_mbps", "recovery_s", "after_mbps", "resolution_s"};
+    recovery_s is None when it never got there.
 
     Bins start at the fault, so recovery_s is a whole number of bins: 0 says the mean from the
     fault on never fell below the target, i.e. back within `resolution_s` (one bin). Bins that

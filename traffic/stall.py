@@ -44,7 +44,7 @@ def explain_stall(first, statuses, describe):
               if s.get("unacked_packets") and s.get("peer") not in statuses]
     tail = [f"{peer} did not answer" for peer in dict.fromkeys(silent)]
     if rank == first:
-        return "; ".join([own] + tail) if own else own
+        return "; ".join([own] + tail)         # tail is empty when own is: no sends
     return "; ".join(parts + [f"{describe(rank)} waits for nobody"
                               + (f" and {own}" if own else ": the bytes were lost or never sent")] + tail)
 
