@@ -12,6 +12,10 @@ order); the trace names which rank it is. What is read:
   "...", and then the group is looked up in `distributedInfo.pg_config` by name). Where the GPU's
   NCCL kernels (category "kernel") carry the same args, they are read instead: the CPU event of
   an asynchronous NCCL collective times only its launch, the kernel times the collective.
+- Kineto, NCCL's older form (PyTorch before 2.1, whose record_param_comms carries no args): a
+  `nccl:<op>` annotation per call with its input tensors' "Input Dims" and "Input type" (the
+  profile must record shapes), timed by the NCCL kernels it launched (the launch and the kernel
+  share a correlation id). It names no process group: every collective is the world's.
 - Kineto, gloo's form (torch records no record_param_comms for gloo): `c10d::<op>` CPU ops on the
   caller's thread, sizes from their tensors' "Input Dims" and "Input type", timing from the call
   to the end of the `gloo:*` spans that carry it out. A CPU job's trace ties them by record
@@ -64,7 +68,8 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "
 # underscores dropped) -> the lab's.
 KINETO_NAMES = {"allreduce": "allreduce", "all_reduce": "allreduce", "allreduce_coalesced": "allreduce",
                 "allgather": "allgather", "all_gather": "allgather", "allgather_base": "allgather",
-                "allgather_into_tensor_coalesced": "allgather", "all_gather_into_tensor": "allgather",
+                "all_gather_base": "allgather", "allgather_into_tensor_coalesced": "allgather",
+                "all_gather_into_tensor": "allgather",
                 "reduce_scatter": "reducescatter", "reduce_scatter_base": "reducescatter",
                 "reduce_scatter_tensor": "reducescatter", "reduce_scatter_tensor_coalesced": "reducescatter",
                 "reducescatter": "reducescatter", "alltoall": "alltoall", "all_to_all": "alltoall",
@@ -182,7 +187,17 @@ def parse_kineto(data, path="trace"):
     kernels = [e for e in events if e.get("cat") == "kernel" and isinstance(e.get("args"), dict)
                and "Collective name" in e["args"]]
     comms = kernels or [e for e in events if e.get("name") == "record_param_comms"]
-    if comms:
+    # PyTorch before 2.1 records no args on record_param_comms: its nccl:<op> annotations name them
+    annotations = [e for e in events if e.get("cat") == "user_annotation"
+                   and str(e.get("name", "")).startswith("nccl:")]
+    if comms and annotations and not any(isinstance(e.get("args"), dict) and "Collective name" in e["args"]
+                                         for e in comms):
+        if world is None:
+            raise LabError("nccl:<op> annotations but no distributedInfo.world_size: "
+                           "the job's rank count is unknown")
+        ops, skipped, timed = _annotation_ops(events, annotations, world)
+        form = "nccl-annotations" if timed else "nccl-annotations, launch times"
+    elif comms:
         ops, skipped, world = _record_param_comms(comms, world, groups)
         form = "nccl-kernels" if kernels else "record_param_comms"
     else:
@@ -270,6 +285,52 @@ def _gloo_ops(events, world):
         if len(raw) > MAX_OPS:
             raise LabError(f"more than {MAX_OPS} collectives to replay")
     return raw, skipped
+
+
+def _annotation_ops(events, annotations, world):
+    """Ops from PyTorch's older NCCL form: a `nccl:<op>` annotation per call on the CPU, its input
+    tensors' shapes in "Input Dims" (recorded with record_shapes=True), timed by the NCCL kernels
+    it launched (the launch's correlation id names the kernel). No group is named: the world's.
+    Returns (raw ops, skipped, whether every op was timed by its kernels)."""
+    kernels = {e["args"].get("correlation"): e for e in events
+               if e.get("cat") == "kernel" and isinstance(e.get("args"), dict) and _has_span(e)}
+    launches = {}                               # tid -> [(ts, correlation)] of launches of a known kernel
+    for e in events:
+        args = e.get("args")
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and isinstance(args, dict) \
+                and args.get("correlation") in kernels and _has_span(e):
+            launches.setdefault(e.get("tid"), []).append((e["ts"], args["correlation"]))
+    for found in launches.values():
+        found.sort(key=lambda launch: launch[0])
+    raw, skipped, timed = [], {}, True
+    everyone = tuple(range(world))
+    for k, event in enumerate(sorted(annotations, key=lambda e: _start(e, "nccl annotation"))):
+        where = f"{clip(event['name'], 40)} (event {k})"
+        collective = KINETO_NAMES.get(event["name"][len("nccl:"):].strip("_").lower())
+        if collective is None or world < 2:
+            name = event["name"] if world > 1 else f"{event['name']} (group of 1)"
+            skipped[name] = skipped.get(name, 0) + 1
+            continue
+        args = event.get("args")
+        if not isinstance(args, dict) or "Input Dims" not in args:
+            raise LabError(f"{where}: no \"Input Dims\": the trace was recorded without shapes "
+                           f"(profile with record_shapes=True)")
+        size = _work_size(collective, sum(_tensor_bytes(args["Input Dims"], args.get("Input type"), where)), world)
+        if size <= 0:                           # a rank with nothing to send in an AlltoAllv
+            skipped[f"{event['name']} (empty)"] = skipped.get(f"{event['name']} (empty)", 0) + 1
+            continue
+        start, duration = _span(event, where)
+        end = start + duration
+        spans = [kernels[corr] for ts, corr in launches.get(event.get("tid"), ())
+                 if event["ts"] <= ts <= event["ts"] + event["dur"]]
+        if spans:
+            start = min(e["ts"] for e in spans) / 1e6
+            end = max(e["ts"] + e["dur"] for e in spans) / 1e6
+        timed = timed and bool(spans)
+        raw.append((event["name"], collective, size, everyone, "", start, end - start))
+        if len(raw) > MAX_OPS:
+            raise LabError(f"more than {MAX_OPS} collectives to replay")
+    return raw, skipped, timed
 
 
 def _c10d_size(collective, tensors, world):

@@ -248,6 +248,68 @@ def test_nccl_kernels_time_the_collectives_where_the_trace_has_them(tmp_path):
     assert trace.form == "nccl-kernels" and len(trace.ops) == 1 and trace.ops[0].duration_s == 400e-6
 
 
+# PyTorch before 2.1 (seen in public traces of 2022-23 NCCL jobs on V100s and A100s): an argless
+# record_param_comms beside a `nccl:<op>` annotation with the input shapes, whose launch names
+# its GPU kernel by correlation id.
+def older_nccl(op, dims, kind, ts, dur, corr, kernel_ts=None, kernel_dur=None, tid=7):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "tid": tid, "ts": ts, "dur": dur + 20,
+               "args": {"External id": corr - 1, "Ev Idx": corr}},
+              {"ph": "X", "cat": "user_annotation", "name": f"nccl:{op}", "tid": tid, "ts": ts + 5, "dur": dur,
+               "args": {"External id": corr, "Input Dims": dims, "Input type": kind}}]
+    if kernel_ts is not None:
+        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": tid, "ts": ts + 8,
+                    "dur": 4, "args": {"External id": corr, "cbid": 211, "correlation": corr}},
+                   {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+                    "tid": 14, "ts": kernel_ts, "dur": kernel_dur,
+                    "args": {"External id": corr, "correlation": corr, "stream": 14}}]
+    return events
+
+
+def test_the_older_nccl_form_reads_its_annotations_timed_by_their_kernels(tmp_path):
+    events = (older_nccl("all_reduce", [[366336]], ["float"], 0, 60, 100, 400, 900)
+              + older_nccl("_all_gather_base", [[8192, 64]], ["float"], 2000, 60, 200, 2100, 300)
+              + older_nccl("_reduce_scatter_base", [[65536, 64]], ["float"], 3000, 60, 300, 3100, 500)
+              + older_nccl("all_to_all", [[360448]], ["int"], 4000, 60, 400, 4100, 200)
+              + older_nccl("all_to_all", [[0]], ["int"], 5000, 60, 500, 5100, 10)
+              + older_nccl("broadcast", [[16]], ["float"], 6000, 60, 600, 6100, 10))
+    trace = traces.load(nccl_trace(tmp_path, events, {"backend": "nccl", "rank": 0, "world_size": 4}))
+    assert trace.form == "nccl-annotations" and trace.world == 4
+    assert [(o.collective, o.size, o.group) for o in trace.ops] == [
+        ("allreduce", 366336 * 4, (0, 1, 2, 3)),        # the buffer
+        ("allgather", 8192 * 64 * 4 * 4, (0, 1, 2, 3)), # the input is one rank's block
+        ("reducescatter", 65536 * 64 * 4, (0, 1, 2, 3)),  # the input is the whole buffer
+        ("alltoall", 360448 * 4, (0, 1, 2, 3))]         # what the rank sends
+    assert [(o.start_s, o.duration_s) for o in trace.ops][:2] == [(0.0, 900e-6), (1700e-6, 300e-6)]
+    assert trace.skipped == {"nccl:all_to_all (empty)": 1, "nccl:broadcast": 1}
+
+
+def test_the_older_nccl_form_without_kernels_says_its_times_are_launches(tmp_path):
+    events = (older_nccl("all_reduce", [[1024]], ["float"], 0, 60, 100)
+              + older_nccl("all_reduce", [[1024]], ["float"], 500, 60, 200, 600, 80))
+    trace = traces.load(nccl_trace(tmp_path, events, {"world_size": 2}))
+    assert trace.form == "nccl-annotations, launch times"
+    assert [o.duration_s for o in trace.ops] == [60e-6, 80e-6]
+
+
+@pytest.mark.parametrize("info, dims, message", [
+    ({"world_size": 2}, None, r'nccl:all_reduce \(event 0\): no "Input Dims": .*record_shapes=True'),
+    ({"rank": 0}, [[16]], "no distributedInfo.world_size"),
+    ({"world_size": 2}, [[-1]], "a negative dimension")])
+def test_the_older_nccl_form_refuses_what_it_cannot_size(tmp_path, info, dims, message):
+    events = older_nccl("all_reduce", dims, ["float"], 0, 60, 100, 100, 50)
+    if dims is None:
+        del events[1]["args"]["Input Dims"]
+    with pytest.raises(LabError, match=message):
+        traces.load(nccl_trace(tmp_path, events, info))
+
+
+def test_the_older_nccl_form_of_a_single_rank_replays_nothing(tmp_path):
+    events = older_nccl("all_reduce", [[16]], ["float"], 0, 60, 100, 100, 50)
+    with pytest.raises(LabError, match=r"no collective the lab can replay "
+                                       r"\(skipped: nccl:all_reduce \(group of 1\) x1"):
+        traces.load(nccl_trace(tmp_path, events, {"world_size": 1}))
+
+
 def test_shortened_group_ranks_are_looked_up_by_group_name(tmp_path):
     events = [comm("allreduce", 16, 16, "[0, 1, ..., 3]", 2, "1", 0, 10)]
     trace = traces.load(nccl_trace(tmp_path, events, {"world_size": 4, "pg_config": [{"pg_name": "1", "ranks": [1, 3]}]}))
