@@ -27,6 +27,8 @@ def register(subparsers):
     p.add_argument("--skip-collective", action="store_true", help="leave out the AllReduce busbw")
     p.add_argument("--skip-queues", action="store_true",
                    help="leave out the queue model's overhead (host pair, model off vs on)")
+    p.add_argument("--skip-forwarding", action="store_true",
+                   help="leave out the forwarding cost (packets per CPU-second of the switches' forwarding thread)")
     p.add_argument("--inventory", metavar="FILE",
                    help="measure instead what crossing machines costs: a small fabric on this machine, "
                         "then split by leaf over this ansible inventory's machines (docs/cluster.md)")
@@ -107,9 +109,10 @@ def run_benchmark(args):
     coll = [] if args.skip_collective else benchmark.bench_collective()
     rc_pair = [] if args.skip_collective else [benchmark.bench_collective_pair()]
     queues = [] if args.skip_queues else benchmark.bench_queue_overhead(args.seconds)
+    forwarding = [] if args.skip_forwarding else benchmark.bench_forwarding(args.seconds)
     if args.format == "json":
         print(json.dumps({"bringup": bring, "pair": pair, "rc_pair": rc_pair, "allreduce": coll,
-                          "queue_model": queues}, indent=1))
+                          "queue_model": queues, "forwarding": forwarding}, indent=1))
         return 0
     print(format_table(BRINGUP_COLUMNS, [tuple(r.values()) for r in bring], title="Bring-up and teardown"))
     if pair:
@@ -137,6 +140,12 @@ def run_benchmark(args):
         print(format_table(("queue model", "tool", "offered Mbit/s", "delivered Mbit/s", "loss",
                             "machine busy", "OVS thread busy"), [tuple(r.values()) for r in queues],
                            title="Queue model overhead: one host pair, leaf-spine-leaf, model off vs on"))
+    if forwarding:
+        print()
+        print(format_table(("fabric", "load", "delivered Mbit/s", "switch hops/s", "machine busy",
+                            "OVS thread busy", "hops per OVS CPU-s"), [tuple(r.values()) for r in forwarding],
+                           title="Forwarding cost: packets forwarded per switch, per CPU-second of OVS's "
+                                 "forwarding thread"))
     return 0
 
 

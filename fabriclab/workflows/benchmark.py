@@ -8,7 +8,10 @@
    data path's ceiling on this machine.
 3. Ring AllReduce bus bandwidth on the idle default fabric, as a fraction of the link rate.
 4. The queue model's overhead: the same host pair with the model off and on.
-5. With an inventory (`--inventory`): what crossing machines costs. One fabric on this machine,
+5. Forwarding cost: packets the software switches forwarded (one per switch a packet crossed)
+   per CPU-second of Open vSwitch's forwarding thread, on leaf-spine-leaf and on the default
+   fabric's shape under all-pairs load: the figure the data path's speed-ups are judged by.
+6. With an inventory (`--inventory`): what crossing machines costs. One fabric on this machine,
    then the same fabric split over the inventory's machines (Mininet's cluster edition): bring-up,
    the round trip of a pair that stays on one machine and of a pair that crosses, and a ring
    AllReduce's busbw over every host.
@@ -17,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -104,16 +108,20 @@ def bench_pair(seconds=5.0):
     return rows
 
 
+def one_qp(lab, src, dst, rate_mbps, flow_id="bench"):
+    """An all-pairs agent flow of one QP from host `src`'s first port to host `dst`'s."""
+    a, b = lab.fabric.hosts[src].ports[0], lab.fabric.hosts[dst].ports[0]
+    return {"id": flow_id, "src": a.ip, "dst": b.ip, "src_qpn": 0x11, "dst_qpn": 0x12, "sport": None,
+            "rate_mbps": rate_mbps}
+
+
 def _agent_pair_rows(lab, seconds, offered=(200.0, 400.0, 800.0)):
     """h1 -> h2 with the RoCEv2 agent (one QP) at each offered rate: delivered, loss, CPU."""
     from fabriclab.traffic.launcher import run_traffic
 
-    src, dst = lab.fabric.hosts["h1"].ports[0], lab.fabric.hosts["h2"].ports[0]
     rows = []
     for rate in offered:
-        flow = {"id": "bench", "src": src.ip, "dst": dst.ip, "src_qpn": 0x11, "dst_qpn": 0x12,
-                "sport": None, "rate_mbps": rate}
-        run = run_traffic(lab, {"h1": [flow]}, duration_s=seconds)
+        run = run_traffic(lab, {"h1": [one_qp(lab, "h1", "h2", rate)]}, duration_s=seconds)
         t = run.totals()
         rows.append({"tool": f"fabriclab RoCEv2 agent (1 QP, {run.payload_bytes} B)",
                      "offered_mbps": rate, "delivered_mbps": t["delivered_mbps"],
@@ -190,6 +198,75 @@ def bench_collective(sizes=(256 << 10, 1 << 20, 4 << 20)):
              "ideal_ms": round(r["ideal_time_s"] * 1e3, 1), "busbw_mbps": round(r["busbw_mbps"], 2),
              "busbw_fraction": round(r["busbw_fraction_of_nic"], 3),
              "machine_busy": r["cpu"]["machine"]} for r in run.sizes]
+
+
+FORWARDING_PAIR_MBPS = 800.0           # one QP offered past the pair's measured ceiling
+FORWARDING_HOST_MBPS = 200.0           # all-pairs on `default`: 8 hosts offer 1.6 Gbit/s in all
+
+
+def datapath_packets():
+    """Packets Open vSwitch's datapaths have looked up since they started (`dpctl/show`'s hit +
+    missed, over every datapath): one per packet per switch it entered, forwarded or dropped."""
+    out = subprocess.run(["ovs-appctl", "dpctl/show"], capture_output=True, text=True, timeout=30)
+    count = lookups(out.stdout) if out.returncode == 0 else None
+    if count is None:
+        raise EnvironmentProblem("`ovs-appctl dpctl/show` gave no datapath lookups: is ovs-vswitchd running?")
+    return count
+
+
+def lookups(text):
+    """hit + missed over every datapath of `dpctl/show`'s text; None if it lists none."""
+    counts = re.findall(r"lookups: hit:(\d+) missed:(\d+)", text)
+    return sum(int(hit) + int(missed) for hit, missed in counts) if counts else None
+
+
+def _forwarding_row(fabric, load, plan, lab, seconds):
+    """Run `plan` (all-pairs agent flows) for `seconds`; the switch hops it cost the forwarding thread."""
+    from fabriclab.measure import cpuload
+    from fabriclab.traffic.launcher import run_traffic
+
+    before, start = datapath_packets(), cpuload.sample()
+    run = run_traffic(lab, plan, duration_s=seconds)
+    after, end = datapath_packets(), cpuload.sample()
+    load_now = cpuload.between(start, end)
+    window = end["time"] - start["time"]
+    ovs_s = (end["ovs"] - start["ovs"]) / os.sysconf("SC_CLK_TCK") if start["ovs"] is not None else None
+    hops = after - before
+    return {"fabric": fabric, "load": load, "delivered_mbps": run.totals()["delivered_mbps"],
+            "switch_hops_per_s": round(hops / window), "machine_busy": load_now["machine"],
+            "ovs_thread_busy": load_now["ovs_forwarding"],
+            "hops_per_ovs_cpu_s": round(hops / ovs_s) if ovs_s else None}
+
+
+def bench_forwarding(seconds=5.0):
+    """Packets forwarded per forwarding-thread CPU-second: one QP across leaf-spine-leaf, then
+    all-pairs on the default fabric's shape, both with links shaped above what the CPU forwards."""
+    import dataclasses
+
+    from fabriclab.lab.lab import Lab
+    from fabriclab.topologies.spec import load_spec
+    from fabriclab.traffic.allpairs import all_pairs_plan
+
+    rows = []
+    pair = FabricSpec(name="bench-pair", leaves=2, spines=1, hosts_per_leaf=1,
+                      host_rate_mbps=PAIR_RATE_MBPS, fabric_rate_mbps=PAIR_RATE_MBPS)
+    with Lab(pair) as lab:
+        rows.append(_forwarding_row("leaf-spine-leaf", f"1 QP, {FORWARDING_PAIR_MBPS:g} Mbit/s",
+                                    {"h1": [one_qp(lab, "h1", "h2", FORWARDING_PAIR_MBPS)]}, lab, seconds))
+    shape = dataclasses.replace(load_spec("default"), name="bench-default", host_rate_mbps=FORWARDING_HOST_MBPS,
+                                fabric_rate_mbps=PAIR_RATE_MBPS)
+    with Lab(shape) as lab:
+        # half the hosts each send one QP to a host two leaves on: four 3-hop streams, as cheap
+        # for the agents per packet as the pair's
+        hosts = sorted(lab.fabric.hosts, key=lambda h: int(h[1:]))
+        half = len(hosts) // 2
+        plan = {a: [one_qp(lab, a, b, FORWARDING_HOST_MBPS, f"bench{k}")]
+                for k, (a, b) in enumerate(zip(hosts[:half], hosts[half:]))}
+        rows.append(_forwarding_row("default (4x4x2)", f"{half} QPs across, {FORWARDING_HOST_MBPS:g} Mbit/s each",
+                                    plan, lab, seconds))
+        rows.append(_forwarding_row("default (4x4x2)", f"all-pairs, {FORWARDING_HOST_MBPS:g} Mbit/s a host",
+                                    all_pairs_plan(lab.fabric, load=1.0), lab, seconds))
+    return rows
 
 
 def _cpu_columns(load):

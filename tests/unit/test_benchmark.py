@@ -82,3 +82,12 @@ def test_a_missing_inventory_is_one_line(tmp_path, capsys):
     assert main(["benchmark", "--inventory", str(tmp_path / "none.ini")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fabriclab: error: no inventory file") and err.count("\n") == 1
+
+
+def test_forwarded_packets_are_every_datapaths_lookups_hit_or_missed():
+    # as ovs-appctl dpctl/show prints them (OVS 3.1, the userspace datapath, and a kernel one)
+    text = ("netdev@ovs-netdev:\n  lookups: hit:2649 missed:83 lost:1\n  flows: 83\n"
+            "  port 0: ovs-netdev (tap)\n  port 1: l1-eth8\n"
+            "system@ovs-system:\n  lookups: hit:10 missed:5 lost:0\n  flows: 2\n")
+    assert benchmark.lookups(text) == 2649 + 83 + 10 + 5
+    assert benchmark.lookups("") is None
