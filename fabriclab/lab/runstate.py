@@ -110,7 +110,9 @@ class RunState:
     def save(self):
         with self._lock:
             tmp = self.dir / "state.json.tmp"
-            tmp.write_text(json.dumps(self.data, indent=1))
+            # no indent: json's C encoder. A run saves once per process it starts (crash safety),
+            # and the indented encoder made 300 saves of a 256-host build cost 1.7 s.
+            tmp.write_text(json.dumps(self.data))
             os.replace(tmp, self.dir / "state.json")
 
     def plan(self, bridges, interfaces):
