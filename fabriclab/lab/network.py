@@ -19,6 +19,7 @@ from mininet.node import Host, OVSSwitch, RemoteController
 
 from fabriclab.errors import EnvironmentProblem, LabError
 from fabriclab.lab.runstate import OVS_PID_KEY, OVS_RUN_KEY
+from fabriclab.system import offloads
 from fabriclab.system.shaping import as_script, delay_change_command, queued_commands, rate_command, shaping_commands
 from fabriclab.lab.teardown import delete_bridges, delete_link_group
 
@@ -282,12 +283,12 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
         _batch(["ip", "-batch", "-"], ports[None][0], "switch port MTU")
     net.start()
     for machine, (ip_lines, tc_lines, intfs) in ports.items():
-        offload = "\n".join(f"ethtool -K {i} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 &"
-                            for i in intfs) + "\nwait"
         if machine is None:
             _batch(["tc", "-batch", "-"], tc_lines, "switch port shaping")
-            _root_script(offload, "switch port offloads")
+            offloads.turn_off(intfs)
         else:
+            offload = "\n".join(f"ethtool -K {i} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 &"
+                                for i in intfs) + "\nwait"
             cluster.root_run(machine, "ip -batch -", "switch port MTU", stdin_text="\n".join(ip_lines) + "\n")
             cluster.root_run(machine, "tc -batch -", "switch port shaping", stdin_text="\n".join(tc_lines) + "\n")
             cluster.root_run(machine, offload, "switch port offloads")
@@ -328,13 +329,6 @@ def _batch(argv, lines, what):
     proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[0]
-        raise LabError(f"{what} failed: {first}")
-
-
-def _root_script(script, what):
-    proc = subprocess.run(["bash", "-c", "set -e\n" + script], capture_output=True, text=True)
-    if proc.returncode != 0:
-        first = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[0]
         raise LabError(f"{what} failed: {first}")
 
 
