@@ -276,8 +276,9 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
     # `ip -batch` here; another machine's in its own, below); then offloads off (the userspace
     # datapath forwards what AF_PACKET hands it, so a partial checksum would reach the far end
     # unfinished) and shaping on every port. One `ip` and one `tc` process for all ports
-    # (-batch); the ethtool calls run in parallel. With the queue model on, every port gets its
-    # class tree with a pause gate instead. In a cluster, each machine does its own switches' ports.
+    # (-batch); the offloads by ioctl here (system/offloads.py), by parallel ethtools on another
+    # machine. With the queue model on, every port gets its class tree with a pause gate instead.
+    # In a cluster, each machine does its own switches' ports.
     shape = queued_commands if fabric.spec.queues is not None else shaping_commands
     ports = {}                # machine (None: this one) -> (ip lines, tc lines, interfaces)
     link_of = {intf: link for link in fabric.links for intf in (link.a_intf, link.b_intf)}
