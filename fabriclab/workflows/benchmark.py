@@ -10,7 +10,7 @@
 4. The queue model's overhead: the same host pair with the model off and on.
 5. Forwarding cost: packets the software switches forwarded (one per switch a packet crossed)
    per CPU-second of Open vSwitch's forwarding thread, on leaf-spine-leaf and on the default
-   fabric's shape under all-pairs load: the figure the data path's speed-ups are judged by.
+   fabric's shape under load: the figure the data path's speed-ups are judged by.
 6. With an inventory (`--inventory`): what crossing machines costs. One fabric on this machine,
    then the same fabric split over the inventory's machines (Mininet's cluster edition): bring-up,
    the round trip of a pair that stays on one machine and of a pair that crosses, and a ring
@@ -239,8 +239,8 @@ def _forwarding_row(fabric, load, plan, lab, seconds):
 
 
 def bench_forwarding(seconds=5.0):
-    """Packets forwarded per forwarding-thread CPU-second: one QP across leaf-spine-leaf, then
-    all-pairs on the default fabric's shape, both with links shaped above what the CPU forwards."""
+    """Packets forwarded per forwarding-thread CPU-second: one QP across leaf-spine-leaf, then four
+    QPs and all-pairs on the default fabric's shape (hosts at 200 Mbit/s, its cables far above)."""
     import dataclasses
 
     from fabriclab.lab.lab import Lab
@@ -256,8 +256,8 @@ def bench_forwarding(seconds=5.0):
     shape = dataclasses.replace(load_spec("default"), name="bench-default", host_rate_mbps=FORWARDING_HOST_MBPS,
                                 fabric_rate_mbps=PAIR_RATE_MBPS)
     with Lab(shape) as lab:
-        # half the hosts each send one QP to a host two leaves on: four 3-hop streams, as cheap
-        # for the agents per packet as the pair's
+        # half the hosts each send one QP to a host two leaves on: four 3-hop streams (their
+        # agents cost about 4x the pair's CPU per packet: docs/benchmark.md)
         hosts = sorted(lab.fabric.hosts, key=lambda h: int(h[1:]))
         half = len(hosts) // 2
         plan = {a: [one_qp(lab, a, b, FORWARDING_HOST_MBPS, f"bench{k}")]
