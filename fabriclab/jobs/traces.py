@@ -43,6 +43,7 @@ short excerpt of what was wrong.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -292,16 +293,14 @@ def _annotation_ops(events, annotations, world):
     tensors' shapes in "Input Dims" (recorded with record_shapes=True), timed by the NCCL kernels
     it launched (the launch's correlation id names the kernel). No group is named: the world's.
     Returns (raw ops, skipped, whether every op was timed by its kernels)."""
-    kernels = {e["args"].get("correlation"): e for e in events
-               if e.get("cat") == "kernel" and isinstance(e.get("args"), dict) and _has_span(e)}
-    launches = {}                               # tid -> [(ts, correlation)] of launches of a known kernel
-    for e in events:
-        args = e.get("args")
-        if e.get("cat") in ("cuda_runtime", "cuda_driver") and isinstance(args, dict) \
-                and args.get("correlation") in kernels and _has_span(e):
-            launches.setdefault(e.get("tid"), []).append((e["ts"], args["correlation"]))
-    for found in launches.values():
-        found.sort(key=lambda launch: launch[0])
+    kernels = {_correlation(e): e for e in events if e.get("cat") == "kernel" and _has_span(e)}
+    kernels.pop(None, None)
+    launches = {}                               # tid -> ([ts], [correlation]) of launches of a known kernel
+    for e in sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                     and _correlation(e) in kernels and _has_span(e)), key=lambda e: e["ts"]):
+        times, ids = launches.setdefault(str(e.get("tid"))[:40], ([], []))
+        times.append(e["ts"])
+        ids.append(_correlation(e))
     raw, skipped, timed = [], {}, True
     everyone = tuple(range(world))
     for k, event in enumerate(sorted(annotations, key=lambda e: _start(e, "nccl annotation"))):
@@ -321,8 +320,9 @@ def _annotation_ops(events, annotations, world):
             continue
         start, duration = _span(event, where)
         end = start + duration
-        spans = [kernels[corr] for ts, corr in launches.get(event.get("tid"), ())
-                 if event["ts"] <= ts <= event["ts"] + event["dur"]]
+        times, ids = launches.get(str(event.get("tid"))[:40], ([], []))
+        spans = [kernels[corr] for corr in ids[bisect.bisect_left(times, event["ts"]):
+                                               bisect.bisect_right(times, event["ts"] + event["dur"])]]
         if spans:
             start = min(e["ts"] for e in spans) / 1e6
             end = max(e["ts"] + e["dur"] for e in spans) / 1e6
@@ -331,6 +331,13 @@ def _annotation_ops(events, annotations, world):
         if len(raw) > MAX_OPS:
             raise LabError(f"more than {MAX_OPS} collectives to replay")
     return raw, skipped, timed
+
+
+def _correlation(event):
+    """An event's CUDA correlation id (a launch's and its kernel's), or None."""
+    args = event.get("args")
+    corr = args.get("correlation") if isinstance(args, dict) else None
+    return corr if isinstance(corr, int) and not isinstance(corr, bool) else None
 
 
 def _c10d_size(collective, tensors, world):

@@ -303,6 +303,13 @@ def test_the_older_nccl_form_refuses_what_it_cannot_size(tmp_path, info, dims, m
         traces.load(nccl_trace(tmp_path, events, info))
 
 
+def test_the_older_nccl_forms_correlation_ids_are_whole_numbers_or_ignored(tmp_path):
+    events = older_nccl("all_reduce", [[16]], ["float"], 0, 60, 100, 100, 50)
+    events[2]["args"]["correlation"] = [100]               # the launch: unhashable, so no kernel
+    trace = traces.load(nccl_trace(tmp_path, events, {"world_size": 2}))
+    assert trace.form == "nccl-annotations, launch times" and trace.ops[0].duration_s == 60e-6
+
+
 def test_the_older_nccl_form_of_a_single_rank_replays_nothing(tmp_path):
     events = older_nccl("all_reduce", [[16]], ["float"], 0, 60, 100, 100, 50)
     with pytest.raises(LabError, match=r"no collective the lab can replay "
