@@ -171,7 +171,7 @@ def host_setup_script(host, mtu):
     for table, port in enumerate(host.ports, start=100):
         lines += [
             f"sysctl -qw net.ipv4.conf.{port.intf}.rp_filter=0",
-            f"ethtool -K {port.intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 || true",
+            f"ethtool -K {port.intf} {offloads.ETHTOOL_OFF} >/dev/null 2>&1 || true",
             f"ip link set {port.intf} address {port.mac} mtu {mtu}",
             f"ip addr add {port.ip}/32 dev {port.intf}",
             f"ip link set {port.intf} up",
@@ -301,7 +301,7 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
             _batch(["tc", "-batch", "-"], tc_lines, "switch port shaping")
             offloads.turn_off(intfs)
         else:
-            offload = "\n".join(f"ethtool -K {i} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1 &"
+            offload = "\n".join(f"ethtool -K {i} {offloads.ETHTOOL_OFF} >/dev/null 2>&1 &"
                                 for i in intfs) + "\nwait"
             cluster.root_run(machine, "ip -batch -", "switch port MTU", stdin_text="\n".join(ip_lines) + "\n")
             cluster.root_run(machine, "tc -batch -", "switch port shaping", stdin_text="\n".join(tc_lines) + "\n")

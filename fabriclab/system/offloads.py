@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from fabriclab.errors import LabError
 
+ETHTOOL_OFF = "tx off rx off sg off tso off gso off gro off"
+"""The same as `ethtool -K PORT` words, where a shell does it (a host's namespace, another machine)."""
 OFF_PREFIXES = ("tx-checksum", "tx-scatter-gather")
 OFF_NAMES = ("rx-checksum", "rx-gro")
 
