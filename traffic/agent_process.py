@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import subprocess
 import sys
 import time
+import uuid
 
 from fabriclab.errors import LabError
 from fabriclab.loading import excerpt
+from fabriclab.system import patience
 from fabriclab.traffic import start_gate
 
 
@@ -37,22 +40,21 @@ def prepare(lab, host, inputs, outputs=()):
 
 
 # An agent on another machine of a cluster starts through an SSH session and that machine's Python
-# (an emulated guest's takes seconds): a common start waits this many times what that took.
+# (an emulated guest's takes seconds): launchers wait this many times what that took for it to be
+# ready, before calling it stuck.
 REMOTE_START_FACTOR = 1.5
 
 
 # Gated agents (traffic/start_gate.py) start this long after the last said ready: each is waiting in
 # select() on its stdin, and a traffic agent still forks its receiver in that time.
 GO_MARGIN_S = 0.1
+# ...and, when some run on other machines, this much longer (times the patience factor): their
+# start time is written there over the lab's SSH connection, one command per machine.
+REMOTE_GO_S = 1.0
 
 
-def gated(lab, hosts):
-    """Whether agents on `hosts` can start through the gate: every one of them runs here."""
-    return all(_elsewhere(lab, host) is None for host in hosts)
-
-
-def start_margin_s(lab, hosts, module, base_s):
-    """How far ahead to set a common start for agents of `module` on `hosts`: `base_s`, plus
+def ready_timeout_s(lab, hosts, module, base_s):
+    """How long agents of `module` on `hosts` may take to say ready: `base_s`, plus
     REMOTE_START_FACTOR times what starting it once took on the slowest other machine they use."""
     cluster = getattr(lab, "cluster", None)
     if cluster is None:
@@ -80,22 +82,29 @@ def read_output(lab, host, path, limit, binary=False):
 
 def start(lab, host, module, args, role, keep_stdout=False, gate=False):
     """`python -m module args...` in `host`'s namespace; stderr kept, stdout too if asked for.
-    `gate`: the agent waits for its start time on stdin (`release`) after it said ready on
-    stdout (`wait_ready`); only for a host that runs here (`gated`).
+    `gate`: the agent says ready on stdout (`wait_ready`), then waits for its start time
+    (`release`): on stdin here, in a start file on another machine.
 
     A host on another machine of a cluster runs it there, through the lab's SSH connection (the
     process here is that session; its exit code, stdout and stderr are the agent's), with the
     input files `prepare` put there. Its input is nothing: over SSH, Mininet's mnexec forks away
     from the session, which ends the input at once; an agent is told to stop by a file."""
     away = _elsewhere(lab, host)
-    if gate and away is not None:
-        raise LabError(f"{module}: an agent on another machine cannot be gated ({excerpt(host)})")
     python = away[1].python if away is not None else sys.executable
-    args = [*map(str, args), *([start_gate.FLAG] if gate else [])]
+    args = list(map(str, args))
+    start_file = None
+    if gate and away is not None:
+        # a name of its own, so no earlier run's file is ever read for this one
+        path = lab.run.path("gates") / f"{role}-{host}-{uuid.uuid4().hex[:12]}.start"
+        start_file = (*away, path, clock_offset_s(lab, host))
+        args += [start_gate.FILE_FLAG, str(path)]
+    elif gate:
+        args.append(start_gate.FLAG)
     proc = lab.net.get(host).popen([python, "-m", module, *args],
-                                   stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
+                                   stdin=subprocess.PIPE if gate and away is None else subprocess.DEVNULL,
                                    stdout=subprocess.PIPE if keep_stdout or gate else subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
+    proc.start_file = start_file
     lab.run.add_process(proc.pid, role, module)
     return proc
 
@@ -134,10 +143,26 @@ def wait_ready(proc, what, deadline):
 
 
 def release(procs, margin_s=GO_MARGIN_S):
-    """Give gated agents (all ready) their common start, `margin_s` from now: returns it (unix)."""
+    """Give gated agents (all ready) their common start, `margin_s` from now (and REMOTE_GO_S
+    more when some run on other machines): returns it (unix, this machine's clock)."""
+    remote = {}
+    for proc in procs:
+        if getattr(proc, "start_file", None) is not None:
+            cluster, machine, path, offset = proc.start_file
+            remote.setdefault(machine.name, (cluster, machine, []))[2].append((path, offset))
+    if remote:
+        margin_s += patience.scaled(REMOTE_GO_S)
     start_at = time.time() + margin_s
+    for cluster, machine, files in remote.values():
+        # written whole, by a rename: the agent polling for it never reads half a line
+        script = "\n".join(f"mkdir -p {shlex.quote(str(path.parent))}\n"
+                           f"echo {start_at + offset!r} > {shlex.quote(str(path))}.tmp\n"
+                           f"mv {shlex.quote(str(path))}.tmp {shlex.quote(str(path))}" for path, offset in files)
+        cluster.root_run(machine, script, "giving agents their start time")
     line = f"{start_at!r}\n".encode()
     for proc in procs:
+        if getattr(proc, "start_file", None) is not None:
+            continue
         try:
             proc.stdin.write(line)
             proc.stdin.close()

@@ -599,11 +599,14 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
-def _stdin_gate(stopped):
-    try:
-        return start_gate.ready_then_start("generator", stopped=stopped)
-    except start_gate.GateError as exc:
-        raise LabError(str(exc)) from None
+def _gate(path):
+    """The agent's side of the launcher's common start: on stdin, or from the file `path`."""
+    def gate(stopped):
+        try:
+            return start_gate.ready_then_start("generator", stopped=stopped, path=path)
+        except start_gate.GateError as exc:
+            raise LabError(str(exc)) from None
+    return gate
 
 
 def main(argv=None):
@@ -615,11 +618,13 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="where to write the result (JSON)")
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--start-at", type=float, default=None, metavar="UNIX_TIME",
-                      help="when to start sending, instead of the config's start_at (a launcher copies "
-                           "configs to other machines before it knows)")
+                      help="when to start sending, instead of the config's start_at")
     when.add_argument(start_gate.FLAG, action="store_true",
                       help="say ready on stdout once the sockets are open, then read the start time "
-                           "on stdin (a launcher whose agents all run on this machine)")
+                           "on stdin (the launcher's agents on its own machine)")
+    when.add_argument(start_gate.FILE_FLAG, dest="start_file", default=None, metavar="PATH",
+                      help="say ready on stdout, then wait for PATH to hold the start time (the "
+                           "launcher's agents on another machine, started over SSH)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for initial PSNs, IP IDs and R_Keys (default: random)")
     args = parser.parse_args(argv)
@@ -629,7 +634,7 @@ def main(argv=None):
         out_dir = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(out_dir):
             raise LabError(f"result directory {out_dir} does not exist")
-        agent = HostAgent(config, seed=args.seed, gate=_stdin_gate if args.start_on_stdin else None)
+        agent = HostAgent(config, seed=args.seed, gate=_gate(args.start_file) if args.start_on_stdin or args.start_file else None)
 
         def on_signal(signum, _frame):
             agent.interrupted = True

@@ -21,7 +21,6 @@ from fabriclab.system import patience
 from fabriclab.traffic import agent_process, roce
 
 AGENT_MODULE = "fabriclab.traffic.generator"
-START_MARGIN_S = 1.0     # agents on other machines: time to start and open their sockets
 READY_TIMEOUT_S = 10.0   # agents here: every one has said ready by then (times the patience factor)
 MAX_RESULT_BYTES = 64 << 20
 LATE_START_S = 0.05      # an agent starting later than this is reported (results: late_start_s)
@@ -171,26 +170,16 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
         agent_process.prepare(lab, host, [cfg], [out])
     procs = {}
     try:
-        if agent_process.gated(lab, files):
-            # Every agent here: each says ready once its sockets are open, then all start at once.
-            for host, (cfg, out) in files.items():
-                procs[host] = (agent_process.start(lab, host, AGENT_MODULE, ["--config", cfg, "--out", out],
-                                                   "traffic-agent", gate=True), out)
-            ready_by = time.monotonic() + patience.scaled(READY_TIMEOUT_S)
-            for host, (proc, _out) in procs.items():
-                agent_process.wait_ready(proc, f"traffic agent on {host}", ready_by)
-            start_unix = agent_process.release([proc for proc, _out in procs.values()])
-        else:
-            # Each agent's clock against this one's (asked before the start time is set: the
-            # first ask on another machine starts its reader there).
-            offsets = {host: agent_process.clock_offset_s(lab, host) for host in files}
-            start_unix = time.time() + agent_process.start_margin_s(lab, files, AGENT_MODULE, START_MARGIN_S)
-            for host, (cfg, out) in files.items():
-                proc = agent_process.start(lab, host, AGENT_MODULE,
-                                           ["--config", cfg, "--out", out, "--start-at",
-                                            repr(start_unix + offsets[host])],
-                                           "traffic-agent")
-                procs[host] = (proc, out)
+        # Each agent says ready once its sockets are open, then all start at once: one here reads
+        # its start time on stdin, one on another machine from a file written there.
+        for host, (cfg, out) in files.items():
+            procs[host] = (agent_process.start(lab, host, AGENT_MODULE, ["--config", cfg, "--out", out],
+                                               "traffic-agent", gate=True), out)
+        ready_by = time.monotonic() + agent_process.ready_timeout_s(lab, files, AGENT_MODULE,
+                                                                    patience.scaled(READY_TIMEOUT_S))
+        for host, (proc, _out) in procs.items():
+            agent_process.wait_ready(proc, f"traffic agent on {host}", ready_by)
+        start_unix = agent_process.release([proc for proc, _out in procs.values()])
         start_mono = time.monotonic() + (start_unix - time.time())
         run = TrafficRun(plan, duration_s, start_mono, payload_bytes=payload_bytes, message_bytes=message_bytes,
                          start_wall=start_unix)

@@ -18,8 +18,10 @@ import sys
 import time
 
 FLAG = "--start-on-stdin"
+FILE_FLAG = "--start-file"
 MAX_WAIT_S = 600.0         # a launcher that says nothing for this long is gone or broken
 POLL_S = 0.1               # how often a waiting agent asks `stopped`
+FILE_POLL_S = 0.005        # how often it looks for its start file (the start is ~1 s away)
 MAX_LINE = 64
 
 
@@ -54,17 +56,43 @@ def read_start(fd=None, stopped=None, limit_s=MAX_WAIT_S):
             line += chunk
             if len(line) > MAX_LINE:
                 raise GateError("the start time on stdin is not one short line")
-    text = line.split(b"\n", 1)[0].decode(errors="replace").strip()
+    return _start_time(line.split(b"\n", 1)[0], "on stdin")
+
+
+def read_start_file(path, stopped=None, limit_s=MAX_WAIT_S):
+    """Wait for the start time in the file `path` (the launcher writes it whole, by a rename);
+    None if `stopped()` comes true first."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            with open(path, "rb") as handle:
+                return _start_time(handle.read(MAX_LINE + 1).split(b"\n", 1)[0], "in the start file")
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            raise GateError(f"no start file within {limit_s:.0f} s")
+        if stopped is not None and stopped():
+            return None
+        time.sleep(FILE_POLL_S)
+
+
+def _start_time(raw, where):
+    if len(raw) > MAX_LINE:
+        raise GateError(f"the start time {where} is not one short line")
+    text = raw.decode(errors="replace").strip()
     try:
         start = float(text)
     except ValueError:
-        raise GateError(f"the start time on stdin is not a number: {text[:20]!r}") from None
+        raise GateError(f"the start time {where} is not a number: {text[:20]!r}") from None
     if not math.isfinite(start) or abs(start - time.time()) > MAX_WAIT_S:
-        raise GateError(f"the start time on stdin is not within {MAX_WAIT_S:.0f} s of now: {text[:20]!r}")
+        raise GateError(f"the start time {where} is not within {MAX_WAIT_S:.0f} s of now: {text[:20]!r}")
     return start
 
 
-def ready_then_start(name, stopped=None, fd=None, out=None, limit_s=MAX_WAIT_S):
-    """announce(name), then read_start(): the agent's whole side of the gate."""
+def ready_then_start(name, stopped=None, fd=None, out=None, limit_s=MAX_WAIT_S, path=None):
+    """announce(name), then the start time from stdin, or from the file `path` when given: the
+    agent's whole side of the gate."""
     announce(name, out)
+    if path is not None:
+        return read_start_file(path, stopped, limit_s)
     return read_start(fd, stopped, limit_s)

@@ -44,7 +44,7 @@ class Cluster:
         self.masters = {}            # machine name -> ssh ControlMaster Popen
         self.members = {}            # machine name -> Member
         self.helpers = {}            # (machine name, key) -> a long-lived helper there (close())
-        self._start_s = {}           # machine name -> seconds an agent takes to start there
+        self._start_s = {}           # (machine name, module) -> seconds it takes to start there
         self._helpers_lock = threading.Lock()
         self._placed = {}            # node name -> Machine
 
@@ -89,14 +89,15 @@ class Cluster:
         """Seconds `module` takes to start on `machine` over the connection (SSH, that machine's
         Python, its imports), measured once: launchers that give their agents a common start time
         leave them this long (an emulated guest takes seconds, a real machine a fraction of one)."""
-        if machine.name not in self._start_s:
+        key = (machine.name, module)
+        if key not in self._start_s:
             t0 = time.monotonic()
             proc = machine.run(shlex.join([machine.python, "-c", f"import {module}"]), timeout=300)
             if proc.returncode != 0:
                 why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
                 raise LabError(f"machine {machine.name} cannot start {module}: {why[:200]}")
-            self._start_s[machine.name] = time.monotonic() - t0
-        return self._start_s[machine.name]
+            self._start_s[key] = time.monotonic() - t0
+        return self._start_s[key]
 
     def helper(self, machine, key, start):
         """The run's helper `key` on `machine` (an object with close()), made by `start()` on first

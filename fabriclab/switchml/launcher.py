@@ -36,8 +36,7 @@ from fabriclab.traffic import agent_process
 
 DEFAULT_K = 256
 ROOT_PORT = PORT + 1            # the level-2 aggregator's port (it shares leaf 1's server)
-START_MARGIN_S = 1.5            # workers on other machines: their start, over SSH, before start_at
-READY_TIMEOUT_S = 10.0         # an aggregator binds its socket (plus, elsewhere, its machine's start)
+READY_TIMEOUT_S = 10.0         # a node binds its socket (plus, elsewhere, its machine's start)
 NODE_MODULE = "fabriclab.switchml.node"
 NPY_HEADER_MAX = 4096
 DTYPES = ("int32", "float32")
@@ -235,7 +234,7 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                 "slot_elements": k, "port": ROOT_PORT, "bind": fabric.hosts[root["host"]].ports[0].ip,
                 "jobs": [{"job_id": spec.job_id, "slots": slots, "elements": k, "group": root["group"],
                           "children": [fabric.hosts[a].ports[0].ip for a in placement.aggregators.values()]}]})
-        ready_by = time.monotonic() + agent_process.start_margin_s(lab, hosts.values(), NODE_MODULE,
+        ready_by = time.monotonic() + agent_process.ready_timeout_s(lab, hosts.values(), NODE_MODULE,
                                                                    patience.scaled(READY_TIMEOUT_S))
         for name, host in hosts.items():
             agent_process.wait_ready(procs[name], f"switchml: {name} on {host}", ready_by)
@@ -257,21 +256,15 @@ def run_aggregation(lab, spec, tag="switchml", on_start=None, cancel=None):
                         "workers": total, "slots": slots, "elements": k},
                 "tensor": {"dtype": spec.dtype, "elements": spec.elements, "seed": spec.seed}},
                 outputs=[outputs[rank], stop])
-        if agent_process.gated(lab, ranks.values()):
-            # every worker here: each says ready once its tensor and socket are, then all start
-            for rank, host in ranks.items():
-                procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}", gate=True)
-            ready_by = time.monotonic() + patience.scaled(READY_TIMEOUT_S)
-            for rank, host in ranks.items():
-                agent_process.wait_ready(procs[f"w{rank}"], f"switchml: worker {rank} on {host}", ready_by)
-            start_at = agent_process.release([procs[f"w{rank}"] for rank in ranks])
-        else:
-            offsets = {host: agent_process.clock_offset_s(lab, host) for host in set(ranks.values())}
-            start_at = time.time() + agent_process.start_margin_s(lab, ranks.values(), NODE_MODULE,
-                                                                  patience.scaled(START_MARGIN_S))
-            for rank, host in ranks.items():
-                procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}",
-                                         ["--start-at", repr(start_at + offsets[host])])
+        # every worker says ready once its tensor and socket are, then all start at once (here
+        # through stdin, on another machine through a start file)
+        for rank, host in ranks.items():
+            procs[f"w{rank}"] = _run(lab, host, configs[rank], f"w{rank}", gate=True)
+        ready_by = time.monotonic() + agent_process.ready_timeout_s(lab, ranks.values(), NODE_MODULE,
+                                                                    patience.scaled(READY_TIMEOUT_S))
+        for rank, host in ranks.items():
+            agent_process.wait_ready(procs[f"w{rank}"], f"switchml: worker {rank} on {host}", ready_by)
+        start_at = agent_process.release([procs[f"w{rank}"] for rank in ranks])
         if on_start is not None:
             on_start(start_at)
         failure = None
@@ -315,10 +308,9 @@ def _config(lab, host, folder, name, cfg, outputs=()):
     return path
 
 
-def _run(lab, host, path, name, args=(), gate=False):
+def _run(lab, host, path, name, gate=False):
     """A SwitchML process on `host` (on its own machine); its output is its report."""
-    return agent_process.start(lab, host, NODE_MODULE, [path, *args], f"switchml-{name}", keep_stdout=True,
-                               gate=gate)
+    return agent_process.start(lab, host, NODE_MODULE, [path], f"switchml-{name}", keep_stdout=True, gate=gate)
 
 
 def _stop_file(folder, name):

@@ -122,9 +122,10 @@ def run_worker(cfg):
         if stop_file and os.path.exists(stop_file):
             print(json.dumps({"error": "stopped by the launcher"}), flush=True)
             sys.exit(5)
-    if cfg.get("start_on_stdin"):
+    if cfg.get("start_on_stdin") or cfg.get("start_file"):
         try:
-            cfg["start_at"] = start_gate.ready_then_start(f"w{cfg['rank']}", stopped=stopped)
+            cfg["start_at"] = start_gate.ready_then_start(f"w{cfg['rank']}", stopped=stopped,
+                                                          path=cfg.get("start_file"))
         except start_gate.GateError as exc:
             print(json.dumps({"error": str(exc)}), flush=True)
             sys.exit(6)
@@ -191,6 +192,8 @@ def main(argv=None):
                       help="a worker's start (unix time on this machine's clock), over its config's")
     when.add_argument(start_gate.FLAG, action="store_true",
                       help="a worker: say ready on stdout, then read its start time on stdin")
+    when.add_argument(start_gate.FILE_FLAG, dest="start_file", default=None, metavar="PATH",
+                      help="a worker: say ready on stdout, then wait for PATH to hold its start time")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with open(args.config) as f:
         cfg = json.load(f)
@@ -199,6 +202,7 @@ def main(argv=None):
             parser.error(f"--start-at is not a time within {MAX_START_DELAY_S:.0f} s from now")
         cfg["start_at"] = args.start_at
     cfg["start_on_stdin"] = args.start_on_stdin
+    cfg["start_file"] = args.start_file
     (run_aggregator if cfg["role"] == "aggregator" else run_worker)(cfg)
 
 

@@ -186,6 +186,8 @@ def test_an_agents_start_cost_is_measured_once_and_a_failure_named():
     first = cluster.agent_start_s(m2, "fabriclab.traffic.generator")
     assert first >= 0 and cluster.agent_start_s(m2, "fabriclab.traffic.generator") == first
     assert runs == ["/usr/bin/python3 -c 'import fabriclab.traffic.generator'"]
+    cluster.agent_start_s(m2, "fabriclab.switchml.node")         # another module: measured on its own
+    assert runs[1:] == ["/usr/bin/python3 -c 'import fabriclab.switchml.node'"]
     m3 = types.SimpleNamespace(name="m3", python="/usr/bin/python3", run=lambda command, timeout: (
         subprocess.CompletedProcess([], 1, "", "ModuleNotFoundError: No module named 'fabriclab'\n")))
     with pytest.raises(LabError, match="machine m3 cannot start fabriclab.traffic.generator: ModuleNotFound"):

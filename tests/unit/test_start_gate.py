@@ -1,16 +1,19 @@
-"""The common start of a run's agents on one machine (traffic/start_gate.py and its launcher side
-in traffic/agent_process.py): ready on stdout, the start time on stdin, and every way it can fail
-in one line. The lab tests run every traffic and SwitchML job through it."""
+"""The common start of a run's agents (traffic/start_gate.py and its launcher side in
+traffic/agent_process.py): ready on stdout, the start time on stdin here or in a start file on
+another machine, and every way it can fail in one line. The lab tests run every traffic and
+SwitchML job through it, and test_two_kernels a guest's agents."""
 
 import io
 import os
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
 from fabriclab.errors import LabError
+from fabriclab.system import patience
 from fabriclab.traffic import agent_process, start_gate
 
 
@@ -135,21 +138,72 @@ def test_an_agent_that_says_nothing_in_time_fails():
         proc.wait()
 
 
+@pytest.mark.parametrize("data, complaint", [
+    (b"soon\n", "in the start file is not a number: 'soon'"),
+    (b"inf\n", "not within 600 s of now"),
+    (b"1" * 100, "not one short line"),
+])
+def test_a_malformed_start_file_is_one_line(tmp_path, data, complaint):
+    (tmp_path / "a.start").write_bytes(data)
+    with pytest.raises(start_gate.GateError, match=complaint):
+        start_gate.read_start_file(tmp_path / "a.start")
+
+
+def test_an_agent_waiting_for_its_start_file_stops_or_times_out(tmp_path):
+    t0 = time.monotonic()
+    assert start_gate.read_start_file(tmp_path / "a.start", stopped=lambda: time.monotonic() - t0 > 0.2) is None
+    with pytest.raises(start_gate.GateError, match="no start file within 0 s"):
+        start_gate.read_start_file(tmp_path / "a.start", limit_s=0.2)
+
+
 class Elsewhere:
-    """A lab whose cluster puts h2 on another machine."""
+    """A lab whose cluster puts h2 on another machine, 0.25 s ahead of this one's clock. Its
+    commands run here: the start file lands where the agent, here too, looks for it."""
 
-    class Machine:
-        local = False
+    OFFSET_S = 0.25
 
-    class Cluster:
-        def machine_of_name(self, host):
-            return Elsewhere.Machine() if host == "h2" else None
+    def __init__(self, folder):
+        self.scripts = []
+        self.run = types.SimpleNamespace(path=lambda name: folder / name, add_process=lambda *a: None)
+        self.cluster = types.SimpleNamespace(machine_of_name=self.machine_of_name, root_run=self.root_run,
+                                             clock_offset_s=lambda machine: self.OFFSET_S)
+        self.net = types.SimpleNamespace(get=lambda host: types.SimpleNamespace(popen=subprocess.Popen))
 
-    cluster = Cluster()
+    @staticmethod
+    def machine_of_name(host):
+        return types.SimpleNamespace(name="guest", local=False, python=sys.executable) if host == "h2" else None
+
+    def root_run(self, machine, script, what, stdin_text=None):
+        self.scripts.append(script)
+        subprocess.run(["bash", "-ec", script], check=True)
 
 
-def test_only_agents_that_all_run_here_are_gated():
-    assert agent_process.gated(Elsewhere(), ["h1", "h3"])
-    assert not agent_process.gated(Elsewhere(), ["h1", "h2"])
-    with pytest.raises(LabError, match="cannot be gated"):
-        agent_process.start(Elsewhere(), "h2", "m", [], "agent", gate=True)
+def test_an_agent_on_another_machine_reads_its_start_from_a_file_on_that_machines_clock(tmp_path):
+    lab = Elsewhere(tmp_path)
+    (tmp_path / "gatedagent.py").write_text(
+        "import sys, time\nfrom fabriclab.traffic import start_gate\n"
+        "path = sys.argv[sys.argv.index(start_gate.FILE_FLAG) + 1] if start_gate.FILE_FLAG in sys.argv else None\n"
+        "t = start_gate.ready_then_start('a', path=path)\n"
+        "print(round(t - time.time(), 3), flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    lab.net = types.SimpleNamespace(get=lambda host: types.SimpleNamespace(
+        popen=lambda argv, **kw: subprocess.Popen(argv, env=env, **kw)))
+    procs = {h: agent_process.start(lab, h, "gatedagent", [], "agent", gate=True) for h in ("h1", "h2")}
+    try:
+        # started with stdin here, and with a start file of its own over there
+        assert procs["h1"].start_file is None and procs["h2"].stdin is None
+        _cluster, machine, path, offset = procs["h2"].start_file
+        assert machine.name == "guest" and offset == Elsewhere.OFFSET_S and path.parent == tmp_path / "gates"
+        for proc in procs.values():
+            agent_process.wait_ready(proc, "agent", time.monotonic() + 60)
+        start = agent_process.release(list(procs.values()), margin_s=0.5)
+        ahead = {h: float(proc.communicate(timeout=30)[0].decode().split()[-1]) for h, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    go = 0.5 + agent_process.REMOTE_GO_S * patience.factor()
+    assert abs(start - time.time()) < 5 and len(lab.scripts) == 1 and path.exists()
+    # both wait for the one start: the one over there on its own clock, the offset later here
+    assert go - 0.4 < ahead["h1"] <= go, ahead
+    assert abs(ahead["h2"] - ahead["h1"] - Elsewhere.OFFSET_S) < 0.1, ahead

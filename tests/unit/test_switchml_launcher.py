@@ -58,7 +58,7 @@ def test_loss_threshold_is_the_fraction_of_32_bits():
         portloss.threshold(1.5)
 
 
-def test_the_common_start_waits_for_the_slowest_other_machine_its_hosts_use():
+def test_readiness_waits_for_the_slowest_other_machine_its_hosts_use():
     import types
 
     from fabriclab.traffic import agent_process
@@ -69,9 +69,9 @@ def test_the_common_start_waits_for_the_slowest_other_machine_its_hosts_use():
         remote_machines=lambda hosts: [guest] if "h3" in list(hosts) else [],
         agent_start_s=lambda machine, module: asked.append(module) or 6.0)
     lab = types.SimpleNamespace(cluster=cluster)
-    assert agent_process.start_margin_s(lab, ["h1", "h3"], launcher.NODE_MODULE, 1.5) == 1.5 + 1.5 * 6.0
-    assert agent_process.start_margin_s(lab, ["h1"], launcher.NODE_MODULE, 1.5) == 1.5
-    assert agent_process.start_margin_s(types.SimpleNamespace(), ["h3"], launcher.NODE_MODULE, 1.5) == 1.5
+    assert agent_process.ready_timeout_s(lab, ["h1", "h3"], launcher.NODE_MODULE, 1.5) == 1.5 + 1.5 * 6.0
+    assert agent_process.ready_timeout_s(lab, ["h1"], launcher.NODE_MODULE, 1.5) == 1.5
+    assert agent_process.ready_timeout_s(types.SimpleNamespace(), ["h3"], launcher.NODE_MODULE, 1.5) == 1.5
     assert asked == [launcher.NODE_MODULE]
 
 
