@@ -38,14 +38,12 @@ def test_the_buffer_incident_is_named_by_the_drop_counters(lab_for, run_plan, tm
     cut = run["queues"]["cut_drops"]
     print(f"switches dropping lossless traffic: {sorted(culprits)}; {cut}")
     print(f"job: {run['jobs']['bursty'].get('valid')}, invalid: {run['invalid']}")
-    # Whether the bursts fill half of s2's buffer at all is the run's: s2's cut dropped 16-134
-    # lossless packets over 10 runs here on 2026-12-01, but 0, 3, 15 and 0 in four on 2026-12-02
-    # and 0 in two of the last three CI runs (with 4M bursts: 7-562, and twice the leaves
-    # dropped over their headroom instead). So the test asserts what the counters say whenever
-    # the cut bites: only s2 drops, and only at its cut; the drop count is a figure, not a bound.
-    assert culprits <= {"s2"}, cut
+    # The Gather's incast makes h1's leaf pause the spines, so s2's port towards it fills past
+    # its cut in every run: over 13 runs here on 2026-12-02 s2 dropped 150-337 lossless packets,
+    # all at s2-eth1, and no other switch dropped any. (A 1 MiB AlltoAll, the scenario before,
+    # filled half of s2's buffer only when ECMP collided there: 0 in two of three CI runs.)
+    assert culprits == {"s2"} and len(cut) >= 1, cut
     assert all(re.match(r"lossless drop: s2-eth\d+ \(s2\) dropped \d+ at a buffer cut$", line) for line in cut)
-    assert bool(cut) == bool(culprits), (cut, culprits)
     figure("incident-buffer: lossless packets dropped at s2's cut",
            sum(r.get("drops", 0) for r in run["queues"]["report"]["ports"]
                if r["class"] == "lossless" and r["node"] == "s2"))
