@@ -86,11 +86,6 @@ def rate_command(intf, rate_mbps, mtu=1500):
             "rate", rate, "ceil", rate, "burst", burst, "cburst", burst]
 
 
-def as_script(commands):
-    """One shell line per command, for running many in a single round trip to a node's shell."""
-    return "\n".join(" ".join(cmd) for cmd in commands)
-
-
 # -- the queue model's tree ---------------------------------------------------------------------
 # htb classes (minor numbers are what the eBPF classifier writes into skb->priority):
 #   1:1  the link rate

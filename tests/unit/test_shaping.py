@@ -6,7 +6,7 @@ Nothing is run; the argument lists are what Mininet's nodes and the root shell e
 
 import pytest
 
-from fabriclab.system.shaping import (ETH_HEADER, GATE_LIMIT_BYTES, NETEM_LIMIT_PACKETS, as_script, burst_bytes,
+from fabriclab.system.shaping import (ETH_HEADER, GATE_LIMIT_BYTES, NETEM_LIMIT_PACKETS, burst_bytes,
                                delay_command, delay_usec, queued_commands, shaping_commands)
 
 
@@ -86,27 +86,6 @@ def test_buffer_must_hold_one_frame(mtu, smallest):
         shaping_commands("h1-n0", 10, smallest - 1, mtu=mtu)
     fifo = shaping_commands("h1-n0", 10, smallest, mtu=mtu)[2]
     assert option(fifo, "limit") == str(smallest)
-
-
-def test_as_script_is_one_line_per_command():
-    commands = shaping_commands("s1-eth2", 20, 131072)
-    script = as_script(commands)
-    lines = script.split("\n")
-    assert len(lines) == 3 and not script.endswith("\n")
-    assert lines[0] == "tc qdisc replace dev s1-eth2 root handle 1: htb default 1"
-    assert lines[1] == ("tc class replace dev s1-eth2 parent 1: classid 1:1 htb rate 20000kbit "
-                        "ceil 20000kbit burst 3028 cburst 3028")
-    assert lines[2] == "tc qdisc replace dev s1-eth2 parent 1:1 handle 10: bfifo limit 131072"
-
-
-def test_scripts_of_many_ports_concatenate():
-    script = "\n".join(as_script(shaping_commands(intf, 10, 65536)) for intf in ("a", "b"))
-    assert len(script.splitlines()) == 6
-    assert [line.split()[4] for line in script.splitlines()] == ["a"] * 3 + ["b"] * 3
-
-
-def test_as_script_of_nothing_is_empty():
-    assert as_script([]) == ""
 
 
 # -- link delay: netem at the root, the shaping tree under it ---------------------------------------
