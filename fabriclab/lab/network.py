@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shlex
 import subprocess
+import time
 
 from mininet.link import Link
 from mininet.log import setLogLevel
@@ -25,7 +27,74 @@ from fabriclab.system.shaping import delay_change_command, queued_commands, rate
 from fabriclab.lab.teardown import delete_bridges, delete_link_group
 
 
-class LabSwitch(OVSSwitch):
+class QuickShell:
+    """A node (mixed in before Mininet's class) whose shell starts without the two round trips
+    Mininet waits for, its first prompt and its set-up command: `ready_shells` waits for every
+    node's at once. 305 nodes' shells, one after another, took about 1.5 s of 32x16x8's bring-up.
+    Mininet's startShell reads until the prompt and then runs one command; while the node is
+    being made, read() says "prompt" at once and the command is kept for ready_shells."""
+
+    _starting = False
+    _held = None          # the commands its start held back, until ready_shells runs them
+
+    def startShell(self, mnopts=None):
+        if getattr(self, "isRemote", False):
+            # another machine's node (RemoteMixin) talks to its shell right after this returns
+            return super().startShell(mnopts)
+        self._starting, self._held = True, []
+        try:
+            super().startShell(mnopts)
+        finally:
+            self._starting = False
+
+    def read(self, size=1024):
+        return chr(127) if self._starting else super().read(size)
+
+    def cmd(self, *args, **kwargs):
+        if self._starting:
+            self._held.append((args, kwargs))
+            return ""
+        return super().cmd(*args, **kwargs)
+
+
+def ready_shells(nodes, timeout_s=60.0):
+    """Wait for every QuickShell node's first prompt at once, then run what each one's start held
+    back (all sent, then all collected). LabError naming a node whose shell never prompted."""
+    waiting = {node.stdout.fileno(): node for node in nodes
+               if isinstance(node, QuickShell) and node._held is not None}
+    poller = select.poll()
+    for fd in waiting:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LabError(f"the shell of {sorted(n.name for n in waiting.values())[0]} did not start "
+                           f"within {timeout_s:.0f} s")
+        for fd, _event in poller.poll(min(left, 1.0) * 1000):
+            node = waiting[fd]
+            if node.read(1024).endswith(chr(127)):
+                poller.unregister(fd)
+                del waiting[fd]
+    held = [node for node in nodes if isinstance(node, QuickShell) and node._held]
+    while held:
+        for node in held:
+            args, kwargs = node._held[0]
+            node.sendCmd(*args, **kwargs)
+        for node in held:
+            node.waitOutput()
+            node._held.pop(0)
+        held = [node for node in held if node._held]
+    for node in nodes:
+        if isinstance(node, QuickShell):
+            node._held = None
+
+
+class LabHost(QuickShell, Host):
+    """A Mininet host whose shell starts with the others (QuickShell)."""
+
+
+class LabSwitch(QuickShell, OVSSwitch):
     """An OVS bridge tagged with the run that owns it (so `clean` never touches anyone else's)."""
 
     def __init__(self, name, run_id=None, owner_pid=None, **params):
@@ -255,7 +324,7 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
     for host in fabric.hosts.values():
         machine = machine_of(host.name)
         if machine is None or machine.local:
-            node = net.addHost(host.name, cls=Host, ip=None)
+            node = net.addHost(host.name, cls=LabHost, ip=None)
         else:
             node = net.addHost(host.name, cls=cluster.host_class, machine=machine, ip=None)
             cluster.record(machine, process={"pid": node.pid, "role": "host-shell", "match": f"mininet:{host.name}"})
@@ -280,6 +349,7 @@ def populate(net, fabric, run, datapath="user", delay=False, cluster=None, place
         if cluster:
             cluster.place(switch.name, machine)
         run.add_process(node.shell.pid, "switch-shell", f"mininet:{switch.name}")
+    ready_shells([*net.hosts, *net.switches])
     group = run.data["link_group"]
     crossing = 0
     if not cluster:
