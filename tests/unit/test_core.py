@@ -64,10 +64,12 @@ def test_a_late_barrier_of_an_older_generation_does_not_count(fab):
     fake = FakeFabric(fab)
     fake.connect(core)
     l1 = fake.datapaths["l1"]
+    core.programmer.forget("l1")                               # its table is unknown: wiped again
     old = core.recompute()
     old_xid = [m.xid for dp, m in old if dp is l1 and isinstance(m, parser.OFPBarrierRequest)][0]
     fake.apply(old)
     fake.tables["l1"].barriers.clear()                         # its reply is still on the way ...
+    core.programmer.forget("l1")
     fake.apply(core.recompute())
     fake.acknowledge(core)                                     # ... the newer one overtakes it
     assert core.programmed
@@ -76,13 +78,17 @@ def test_a_late_barrier_of_an_older_generation_does_not_count(fab):
     assert core.barrier_reply(l1, 9999) == [] and core.programmed       # an xid never sent
 
 
-def test_every_recompute_confirms_every_switch_even_without_changes(fab):
+def test_a_recompute_that_changes_nothing_sends_nothing_and_the_last_barrier_confirms_it(fab):
     core = make_core(fab)
     fake = FakeFabric(fab)
-    fake.connect(core)
-    sends = core.recompute()
-    assert [type(m) for _dp, m in sends] == [parser.OFPBarrierRequest] * 4
-    assert not core.programmed
+    connect_without_acks(core, fake)
+    generation = core.programmer.generation
+    assert core.recompute() == [] and core.programmer.generation == generation + 1
+    assert not core.programmed                                 # the switches' last barriers are unanswered
+    fake.acknowledge(core)                                     # their replies confirm the new generation too
+    assert core.programmed and set(core.programmer.synced.values()) == {generation + 1}
+    assert core.recompute() == [] and core.programmed          # answered already: confirmed at once
+    assert set(core.programmer.synced.values()) == {generation + 2}
 
 
 def test_a_reconnecting_switch_is_wiped_then_programmed_again(fab):
