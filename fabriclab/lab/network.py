@@ -28,11 +28,12 @@ from fabriclab.lab.teardown import delete_bridges, delete_link_group
 
 
 class QuickShell:
-    """A node (mixed in before Mininet's class) whose shell starts without the two round trips
-    Mininet waits for, its first prompt and its set-up command: `ready_shells` waits for every
-    node's at once. 305 nodes' shells, one after another, took about 1.5 s of 32x16x8's bring-up.
-    Mininet's startShell reads until the prompt and then runs one command; while the node is
-    being made, read() says "prompt" at once and the command is kept for ready_shells."""
+    """A node (mixed in before Mininet's class) whose shell starts without the round trips Mininet
+    makes while it builds the node: `ready_shells` waits for every node's at once. 305 nodes'
+    shells, one after another, took about 1.5 s of 32x16x8's bring-up. Mininet's startShell reads
+    until the first prompt and then runs a set-up command, and a switch brings its `lo` up right
+    after: until ready_shells, read() says "prompt" at once and every command is kept, in order
+    (each answers "", which is what they answer when they succeed)."""
 
     _starting = False
     _held = None          # the commands its start held back, until ready_shells runs them
@@ -42,10 +43,7 @@ class QuickShell:
             # another machine's node (RemoteMixin) talks to its shell right after this returns
             return super().startShell(mnopts)
         self._starting, self._held = True, []
-        try:
-            super().startShell(mnopts)
-        finally:
-            self._starting = False
+        return super().startShell(mnopts)
 
     def read(self, size=1024):
         return chr(127) if self._starting else super().read(size)
@@ -62,6 +60,8 @@ def ready_shells(nodes, timeout_s=60.0):
     back (all sent, then all collected). LabError naming a node whose shell never prompted."""
     waiting = {node.stdout.fileno(): node for node in nodes
                if isinstance(node, QuickShell) and node._held is not None}
+    for node in waiting.values():
+        node._starting = False
     poller = select.poll()
     for fd in waiting:
         poller.register(fd, select.POLLIN)

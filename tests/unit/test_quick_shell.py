@@ -24,6 +24,7 @@ class FakeNode:
         if remote:
             os.write(self.w, PROMPT.encode())    # its shell is up before it is read
         self.startShell()
+        self.cmd("ifconfig lo up")               # a switch's, right after its shell started
 
     def startShell(self, mnopts=None):
         self.log.append("spawned")
@@ -53,22 +54,24 @@ class Quick(QuickShell, FakeNode):
     pass
 
 
-def test_every_shell_starts_before_any_is_waited_for_then_each_runs_what_was_held():
+def test_every_shell_starts_before_any_is_waited_for_then_each_runs_what_was_held_in_order():
     nodes = [Quick(f"h{i}") for i in range(3)]
     # made without a round trip: nothing sent, nothing read yet
     assert all(node.log == ["spawned"] for node in nodes)
     for node in nodes:
         os.write(node.w, PROMPT.encode())        # the shells' first prompts, in any order
     ready_shells(nodes)
-    assert all(node.log == ["spawned", "sent unset HISTFILE; stty -echo; set +m", "answered"] for node in nodes)
+    assert all(node.log == ["spawned", "sent unset HISTFILE; stty -echo; set +m", "answered",
+                            "sent ifconfig lo up", "answered"] for node in nodes)
     assert nodes[0].cmd("true") == "" and nodes[0].log[-2:] == ["sent true", "answered"]
 
 
 def test_a_node_on_another_machine_starts_as_mininet_starts_it():
     node = Quick("h9", remote=True)              # RemoteMixin talks to its shell right after
-    assert node.log == ["spawned", "sent unset HISTFILE; stty -echo; set +m", "answered"]
+    assert node.log == ["spawned", "sent unset HISTFILE; stty -echo; set +m", "answered",
+                        "sent ifconfig lo up", "answered"]
     ready_shells([node])                         # nothing held: nothing more happens
-    assert len(node.log) == 3
+    assert len(node.log) == 5
 
 
 def test_a_shell_that_never_prompts_is_named():
