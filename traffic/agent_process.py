@@ -154,11 +154,10 @@ def release(procs, margin_s=GO_MARGIN_S):
         margin_s += patience.scaled(REMOTE_GO_S)
     start_at = time.time() + margin_s
     for cluster, machine, files in remote.values():
-        # written whole, by a rename: the agent polling for it never reads half a line
-        script = "\n".join(f"mkdir -p {shlex.quote(str(path.parent))}\n"
-                           f"echo {start_at + offset!r} > {shlex.quote(str(path))}.tmp\n"
-                           f"mv {shlex.quote(str(path))}.tmp {shlex.quote(str(path))}" for path, offset in files)
-        cluster.root_run(machine, script, "giving agents their start time")
+        _write_start_files(cluster, machine, [(path, repr(start_at + offset)) for path, offset in files],
+                           "giving agents their start time")
+    for proc in procs:
+        proc.released = True
     line = f"{start_at!r}\n".encode()
     for proc in procs:
         if getattr(proc, "start_file", None) is not None:
@@ -170,3 +169,28 @@ def release(procs, margin_s=GO_MARGIN_S):
             pass        # it died after it said ready: its launcher sees its exit
         proc.stdin = None           # as if it had none: communicate() would flush the closed pipe
     return start_at
+
+
+def call_off(procs):
+    """Tell gated agents on other machines that were never released that no start is coming (an
+    agent here sees its stdin close when its process is killed; one over there, started over SSH,
+    would wait for its start file for start_gate.MAX_WAIT_S). Best effort: the run is failing."""
+    remote = {}
+    for proc in procs:
+        if getattr(proc, "start_file", None) is not None and not getattr(proc, "released", False):
+            cluster, machine, path, _offset = proc.start_file
+            remote.setdefault(machine.name, (cluster, machine, []))[2].append((path, start_gate.CALL_OFF))
+    for cluster, machine, files in remote.values():
+        try:
+            _write_start_files(cluster, machine, files, "calling agents' start off")
+        except LabError:
+            pass
+
+
+def _write_start_files(cluster, machine, files, what):
+    """[(path, text)] on `machine`, each written whole by a rename: the agent polling for it never
+    reads half a line."""
+    script = "\n".join(f"mkdir -p {shlex.quote(str(path.parent))}\n"
+                       f"echo {shlex.quote(text)} > {shlex.quote(str(path))}.tmp\n"
+                       f"mv {shlex.quote(str(path))}.tmp {shlex.quote(str(path))}" for path, text in files)
+    cluster.root_run(machine, script, what)

@@ -221,6 +221,7 @@ def run_traffic(lab, plan, duration_s=5.0, payload_bytes=None, message_bytes=655
             if run.results[host].get("errors"):
                 raise LabError(f"traffic agent on {host}: {run.results[host]['errors'][0]}")
     finally:
+        agent_process.call_off([proc for proc, _out in procs.values()])
         for proc, _out in procs.values():
             if proc.poll() is None:
                 proc.kill()

@@ -19,6 +19,7 @@ import time
 
 FLAG = "--start-on-stdin"
 FILE_FLAG = "--start-file"
+CALL_OFF = "cancel"        # a start file's word for "no start": the launcher gave up (the agent exits)
 MAX_WAIT_S = 600.0         # a launcher that says nothing for this long is gone or broken
 POLL_S = 0.1               # how often a waiting agent asks `stopped`
 FILE_POLL_S = 0.005        # how often it looks for its start file (the start is ~1 s away)
@@ -80,6 +81,8 @@ def _start_time(raw, where):
     if len(raw) > MAX_LINE:
         raise GateError(f"the start time {where} is not one short line")
     text = raw.decode(errors="replace").strip()
+    if text == CALL_OFF:
+        raise GateError("the launcher called the start off")
     try:
         start = float(text)
     except ValueError:

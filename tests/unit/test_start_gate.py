@@ -142,8 +142,9 @@ def test_an_agent_that_says_nothing_in_time_fails():
     (b"soon\n", "in the start file is not a number: 'soon'"),
     (b"inf\n", "not within 600 s of now"),
     (b"1" * 100, "not one short line"),
+    (b"cancel\n", "the launcher called the start off"),
 ])
-def test_a_malformed_start_file_is_one_line(tmp_path, data, complaint):
+def test_a_malformed_or_called_off_start_file_is_one_line(tmp_path, data, complaint):
     (tmp_path / "a.start").write_bytes(data)
     with pytest.raises(start_gate.GateError, match=complaint):
         start_gate.read_start_file(tmp_path / "a.start")
@@ -158,16 +159,20 @@ def test_an_agent_waiting_for_its_start_file_stops_or_times_out(tmp_path):
 
 class Elsewhere:
     """A lab whose cluster puts h2 on another machine, 0.25 s ahead of this one's clock. Its
-    commands run here: the start file lands where the agent, here too, looks for it."""
+    commands run here: the start file lands where the agent, here too, looks for it. Its agent
+    module, `gatedagent`, is `source`."""
 
     OFFSET_S = 0.25
 
-    def __init__(self, folder):
+    def __init__(self, folder, source):
         self.scripts = []
+        (folder / "gatedagent.py").write_text(source)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
         self.run = types.SimpleNamespace(path=lambda name: folder / name, add_process=lambda *a: None)
         self.cluster = types.SimpleNamespace(machine_of_name=self.machine_of_name, root_run=self.root_run,
                                              clock_offset_s=lambda machine: self.OFFSET_S)
-        self.net = types.SimpleNamespace(get=lambda host: types.SimpleNamespace(popen=subprocess.Popen))
+        self.net = types.SimpleNamespace(get=lambda host: types.SimpleNamespace(
+            popen=lambda argv, **kw: subprocess.Popen(argv, env=env, **kw)))
 
     @staticmethod
     def machine_of_name(host):
@@ -179,15 +184,10 @@ class Elsewhere:
 
 
 def test_an_agent_on_another_machine_reads_its_start_from_a_file_on_that_machines_clock(tmp_path):
-    lab = Elsewhere(tmp_path)
-    (tmp_path / "gatedagent.py").write_text(
-        "import sys, time\nfrom fabriclab.traffic import start_gate\n"
-        "path = sys.argv[sys.argv.index(start_gate.FILE_FLAG) + 1] if start_gate.FILE_FLAG in sys.argv else None\n"
-        "t = start_gate.ready_then_start('a', path=path)\n"
-        "print(round(t - time.time(), 3), flush=True)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    lab.net = types.SimpleNamespace(get=lambda host: types.SimpleNamespace(
-        popen=lambda argv, **kw: subprocess.Popen(argv, env=env, **kw)))
+    lab = Elsewhere(tmp_path, "import sys, time\nfrom fabriclab.traffic import start_gate\n"
+                    "path = sys.argv[sys.argv.index(start_gate.FILE_FLAG) + 1] if start_gate.FILE_FLAG in sys.argv else None\n"
+                    "t = start_gate.ready_then_start('a', path=path)\n"
+                    "print(round(t - time.time(), 3), flush=True)\n")
     procs = {h: agent_process.start(lab, h, "gatedagent", [], "agent", gate=True) for h in ("h1", "h2")}
     try:
         # started with stdin here, and with a start file of its own over there
@@ -203,7 +203,22 @@ def test_an_agent_on_another_machine_reads_its_start_from_a_file_on_that_machine
             proc.kill()
             proc.wait()
     go = 0.5 + agent_process.REMOTE_GO_S * patience.factor()
+    agent_process.call_off(list(procs.values()))            # released: nothing to call off
     assert abs(start - time.time()) < 5 and len(lab.scripts) == 1 and path.exists()
     # both wait for the one start: the one over there on its own clock, the offset later here
     assert go - 0.4 < ahead["h1"] <= go, ahead
     assert abs(ahead["h2"] - ahead["h1"] - Elsewhere.OFFSET_S) < 0.1, ahead
+
+
+def test_a_run_that_fails_before_the_start_calls_off_the_agents_waiting_over_there(tmp_path):
+    lab = Elsewhere(tmp_path, "import sys\nfrom fabriclab.traffic import start_gate\n"
+                    "try:\n    start_gate.ready_then_start('a', path=sys.argv[sys.argv.index(start_gate.FILE_FLAG) + 1])\n"
+                    "except start_gate.GateError as exc:\n    sys.exit(str(exc))\n")
+    proc = agent_process.start(lab, "h2", "gatedagent", [], "agent", gate=True)
+    try:
+        agent_process.wait_ready(proc, "agent", time.monotonic() + 60)
+        agent_process.call_off([proc])
+        assert proc.wait(30) == 1 and b"the launcher called the start off" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
