@@ -145,22 +145,15 @@ def wait_ready(proc, what, deadline):
 def release(procs, margin_s=GO_MARGIN_S):
     """Give gated agents (all ready) their common start, `margin_s` from now (and REMOTE_GO_S
     more when some run on other machines): returns it (unix, this machine's clock)."""
-    remote = {}
-    for proc in procs:
-        if getattr(proc, "start_file", None) is not None:
-            cluster, machine, path, offset = proc.start_file
-            remote.setdefault(machine.name, (cluster, machine, []))[2].append((path, offset))
+    remote = [proc for proc in procs if getattr(proc, "start_file", None) is not None]
     if remote:
         margin_s += patience.scaled(REMOTE_GO_S)
     start_at = time.time() + margin_s
-    for cluster, machine, files in remote.values():
-        _write_start_files(cluster, machine, [(path, repr(start_at + offset)) for path, offset in files],
-                           "giving agents their start time")
-    for proc in procs:
-        proc.released = True
+    _write_start_files(remote, lambda offset: repr(start_at + offset), "giving agents their start time")
     line = f"{start_at!r}\n".encode()
     for proc in procs:
-        if getattr(proc, "start_file", None) is not None:
+        proc.released = True
+        if proc in remote:
             continue
         try:
             proc.stdin.write(line)
@@ -175,22 +168,24 @@ def call_off(procs):
     """Tell gated agents on other machines that were never released that no start is coming (an
     agent here sees its stdin close when its process is killed; one over there, started over SSH,
     would wait for its start file for start_gate.MAX_WAIT_S). Best effort: the run is failing."""
-    remote = {}
+    waiting = [proc for proc in procs if getattr(proc, "start_file", None) is not None
+               and not getattr(proc, "released", False)]
+    try:
+        _write_start_files(waiting, lambda _offset: start_gate.CALL_OFF, "calling agents' start off")
+    except (LabError, OSError, subprocess.SubprocessError):
+        pass
+
+
+def _write_start_files(procs, text_of, what):
+    """Each of `procs` (agents on other machines) gets text_of(its clock offset) in its start
+    file, one SSH command per machine; each file is written whole, by a rename, so the agent
+    polling for it never reads half a line."""
+    by_machine = {}
     for proc in procs:
-        if getattr(proc, "start_file", None) is not None and not getattr(proc, "released", False):
-            cluster, machine, path, _offset = proc.start_file
-            remote.setdefault(machine.name, (cluster, machine, []))[2].append((path, start_gate.CALL_OFF))
-    for cluster, machine, files in remote.values():
-        try:
-            _write_start_files(cluster, machine, files, "calling agents' start off")
-        except LabError:
-            pass
-
-
-def _write_start_files(cluster, machine, files, what):
-    """[(path, text)] on `machine`, each written whole by a rename: the agent polling for it never
-    reads half a line."""
-    script = "\n".join(f"mkdir -p {shlex.quote(str(path.parent))}\n"
-                       f"echo {shlex.quote(text)} > {shlex.quote(str(path))}.tmp\n"
-                       f"mv {shlex.quote(str(path))}.tmp {shlex.quote(str(path))}" for path, text in files)
-    cluster.root_run(machine, script, what)
+        cluster, machine, path, offset = proc.start_file
+        by_machine.setdefault(machine.name, (cluster, machine, []))[2].append((path, text_of(offset)))
+    for cluster, machine, files in by_machine.values():
+        script = "\n".join(f"mkdir -p {shlex.quote(str(path.parent))}\n"
+                           f"echo {shlex.quote(text)} > {shlex.quote(str(path))}.tmp\n"
+                           f"mv {shlex.quote(str(path))}.tmp {shlex.quote(str(path))}" for path, text in files)
+        cluster.root_run(machine, script, what)
