@@ -11,7 +11,6 @@ import json
 import os
 import re
 import select
-import shlex
 import subprocess
 import time
 
@@ -262,6 +261,11 @@ def host_setup_script(host, mtu):
         *(f"ip {line}" for line in ip)])
 
 
+# A node's shell reads its script through a terminal, which cuts a line at 4,095 bytes: each
+# batched command keeps a line of its own (a here-document), however many ports a host has.
+BATCH_END = "FABRICLAB_BATCH_END"
+
+
 def host_setup_batch(host, mtu, tc_lines):
     """host_setup and the ports' `tc` commands (without the `tc`) as a shell script of three
     processes: the sysctls are the shell's own writes to /proc, the `ip` and `tc` commands one
@@ -269,7 +273,7 @@ def host_setup_batch(host, mtu, tc_lines):
     sysctls, intfs, ip = host_setup(host, mtu)
 
     def batch(tool, lines):
-        return f"printf '%s\\n' {' '.join(shlex.quote(line) for line in lines)} | {tool} -batch -"
+        return "\n".join([f"{tool} -batch - <<'{BATCH_END}'", *lines, BATCH_END])
     return "\n".join([
         *(f"echo {value} > /proc/sys/{key}" for key, value in sysctls.items()),
         *(f"ethtool -K {intf} {offloads.ETHTOOL_OFF} >/dev/null 2>&1 || true" for intf in intfs),

@@ -2,19 +2,29 @@
 line for containerlab's exec and in three processes for the lab's own build. The lab tests run
 the batched one on every fabric they bring up."""
 
-import shlex
+import dataclasses
 
-from fabriclab.lab.network import host_setup, host_setup_batch, host_setup_script
+from fabriclab.lab.network import BATCH_END, host_setup, host_setup_batch, host_setup_script
+from fabriclab.system.shaping import queued_commands
 from fabriclab.topologies.fabric import Fabric
 from fabriclab.topologies.spec import load_spec
 
 
-def printed(line):
-    """The lines a `printf '%s\\n' A B ... | TOOL -batch -` feeds its tool, and the tool."""
-    words = shlex.split(line)
-    bar = words.index("|")
-    assert words[:2] == ["printf", "%s\\n"] and words[bar + 2:] == ["-batch", "-"], line
-    return words[bar + 1], words[2:bar]
+def batches(lines):
+    """{tool: the lines its `TOOL -batch - <<'END'` here-document feeds it}, and the lines
+    outside any."""
+    fed, outside, tool = {}, [], None
+    for line in lines:
+        if tool is None and line.endswith(f"-batch - <<'{BATCH_END}'"):
+            tool = line.split()[0]
+            fed[tool] = []
+        elif line == BATCH_END:
+            tool = None
+        elif tool is not None:
+            fed[tool].append(line)
+        else:
+            outside.append(line)
+    return fed, outside
 
 
 def test_four_planes_of_ports_get_their_tables_and_the_batch_runs_the_same_commands():
@@ -26,14 +36,13 @@ def test_four_planes_of_ports_get_their_tables_and_the_batch_runs_the_same_comma
     assert f"rule add from {port.ip} table 101 priority 101" in ip
     assert sysctls[f"net/ipv4/conf/{port.intf}/rp_filter"] == 0
     tc = ["qdisc replace dev x root handle 1: htb default 1"]
-    lines = host_setup_batch(host, 9000, tc).splitlines()
-    writes = [line for line in lines if line.startswith("echo ")]
+    fed, outside = batches(host_setup_batch(host, 9000, tc).splitlines())
+    assert fed == {"ip": ip, "tc": tc}
+    writes = [line for line in outside if line.startswith("echo ")]
     assert writes == [f"echo {v} > /proc/sys/{k}" for k, v in sysctls.items()]
-    ethtools = [line for line in lines if line.startswith("ethtool ")]
+    ethtools = [line for line in outside if line.startswith("ethtool ")]
     assert [line.split()[2] for line in ethtools] == intfs
-    batches = dict(printed(line) for line in lines if line.startswith("printf "))
-    assert batches == {"ip": ip, "tc": tc}
-    assert len(lines) == len(writes) + len(ethtools) + 2       # nothing else runs
+    assert len(outside) == len(writes) + len(ethtools)               # nothing else runs
     # a command a line: the same ip commands, every sysctl in one call
     script = host_setup_script(host, 9000).splitlines()
     assert [line.removeprefix("ip ") for line in script if line.startswith("ip ")] == ip
@@ -43,3 +52,15 @@ def test_four_planes_of_ports_get_their_tables_and_the_batch_runs_the_same_comma
 def test_a_host_without_shaping_runs_no_tc():
     host = Fabric(load_spec("tiny")).hosts["h1"]
     assert "tc -batch" not in host_setup_batch(host, 1500, [])
+
+
+def test_no_line_of_a_many_port_host_with_the_queue_model_reaches_the_terminals_limit():
+    # a node's shell reads its script through a tty, which cuts a line at 4,095 bytes; one
+    # `printf` line of every command came to 3,207 bytes for multiplane_pfc's 4 planes
+    spec = dataclasses.replace(load_spec("multiplane_pfc"), planes=8)
+    host = Fabric(spec).hosts["h1"]
+    tc = [" ".join(cmd[1:]) for port in host.ports
+          for cmd in queued_commands(port.intf, spec.host_rate_mbps, 65536, spec.mtu)]
+    script = host_setup_batch(host, spec.mtu, tc)
+    assert len(host.ports) == 8 and len(script) > 2 * 4096
+    assert max(map(len, script.splitlines())) < 400
